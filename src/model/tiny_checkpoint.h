@@ -1,0 +1,48 @@
+// make-tiny: writes a small checkpoint in exactly the released V4.1 layout (HF config.json,
+// sharded safetensors + index, released tensor names / dtypes / block scales, tokenizer files),
+// with seeded random weights. Dimensions shrink; the 40 + 3 layer structure stays whole.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "core/status.h"
+#include "model/config.h"
+
+namespace cedar::model {
+
+enum class TinyPreset { kTiny, kSmall };
+
+// The preset's config. `engram_compressed_vocab_size` is filled by the caller from the tokenizer
+// that ships with the checkpoint (its class count under the Engram normaliser chain).
+ModelConfig tiny_config(TinyPreset preset);
+
+struct TinyOptions {
+  std::string out_dir;
+  uint64_t seed = 0;
+  TinyPreset preset = TinyPreset::kTiny;
+  std::string tokenizer_dir;  // copied into out_dir when non-empty (tokenizer.json, tokenizer_config.json)
+  int n_shards = 0;           // 0 = preset default
+  std::function<void(int shard, int n_shards)> progress;
+};
+
+// Writes the checkpoint for `config` (which must validate) into options.out_dir.
+Status write_tiny_checkpoint(const ModelConfig& config, const TinyOptions& options);
+
+// Portable seeded generator for weights: identical bits on every platform and compiler (integer
+// arithmetic only; no libm in the sampling path).
+class WeightRng {
+ public:
+  explicit WeightRng(uint64_t seed) : state_(seed) {}
+  uint64_t next_u64();
+  // Uniform in [-1, 1) with 24 random bits.
+  float uniform_pm1();
+  // Approximately normal(0, 1): Irwin-Hall sum of 4 uniforms, rescaled (support ±3.46).
+  float normalish();
+
+ private:
+  uint64_t state_;
+};
+
+}  // namespace cedar::model
