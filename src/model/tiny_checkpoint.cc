@@ -273,6 +273,8 @@ Status copy_tokenizer_file(const fs::path& from, const fs::path& to) {
   std::error_code ec;
   fs::copy_file(from, to, fs::copy_options::overwrite_existing, ec);
   if (ec) return io_error("make-tiny: copying " + from.string() + " to " + to.string(), ec.value());
+  // The source may be read-only (a shared folder); the copy belongs to the user.
+  fs::permissions(to, fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::add, ec);
   return {};
 }
 

@@ -26,5 +26,7 @@ struct CommandRegistrar {
 
 }  // namespace cedar::cli
 
+#define CEDAR_COMMAND_CONCAT_(a, b) a##b
+#define CEDAR_COMMAND_NAME_(line) CEDAR_COMMAND_CONCAT_(cedar_command_registrar_, line)
 #define CEDAR_COMMAND(name, summary, fn) \
-  static ::cedar::cli::CommandRegistrar cedar_command_registrar_##fn(name, summary, fn)
+  static ::cedar::cli::CommandRegistrar CEDAR_COMMAND_NAME_(__COUNTER__)(name, summary, fn)

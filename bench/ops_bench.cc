@@ -1,0 +1,156 @@
+// Microbenchmarks of the ops hot kernels. GEMV cases report bytes/s of weight bytes read (codes +
+// scales), cycling through several weight copies so the working set exceeds the last-level cache, as
+// it does for a real model. Run: build/bench/cedar_bench --benchmark_filter=Ops
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "ops/attention.h"
+#include "ops/formats.h"
+#include "ops/linear.h"
+
+namespace cedar::ops {
+namespace {
+
+constexpr size_t kCopies = 8;  // distinct weight matrices cycled per iteration (defeats the caches)
+
+std::vector<uint8_t> random_bytes(size_t n, uint32_t seed, uint8_t mask = 0xFF) {
+  std::mt19937 rng(seed);
+  std::vector<uint8_t> v(n);
+  for (auto& b : v) b = static_cast<uint8_t>(rng() & mask);
+  return v;
+}
+
+std::vector<float> random_bf16(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = round_bf16(normal(rng));
+  return v;
+}
+
+ThreadPool* pool_for(int threads) {
+  static ThreadPool one(1), two(2), all(hardware_threads());
+  if (threads == 1) return &one;
+  if (threads == 2) return &two;
+  return &all;
+}
+
+// Args: n, k, m, threads (0 = all hardware threads).
+void BM_OpsLinearFp8(benchmark::State& state) {
+  const size_t n = state.range(0), k = state.range(1), m = state.range(2);
+  ThreadPool* pool = pool_for(static_cast<int>(state.range(3)));
+  std::vector<std::vector<uint8_t>> codes, scales;
+  for (size_t c = 0; c < kCopies; ++c) {
+    codes.push_back(random_bytes(n * k, 1 + c, 0x7E));  // no NaN codes
+    scales.push_back(std::vector<uint8_t>(((n + 31) / 32) * (k / 32), 120));
+  }
+  const auto x = random_bf16(m * k, 9);
+  std::vector<float> y(m * n), scratch(fp8_act_scratch_floats(m, k));
+  size_t c = 0;
+  for (auto _ : state) {
+    linear_fp8(x.data(), m, Fp8Weight{codes[c].data(), scales[c].data(), n, k}, y.data(), scratch, pool);
+    benchmark::DoNotOptimize(y.data());
+    c = (c + 1) % kCopies;
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * (codes[0].size() + scales[0].size())));
+}
+BENCHMARK(BM_OpsLinearFp8)
+    ->Args({5120, 5120, 1, 1})
+    ->Args({5120, 5120, 1, 0})
+    ->Args({2304, 5120, 1, 0})
+    ->Args({5120, 5120, 16, 0})
+    ->Args({5120, 5120, 64, 1})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+void BM_OpsLinearFp4(benchmark::State& state) {
+  const size_t n = state.range(0), k = state.range(1), m = state.range(2);
+  ThreadPool* pool = pool_for(static_cast<int>(state.range(3)));
+  std::vector<std::vector<uint8_t>> packed, scales;
+  for (size_t c = 0; c < kCopies; ++c) {
+    packed.push_back(random_bytes(n * k / 2, 20 + c));
+    scales.push_back(std::vector<uint8_t>(n * (k / 32), 120));
+  }
+  const auto x = random_bf16(m * k, 9);
+  std::vector<float> y(m * n), scratch(fp8_act_scratch_floats(m, k));
+  size_t c = 0;
+  for (auto _ : state) {
+    linear_fp4(x.data(), m, Fp4Weight{packed[c].data(), scales[c].data(), n, k}, y.data(), scratch, pool);
+    benchmark::DoNotOptimize(y.data());
+    c = (c + 1) % kCopies;
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * (packed[0].size() + scales[0].size())));
+}
+BENCHMARK(BM_OpsLinearFp4)
+    ->Args({5120, 5120, 1, 1})
+    ->Args({5120, 5120, 1, 0})
+    ->Args({2304, 5120, 1, 0})
+    ->Args({5120, 5120, 16, 0})
+    ->Args({5120, 5120, 64, 1})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+void BM_OpsLinearBf16(benchmark::State& state) {
+  const size_t n = state.range(0), k = state.range(1);
+  ThreadPool* pool = pool_for(static_cast<int>(state.range(2)));
+  std::vector<std::vector<uint16_t>> w;
+  for (size_t c = 0; c < 4; ++c) {
+    auto bytes = random_bytes(n * k * 2, 40 + c, 0x3F);  // small exponents, no inf/NaN
+    w.emplace_back(n * k);
+    std::memcpy(w.back().data(), bytes.data(), bytes.size());
+  }
+  const auto x = random_bf16(k, 9);
+  std::vector<float> y(n);
+  size_t c = 0;
+  for (auto _ : state) {
+    linear_bf16(x.data(), 1, Bf16Weight{w[c].data(), n, k}, y.data(), LinearOut::kF32, pool);
+    benchmark::DoNotOptimize(y.data());
+    c = (c + 1) % w.size();
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * n * k * 2));
+}
+BENCHMARK(BM_OpsLinearBf16)
+    ->Args({16384, 5120, 1})
+    ->Args({16384, 5120, 0})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
+void BM_OpsSparseAttn(benchmark::State& state) {
+  const size_t heads = 64, d = 512, n_idx = state.range(0);
+  const auto q = random_bf16(heads * d, 1);
+  const auto rows = random_bf16(n_idx * d, 2);
+  std::vector<float> sink(heads, 0.0f), out(heads * d);
+  std::vector<int32_t> idx(n_idx);
+  for (size_t i = 0; i < n_idx; ++i) idx[i] = static_cast<int32_t>(i);
+  ThreadPool* pool = pool_for(0);
+  for (auto _ : state) {
+    sparse_attn(q.data(), heads, d, KvRows{rows.data(), n_idx, nullptr, 0}, sink.data(), idx.data(), n_idx,
+                0.044f, out.data(), pool);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * heads * n_idx));  // head-rows
+}
+BENCHMARK(BM_OpsSparseAttn)->Arg(640)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+void BM_OpsIndexerScores(benchmark::State& state) {
+  const size_t heads = 32, d = 128, n_keys = state.range(0);
+  const auto q = random_bf16(heads * d, 1);
+  const auto keys = random_bf16(n_keys * d, 2);
+  const auto w = random_bf16(heads, 3);
+  std::vector<float> scores(n_keys);
+  ThreadPool* pool = pool_for(0);
+  for (auto _ : state) {
+    indexer_scores(q.data(), w.data(), heads, d, keys.data(), n_keys, scores.data(), pool);
+    benchmark::DoNotOptimize(scores.data());
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * n_keys));
+}
+BENCHMARK(BM_OpsIndexerScores)->Arg(8192)->Unit(benchmark::kMicrosecond)->UseRealTime();
+
+}  // namespace
+}  // namespace cedar::ops

@@ -1,0 +1,107 @@
+#include "io/mapped_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <utility>
+
+namespace cedar::io {
+namespace {
+
+size_t page_size() {
+  static const size_t kPage = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return kPage;
+}
+
+}  // namespace
+
+Result<MappedFile> MappedFile::open(const std::string& path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return io_error("cannot open " + path, errno);
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    int err = errno;
+    ::close(fd);
+    return io_error("cannot stat " + path, err);
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return invalid_argument(path + " is not a regular file");
+  }
+  const size_t size = static_cast<size_t>(st.st_size);
+  uint8_t* data = nullptr;
+  if (size > 0) {
+    void* p = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+    if (p == MAP_FAILED) {
+      int err = errno;
+      ::close(fd);
+      return io_error("cannot mmap " + path + " (" + std::to_string(size) + " bytes)", err);
+    }
+    data = static_cast<uint8_t*>(p);
+  }
+  // The mapping keeps the file alive; the descriptor is no longer needed.
+  ::close(fd);
+  return MappedFile(path, data, size);
+}
+
+MappedFile::~MappedFile() { reset(); }
+
+MappedFile::MappedFile(MappedFile&& other) noexcept
+    : path_(std::move(other.path_)),
+      data_(std::exchange(other.data_, nullptr)),
+      size_(std::exchange(other.size_, 0)) {}
+
+MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
+  if (this != &other) {
+    reset();
+    path_ = std::move(other.path_);
+    data_ = std::exchange(other.data_, nullptr);
+    size_ = std::exchange(other.size_, 0);
+  }
+  return *this;
+}
+
+void MappedFile::reset() {
+  if (data_ != nullptr) munmap(data_, size_);
+  data_ = nullptr;
+  size_ = 0;
+}
+
+bool MappedFile::contains(const void* p, size_t n) const {
+  if (data_ == nullptr) return false;
+  const auto addr = reinterpret_cast<uintptr_t>(p);
+  const auto base = reinterpret_cast<uintptr_t>(data_);
+  return addr >= base && addr - base <= size_ && n <= size_ - (addr - base);
+}
+
+namespace {
+
+// Rounds [offset, offset + length) out to whole pages, clamped to [0, size). Returns false when
+// nothing is left.
+bool page_range(size_t size, size_t offset, size_t length, size_t* begin, size_t* len) {
+  if (offset >= size || length == 0) return false;
+  const size_t end = length > size - offset ? size : offset + length;
+  const size_t page = page_size();
+  *begin = offset / page * page;
+  *len = end - *begin;  // madvise rounds the length up to a page itself
+  return true;
+}
+
+}  // namespace
+
+void MappedFile::prefetch(size_t offset, size_t length) const {
+  size_t begin = 0, len = 0;
+  if (data_ == nullptr || !page_range(size_, offset, length, &begin, &len)) return;
+  (void)madvise(data_ + begin, len, MADV_WILLNEED);
+}
+
+void MappedFile::drop(size_t offset, size_t length) const {
+  size_t begin = 0, len = 0;
+  if (data_ == nullptr || !page_range(size_, offset, length, &begin, &len)) return;
+  (void)madvise(data_ + begin, len, MADV_DONTNEED);
+}
+
+}  // namespace cedar::io

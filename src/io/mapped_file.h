@@ -1,0 +1,55 @@
+// MappedFile: a whole file mapped read-only into memory. Checkpoint weights are read in place
+// through this mapping (never copied); the page cache is the only copy of a 511 GB checkpoint.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+
+#include "core/status.h"
+
+namespace cedar::io {
+
+class MappedFile {
+ public:
+  // Maps `path` read-only (MAP_SHARED, so pages are shared with the page cache and other
+  // processes). An empty file maps to data() == nullptr, size() == 0. Errors are IoError naming
+  // the path and the failing call.
+  static Result<MappedFile> open(const std::string& path);
+
+  MappedFile() = default;
+  ~MappedFile();
+  MappedFile(MappedFile&& other) noexcept;
+  MappedFile& operator=(MappedFile&& other) noexcept;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+
+  const uint8_t* data() const { return data_; }
+  size_t size() const { return size_; }
+  std::span<const uint8_t> bytes() const { return {data_, size_}; }
+  const std::string& path() const { return path_; }
+  bool is_open() const { return data_ != nullptr || !path_.empty(); }
+
+  // True when [p, p + n) lies inside the mapping (used to prove views point into it).
+  bool contains(const void* p, size_t n) const;
+
+  // Hints, both clamped to the mapping and rounded out to whole pages; a hint that the kernel
+  // refuses is harmless, so these return nothing.
+  //   prefetch: MADV_WILLNEED, start reading these bytes from disk in the background.
+  //   drop:     MADV_DONTNEED, release this process's pages for the range (the data stays
+  //             readable: the next access faults it back in from the page cache or disk).
+  void prefetch(size_t offset, size_t length) const;
+  void drop(size_t offset, size_t length) const;
+
+ private:
+  MappedFile(std::string path, uint8_t* data, size_t size)
+      : path_(std::move(path)), data_(data), size_(size) {}
+  void reset();
+
+  std::string path_;
+  uint8_t* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+}  // namespace cedar::io

@@ -1,0 +1,295 @@
+// The V4.1 forward pass, top level: it reads like Transformer.forward and Block.forward of the
+// official inference/model.py. Attention and MoE live in forward_attention.cc / forward_moe.cc.
+#include <algorithm>
+#include <cstring>
+
+#include "core/check.h"
+#include "model/forward_internal.h"
+#include "ops/formats.h"
+#include "ops/hc.h"
+#include "ops/linear.h"
+#include "ops/norm.h"
+#include "tokenizer/engram_token_map.h"
+#include "tokenizer/tokenizer.h"
+
+namespace cedar::model {
+
+Model::~Model() = default;
+
+Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const ModelOptions& options) {
+  std::unique_ptr<Model> m(new Model());
+  m->options_ = options;
+  CEDAR_ASSIGN_OR_RETURN(m->config_, load_config(dir + "/config.json"));
+  const ModelConfig& c = m->config_;
+  if (c.family != ModelFamily::kV41)
+    return unimplemented(dir + ": cedar runs DeepSeek-V4.1 checkpoints; this config is DeepSeek-V4 (use it "
+                         "with `cedar inspect` / `cedar kv-report` only)");
+  m->plan_ = make_layer_plan(c);
+  io::CheckpointOptions copts;
+  copts.progress = options.progress;
+  copts.read_all_data = options.verify_data;
+  CEDAR_ASSIGN_OR_RETURN(m->checkpoint_, io::Checkpoint::open(dir, copts));
+  CEDAR_ASSIGN_OR_RETURN(WeightMap map, WeightMap::bind(m->checkpoint_, weight_inventory(c)));
+  m->weight_map_ = std::make_unique<WeightMap>(std::move(map));
+  CEDAR_ASSIGN_OR_RETURN(m->weights_, bind_model_weights(c, m->plan_, *m->weight_map_));
+
+  // One RoPE table per (theta, YaRN) pair: SWA-only layers use the base theta without YaRN, every
+  // compressed layer uses compress_rope_theta with YaRN (spec §2.5).
+  const int64_t cached = std::min<int64_t>(c.max_position_embeddings > 0 ? c.max_position_embeddings : 65536, 65536);
+  m->rope_swa_ = std::make_unique<ops::RopeTable>(c.rope_head_dim, c.rope_theta, std::nullopt, cached);
+  std::optional<ops::YarnParams> yarn;
+  if (c.original_seq_len > 0) yarn = ops::YarnParams{c.rope_factor, c.beta_fast, c.beta_slow, c.original_seq_len};
+  m->rope_compressed_ = std::make_unique<ops::RopeTable>(c.rope_head_dim, c.compress_rope_theta, yarn, cached);
+
+  if (!c.engram_layer_ids.empty()) {
+    // The Engram hash needs the compressed token map of the tokenizer shipped with the checkpoint.
+    CEDAR_ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::load_dir(dir));
+    int n_classes = 0;
+    std::vector<int32_t> token_map = tokenizer::build_engram_token_map(*tok, &n_classes);
+    if (n_classes != c.engram_compressed_vocab_size)
+      return invalid_argument(dir + ": the tokenizer maps to " + std::to_string(n_classes) +
+                              " Engram classes but config.json says engram_compressed_vocab_size = " +
+                              std::to_string(c.engram_compressed_vocab_size) +
+                              " (is tokenizer.json the one released with this checkpoint?)");
+    m->engram_layout_ = make_engram_layout(c);
+    CEDAR_ASSIGN_OR_RETURN(NgramHasher hasher, NgramHasher::create(c, m->engram_layout_, std::move(token_map)));
+    m->engram_hasher_ = std::make_unique<NgramHasher>(std::move(hasher));
+  }
+  m->ws_ = std::make_unique<Workspace>();
+  return m;
+}
+
+SequenceState Model::new_sequence(int64_t capacity) const { return make_sequence_state(config_, plan_, capacity); }
+
+Status Model::forward(std::span<const SeqChunk> chunks, float* logits, ThreadPool* pool) {
+  if (chunks.empty()) return invalid_argument("forward: no sequences");
+  for (const SeqChunk& ch : chunks) {
+    if (!ch.seq) return invalid_argument("forward: null sequence");
+    if (ch.tokens.empty()) return invalid_argument("forward: a sequence has no tokens to process");
+    if (ch.seq->n_tokens + static_cast<int64_t>(ch.tokens.size()) > ch.seq->capacity)
+      return invalid_argument("forward: sequence of " + std::to_string(ch.seq->n_tokens + ch.tokens.size()) +
+                              " tokens exceeds its capacity " + std::to_string(ch.seq->capacity));
+    for (int32_t id : ch.tokens)
+      if (id < 0 || id >= config_.vocab_size)
+        return invalid_argument("forward: token id " + std::to_string(id) + " is outside the vocabulary [0, " +
+                                std::to_string(config_.vocab_size) + ")");
+    for (size_t i = 0; i + 1 < chunks.size(); ++i)
+      for (size_t j = i + 1; j < chunks.size(); ++j)
+        if (chunks[i].seq == chunks[j].seq) return invalid_argument("forward: a sequence appears twice in one batch");
+  }
+  // A chunk after position 0 is split into pieces of at most p0 + 1 tokens when the reference's
+  // index-key slot is reproduced: a ratio-2 indexer at an even position then reads layer 20's keys
+  // of earlier positions only, which an earlier piece has produced (spec §9.1, NUMERICS.md).
+  std::vector<size_t> done(chunks.size(), 0);
+  std::vector<SeqChunk> round;
+  std::vector<size_t> round_of;
+  std::vector<float> round_logits;
+  const size_t vocab = config_.vocab_size;
+  for (;;) {
+    round.clear();
+    round_of.clear();
+    for (size_t i = 0; i < chunks.size(); ++i) {
+      const size_t left = chunks[i].tokens.size() - done[i];
+      if (left == 0) continue;
+      const int64_t p0 = chunks[i].seq->n_tokens;
+      size_t take = left;
+      if (p0 > 0 && options_.index_keys == IndexKeyMode::kReference) take = std::min<size_t>(left, p0 + 1);
+      round.push_back({chunks[i].seq, chunks[i].tokens.subspan(done[i], take)});
+      round_of.push_back(i);
+      done[i] += take;
+    }
+    if (round.empty()) break;
+    round_logits.resize(round.size() * vocab);
+    CEDAR_RETURN_IF_ERROR(forward_round(round, round_logits.data(), pool));
+    for (size_t r = 0; r < round.size(); ++r)
+      if (done[round_of[r]] == chunks[round_of[r]].tokens.size())
+        std::memcpy(logits + round_of[r] * vocab, round_logits.data() + r * vocab, vocab * sizeof(float));
+  }
+  return {};
+}
+
+Status Model::forward_round(std::span<const SeqChunk> chunks, float* logits, ThreadPool* pool) {
+  std::vector<ChunkSpan> spans;
+  spans.reserve(chunks.size());
+  size_t T = 0;
+  for (const SeqChunk& ch : chunks) {
+    spans.push_back({ch.seq, ch.tokens.data(), ch.seq->n_tokens, T, ch.tokens.size(), ch.seq->index_key_slot,
+                     ch.seq->n_tokens == 0});
+    T += ch.tokens.size();
+  }
+  // Engram row ids for every new token (Transformer.forward computes them before the first layer).
+  if (engram_hasher_) {
+    const size_t per_token = static_cast<size_t>(engram_hasher_->n_layers()) * engram_hasher_->n_columns();
+    int64_t* rows = scratch(ws_->engram_rows, T * per_token);
+    for (const ChunkSpan& s : spans)
+      CEDAR_RETURN_IF_ERROR(engram_hasher_->hash(s.seq->engram, s.p0, {s.tokens, s.n}, {},
+                                                 {rows + s.offset * per_token, s.n * per_token}));
+  }
+  std::vector<ChunkSpan> original = spans;
+  ForwardPass pass(*this, spans, T, pool);
+  pass.run(logits);
+  for (const ChunkSpan& s : original) {
+    s.seq->tokens.insert(s.seq->tokens.end(), s.tokens, s.tokens + s.n);
+    s.seq->n_tokens += static_cast<int64_t>(s.n);
+  }
+  return {};
+}
+
+ForwardPass::ForwardPass(Model& m, std::vector<ChunkSpan>& chunks, size_t n_tokens, ThreadPool* pool)
+    : m_(m), c_(m.config_), plan_(m.plan_), w_(*m.weights_), ws_(*m.ws_), chunks_(chunks), T_(n_tokens),
+      pool_(pool), hc_dim_(static_cast<size_t>(m.config_.hc_mult) * m.config_.dim) {
+  ws_.published_topk_layer = -1;
+  // The candidate pool is kept as one flag per block of candidate_block_size entries, for every row;
+  // a row never has more entries than its sequence has positions.
+  ws_.candidate_width = 0;
+  if (c_.candidate_source_layer >= 0) {
+    int64_t max_pos = 0;
+    for (const ChunkSpan& ch : chunks_) max_pos = std::max<int64_t>(max_pos, ch.p0 + static_cast<int64_t>(ch.n));
+    ws_.candidate_width = static_cast<size_t>((max_pos + c_.candidate_block_size - 1) / c_.candidate_block_size);
+    scratch(ws_.candidates, T_ * ws_.candidate_width);
+  }
+}
+
+int ForwardPass::reference_slot(const ChunkSpan& ch, int l, int64_t i) const {
+  const auto& owners = plan_.kv_owner_layers;
+  // An owner publishes at decode position j when its group completes: (j + 1) % ratio == 0.
+  auto publishes = [&](int owner, int64_t j) { return (j + 1) % plan_.layers[owner].compress_ratio == 0; };
+  for (auto it = owners.rbegin(); it != owners.rend(); ++it)
+    if (*it <= l && publishes(*it, i)) return *it;
+  for (int64_t j = i - 1; j >= ch.p0; --j)
+    for (auto it = owners.rbegin(); it != owners.rend(); ++it)
+      if (publishes(*it, j)) return *it;
+  return ch.start_index_key_slot;
+}
+
+const ops::RopeTable& ForwardPass::rope_for(int layer) const {
+  return plan_.layers[layer].compress_ratio > 0 ? *m_.rope_compressed_ : *m_.rope_swa_;
+}
+
+void ForwardPass::run(float* logits) {
+  embed();
+  const int last_kv_source = plan_.kv_owner_layers.empty() ? -1 : plan_.kv_owner_layers.back();
+  for (int l = 0; l < c_.n_layers; ++l) {
+    if (plan_.layers[l].engram) engram(l);
+    block(l);
+    if (l == last_kv_source && m_.options_.decoder_narrowing) narrow_to_tail(c_.window_size);
+    if (m_.observer_) {
+      std::vector<float> last(chunks_.size() * hc_dim_);
+      for (size_t i = 0; i < chunks_.size(); ++i)
+        std::memcpy(&last[i * hc_dim_], &ws_.streams[(chunks_[i].offset + chunks_[i].n - 1) * hc_dim_],
+                    hc_dim_ * sizeof(float));
+      m_.observer_(l, last.data(), chunks_.size());
+    }
+  }
+  head(logits);
+  // After a decode chunk the slot is what the last token's forward left published.
+  for (const ChunkSpan& ch : chunks_)
+    if (!ch.prefill) ch.seq->index_key_slot = reference_slot(ch, c_.n_layers - 1, ch.p0 + static_cast<int64_t>(ch.n) - 1);
+}
+
+// CED decoder narrowing: prefill chunks keep only their last `tail` tokens for the layers after the
+// last KV source. Streams, pre-mixes, the published top-k (re-offset to the shorter window operand)
+// and the candidate pool rows move with them; decode chunks are untouched.
+void ForwardPass::narrow_to_tail(size_t tail) {
+  const size_t hc = c_.hc_mult;
+  const size_t topk_w = ws_.published_topk_width, cand_w = ws_.candidate_width;
+  size_t out = 0;
+  for (ChunkSpan& ch : chunks_) {
+    const size_t keep = ch.prefill ? std::min(ch.n, tail) : ch.n;
+    const size_t drop = ch.n - keep;
+    for (size_t t = 0; t < keep; ++t) {
+      const size_t from = ch.offset + drop + t, to = out + t;
+      if (from == to) continue;
+      std::memmove(&ws_.streams[to * hc_dim_], &ws_.streams[from * hc_dim_], hc_dim_ * sizeof(float));
+      std::memmove(&ws_.pre_mix[to * hc], &ws_.pre_mix[from * hc], hc * sizeof(float));
+      if (topk_w) std::memmove(&ws_.published_topk[to * topk_w], &ws_.published_topk[from * topk_w], topk_w * sizeof(int32_t));
+      if (cand_w) std::memmove(&ws_.candidates[to * cand_w], &ws_.candidates[from * cand_w], cand_w);
+    }
+    if (ch.prefill && drop && topk_w) {
+      // Compressed indices were offset by the old window operand length (ch.n); now it is `keep`.
+      for (size_t t = 0; t < keep; ++t) {
+        int32_t* pub = &ws_.published_topk[(out + t) * topk_w];
+        for (int32_t j = 0; j < pub[0]; ++j)
+          if (pub[1 + j] >= 0) pub[1 + j] = pub[1 + j] - static_cast<int32_t>(ch.n) + static_cast<int32_t>(keep);
+      }
+    }
+    ch.p0 += static_cast<int64_t>(drop);
+    ch.tokens += drop;
+    ch.offset = out;
+    ch.n = keep;
+    out += keep;
+  }
+  T_ = out;
+}
+
+// h = embed(ids), expanded into hc_mult identical streams; the first pre-mix is the one-hot on stream 0.
+void ForwardPass::embed() {
+  const size_t dim = c_.dim, hc = c_.hc_mult;
+  float* X = scratch(ws_.streams, T_ * hc_dim_);  // [T, hc, dim]
+  float* pre = scratch(ws_.pre_mix, T_ * hc);      // [T, hc]
+  for (const ChunkSpan& ch : chunks_)
+    for (size_t t = 0; t < ch.n; ++t) {
+      const size_t row = ch.offset + t;
+      const uint16_t* e = w_.embed.bits + static_cast<size_t>(ch.tokens[t]) * dim;
+      ops::bf16_to_f32(e, X + row * hc_dim_, dim);
+      for (size_t j = 1; j < hc; ++j) std::memcpy(X + row * hc_dim_ + j * dim, X + row * hc_dim_, dim * sizeof(float));
+      for (size_t j = 0; j < hc; ++j) pre[row * hc + j] = j == 0 ? 1.0f : 0.0f;
+    }
+}
+
+// Block.forward with single-pass mHC: attention consumes the pre-mix the previous FFN produced,
+// the FFN consumes the one this attention produced; post / comb are used at once.
+void ForwardPass::block(int l) {
+  const BlockWeights& bw = w_.blocks[l];
+  const size_t dim = c_.dim, hc = c_.hc_mult, n_mix = (2 + hc) * hc;
+  const float eps = static_cast<float>(c_.norm_eps), hc_eps = static_cast<float>(c_.hc_eps);
+  scratch(ws_.residual, T_ * hc_dim_);
+  float* mixes = scratch(ws_.mixes, T_ * n_mix);    // [T, 24]
+  float* attn_pre = scratch(ws_.attn_pre, T_ * hc); // [T, hc]
+  float* post = scratch(ws_.post, T_ * hc);         // [T, hc]
+  float* comb = scratch(ws_.comb, T_ * hc * hc);    // [T, hc, hc]
+  float* x = scratch(ws_.x, T_ * dim);              // [T, dim]
+  float* y = scratch(ws_.y, T_ * dim);              // [T, dim]
+
+  // Attention sub-layer. residual <- X; the new X is written into the other buffer.
+  std::swap(ws_.streams, ws_.residual);
+  const float* R = ws_.residual.data();              // [T, hc, dim]
+  float* X = scratch(ws_.streams, T_ * hc_dim_);
+  ops::hc_mixes(R, T_, hc_dim_, bw.hc_attn_fn, n_mix, eps, mixes, pool_);
+  for (size_t t = 0; t < T_; ++t)
+    ops::hc_split_sinkhorn(mixes + t * n_mix, bw.hc_attn_scale, bw.hc_attn_base, c_.hc_mult, c_.hc_sinkhorn_iters,
+                           hc_eps, attn_pre + t * hc, post + t * hc, comb + t * hc * hc);
+  ops::hc_pre(R, ws_.pre_mix.data(), T_, c_.hc_mult, dim, x);
+  ops::rms_norm(x, T_, dim, bw.attn_norm, eps, x);
+  attention(l, x, y);
+  ops::hc_post(y, R, post, comb, T_, c_.hc_mult, dim, X);
+
+  // FFN sub-layer.
+  std::swap(ws_.streams, ws_.residual);
+  R = ws_.residual.data();
+  X = ws_.streams.data();
+  float* ffn_pre = ws_.pre_mix.data();  // becomes the next block's attention pre-mix
+  ops::hc_mixes(R, T_, hc_dim_, bw.hc_ffn_fn, n_mix, eps, mixes, pool_);
+  for (size_t t = 0; t < T_; ++t)
+    ops::hc_split_sinkhorn(mixes + t * n_mix, bw.hc_ffn_scale, bw.hc_ffn_base, c_.hc_mult, c_.hc_sinkhorn_iters,
+                           hc_eps, ffn_pre + t * hc, post + t * hc, comb + t * hc * hc);
+  ops::hc_pre(R, attn_pre, T_, c_.hc_mult, dim, x);
+  ops::rms_norm(x, T_, dim, bw.ffn_norm, eps, x);
+  moe(l, x, y);
+  ops::hc_post(y, R, post, comb, T_, c_.hc_mult, dim, X);
+}
+
+// Final collapse with the last FFN's pre-mix, norm, and fp32 logits of each chunk's last token.
+void ForwardPass::head(float* logits) {
+  const size_t dim = c_.dim;
+  std::vector<float>& xv = ws_.x;
+  for (size_t i = 0; i < chunks_.size(); ++i) {
+    const size_t row = chunks_[i].offset + chunks_[i].n - 1;
+    float* x = scratch(xv, dim);  // [dim]
+    ops::hc_pre(ws_.streams.data() + row * hc_dim_, ws_.pre_mix.data() + row * c_.hc_mult, 1, c_.hc_mult, dim, x);
+    ops::rms_norm(x, 1, dim, w_.norm, static_cast<float>(c_.norm_eps), x);
+    ops::linear_bf16(x, 1, w_.head, logits + i * static_cast<size_t>(c_.vocab_size), ops::LinearOut::kF32, pool_);
+  }
+}
+
+}  // namespace cedar::model

@@ -1,0 +1,366 @@
+// CSA2 attention (spec §4.4; model.py Attention / Compressor / Indexer / select_candidate_blocks):
+// the query, the FP8 window ring, the compressor of KV owners, the indexer with the layer-20
+// candidate pool, sparse attention over [window ; selected compressed entries] and the grouped
+// output projection. Caches are stored packed (sequence_state.h).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "core/check.h"
+#include "model/forward_internal.h"
+#include "ops/attention.h"
+#include "ops/formats.h"
+#include "ops/linear.h"
+#include "ops/norm.h"
+#include "ops/quant.h"
+#include "ops/rope.h"
+
+namespace cedar::model {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+constexpr float kPosInf = std::numeric_limits<float>::infinity();
+
+}  // namespace
+
+void ForwardPass::attention(int l, const float* x, float* out) {
+  const LayerPlanEntry& e = plan_.layers[l];
+  const AttentionWeights& a = w_.blocks[l].attn;
+  const ops::RopeTable& rope = rope_for(l);
+  const size_t H = c_.n_heads, hd = c_.head_dim, ql = c_.q_lora_rank;
+  const float eps = static_cast<float>(c_.norm_eps);
+  const size_t max_k = std::max({static_cast<size_t>(c_.dim), ql, static_cast<size_t>(c_.o_groups) * c_.o_lora_rank});
+  float* act = scratch(ws_.act_scratch, ops::fp8_act_scratch_floats(T_, max_k));
+  std::span<float> act_span(act, ws_.act_scratch.size());
+
+  // Query: qr = q_norm(wq_a(x)); q = wq_b(qr) with RoPE on the last rope_head_dim dims.
+  float* qr = scratch(ws_.qr, T_ * ql);      // [T, q_lora]
+  ops::linear_fp8(x, T_, a.wq_a, qr, act_span, pool_);
+  ops::rms_norm(qr, T_, ql, a.q_norm, eps, qr);
+  float* q = scratch(ws_.q, T_ * H * hd);    // [T, H, head_dim]
+  ops::linear_fp8(qr, T_, a.wq_b, q, act_span, pool_);
+  // Window KV: kv_norm(wkv(x)), RoPE, FP8 QDQ of all head_dim dims (block 32).
+  float* kv = scratch(ws_.kv, T_ * hd);      // [T, head_dim]
+  ops::linear_fp8(x, T_, a.wkv, kv, act_span, pool_);
+  ops::rms_norm(kv, T_, hd, a.kv_norm, eps, kv);
+  for (const ChunkSpan& ch : chunks_) {
+    ops::apply_rope(rope, q + ch.offset * H * hd, ch.n, H, hd, ch.p0);
+    ops::apply_rope(rope, kv + ch.offset * hd, ch.n, 1, hd, ch.p0);
+  }
+  ops::act_qdq_fp8_inplace(kv, T_ * hd);
+
+  if (e.compress_ratio > 0) {
+    // Compressor inputs of a KV owner: ratio 2 runs in fp32 (weights promoted), ratio 1 in bf16.
+    if (e.mode == AttnMode::kFull) {
+      float* ckv = scratch(ws_.c_kv, T_ * hd);  // [T, head_dim]
+      if (e.compress_ratio > 1) {
+        ops::linear_bf16(x, T_, a.comp_wkv, ckv, ops::LinearOut::kF32, pool_);
+        ops::linear_bf16(x, T_, a.comp_wgate, scratch(ws_.c_score, T_ * hd), ops::LinearOut::kF32, pool_);
+      } else {
+        ops::linear_bf16(x, T_, a.comp_wkv, ckv, ops::LinearOut::kBf16, pool_);
+      }
+    }
+    // Indexer query: FP4-QDQ'd wq_b(qr) with RoPE, and the per-head weights.
+    if (e.mode == AttnMode::kFull || e.mode == AttnMode::kReindex) {
+      const size_t nih = c_.index_n_heads, ihd = c_.index_head_dim;
+      float* iq = scratch(ws_.idx_q, T_ * nih * ihd);  // [T, index_heads, index_head_dim]
+      ops::linear_fp8(qr, T_, a.idx_wq_b, iq, act_span, pool_);
+      for (const ChunkSpan& ch : chunks_) ops::apply_rope(rope, iq + ch.offset * nih * ihd, ch.n, nih, ihd, ch.p0);
+      ops::fp4_qdq_e8m0_inplace(iq, T_ * nih * ihd);
+      float* iw = scratch(ws_.idx_w, T_ * nih);        // [T, index_heads]
+      ops::linear_bf16(x, T_, a.idx_weights_proj, iw, ops::LinearOut::kBf16, pool_);
+      const float scale = static_cast<float>(std::pow(static_cast<double>(ihd), -0.5) *
+                                             std::pow(static_cast<double>(nih), -0.5));
+      for (size_t i = 0; i < T_ * nih; ++i) iw[i] = ops::round_bf16(iw[i] * scale);
+    }
+  }
+
+  float* o = scratch(ws_.o, T_ * H * hd);  // [T, H, head_dim]
+  for (const ChunkSpan& ch : chunks_) attention_chunk(l, ch);
+
+  // Output: undo the query rotation, grouped low-rank wo_a (bf16 einsum), then wo_b.
+  for (const ChunkSpan& ch : chunks_)
+    ops::apply_rope(rope, o + ch.offset * H * hd, ch.n, H, hd, ch.p0, 1, ops::RopeDirection::kInverse);
+  const size_t G = c_.o_groups, K = H * hd / G, R = c_.o_lora_rank;
+  float* og = scratch(ws_.o_grouped, T_ * K + T_ * G * R);
+  float* group_in = og;               // [T, K] one group's slice of o
+  float* wo_in = og + T_ * K;         // [T, G * o_lora]
+  float* group_out = scratch(ws_.latent, T_ * R);  // [T, o_lora]
+  for (size_t g = 0; g < G; ++g) {
+    for (size_t t = 0; t < T_; ++t) std::memcpy(group_in + t * K, o + t * H * hd + g * K, K * sizeof(float));
+    ops::Bf16Weight wg{a.wo_a.bits + g * R * K, R, K};
+    ops::linear_bf16(group_in, T_, wg, group_out, ops::LinearOut::kBf16, pool_);
+    for (size_t t = 0; t < T_; ++t) std::memcpy(wo_in + t * G * R + g * R, group_out + t * R, R * sizeof(float));
+  }
+  ops::linear_fp8(wo_in, T_, a.wo_b, out, act_span, pool_);
+}
+
+void ForwardPass::attention_chunk(int l, const ChunkSpan& ch) {
+  const size_t hd = c_.head_dim, win = c_.window_size;
+  const KvEntryFormat fmt{c_.head_dim, c_.index_head_dim};
+  if (!ch.prefill) {
+    for (size_t t = 0; t < ch.n; ++t) decode_token(l, ch, t);
+    return;
+  }
+  // Prefill (the reference's start_pos 0 path; with decoder narrowing, the chunk's tail): the window
+  // operand is this chunk's own K; its last `win` positions seed the ring (position p in slot p % win).
+  const float* kv = ws_.kv.data() + ch.offset * hd;
+  uint8_t* ring = ch.seq->window[l].data();
+  for (size_t p = ch.n > win ? ch.n - win : 0; p < ch.n; ++p) {
+    uint8_t* slot = ring + ((ch.p0 + p) % win) * fmt.window_bytes();
+    ops::act_quant_fp8(kv + p * hd, hd, slot, slot + hd);
+  }
+  if (plan_.layers[l].compress_ratio > 0) compress_and_index_prefill(l, ch);
+  // Row i sees rows max(0, i-win+1)..i, listed ascending and padded with -1 at the end
+  // (get_window_topk_idxs with start_pos 0); positions below the window floor are -1 too.
+  const size_t width = std::min(ch.n, win);
+  const int64_t floor_row = ch.seq->window_floor - ch.p0;
+  int32_t* widx = scratch(ws_.idx, width);
+  for (size_t i = 0; i < ch.n; ++i) {
+    const size_t start = i + 1 > win ? i + 1 - win : 0;
+    for (size_t j = 0; j < width; ++j) {
+      const int64_t r = static_cast<int64_t>(start + j);
+      widx[j] = (r > static_cast<int64_t>(i) || r < floor_row) ? -1 : static_cast<int32_t>(r);
+    }
+    attend(l, ch, ch.offset + i, kv, ch.n, widx, width);
+  }
+}
+
+// The compressed latent of one group (Compressor.forward), then the owner's index key and main
+// entry, both at position group * ratio (Indexer.forward / Attention._compress_kv).
+void ForwardPass::produce_latent(int l, const ChunkSpan& ch, size_t row, int64_t group, float* latent) {
+  const LayerPlanEntry& e = plan_.layers[l];
+  const AttentionWeights& a = w_.blocks[l].attn;
+  const ops::RopeTable& rope = rope_for(l);
+  const size_t hd = c_.head_dim, ihd = c_.index_head_dim;
+  const float eps = static_cast<float>(c_.norm_eps);
+  const KvEntryFormat fmt{c_.head_dim, c_.index_head_dim};
+  KvOwnerState& owner = ch.seq->owner(l);
+  if (e.compress_ratio > 1) {
+    // Per channel: softmax over the group's scores, weighted sum of its kv rows, in fp32.
+    const float* kvs = owner.kv_state.data();
+    const float* sc = owner.score_state.data();
+    for (size_t d = 0; d < hd; ++d) {
+      float mx = sc[d];
+      for (int r = 1; r < e.compress_ratio; ++r) mx = std::max(mx, sc[r * hd + d]);
+      float sum = 0;
+      for (int r = 0; r < e.compress_ratio; ++r) sum += std::exp(sc[r * hd + d] - mx);
+      float acc = 0;
+      for (int r = 0; r < e.compress_ratio; ++r) acc += kvs[r * hd + d] * (std::exp(sc[r * hd + d] - mx) / sum);
+      latent[d] = ops::round_bf16(acc);
+    }
+  } else {
+    std::memcpy(latent, ws_.c_kv.data() + row * hd, hd * sizeof(float));
+  }
+  ops::rms_norm(latent, 1, hd, a.comp_norm, eps, latent);  // [head_dim], pre-RoPE
+  const int64_t pos = group * e.compress_ratio;
+  // Index key from the RoPE-free latent: k_norm(wk(latent)), RoPE, FP4 (E8M0, block 32).
+  float* key = scratch(ws_.index_key, ihd);  // [index_head_dim]
+  ops::linear_bf16(latent, 1, a.idx_wk, key, ops::LinearOut::kBf16, nullptr);
+  ops::rms_norm(key, 1, ihd, a.idx_k_norm, eps, key);
+  ops::apply_rope(rope, key, 1, 1, ihd, pos);
+  uint8_t* ik = owner.index_keys.data() + group * fmt.index_bytes();
+  ops::fp4_quant_e8m0(key, ihd, ik, ik + ihd / 2);
+  // Main entry: RoPE, FP4 (E4M3 scale per 16).
+  ops::apply_rope(rope, latent, 1, 1, hd, pos);
+  uint8_t* mk = owner.main.data() + group * fmt.main_bytes();
+  ops::fp4_quant_e4m3(latent, hd, mk, mk + hd / 2);
+  owner.n_entries = group + 1;
+  ch.seq->index_key_slot = l;  // shared_attn.index_k = self.k_cache
+}
+
+void ForwardPass::compress_and_index_prefill(int l, const ChunkSpan& ch) {
+  const LayerPlanEntry& e = plan_.layers[l];
+  const int r = e.compress_ratio;
+  const size_t hd = c_.head_dim;
+  const int64_t n_groups = static_cast<int64_t>(ch.n) / r;
+  if (e.mode == AttnMode::kFull) {
+    CEDAR_CHECK(ch.p0 == 0, "layer %d: a KV owner's prefill must start at position 0", l);
+    KvOwnerState& owner = ch.seq->owner(l);
+    float* latent = scratch(ws_.gathered_rows, hd);
+    for (int64_t j = 0; j < n_groups; ++j) {
+      if (r > 1)
+        for (int s = 0; s < r; ++s) {
+          std::memcpy(&owner.kv_state[s * hd], &ws_.c_kv[(ch.offset + j * r + s) * hd], hd * sizeof(float));
+          std::memcpy(&owner.score_state[s * hd], &ws_.c_score[(ch.offset + j * r + s) * hd], hd * sizeof(float));
+        }
+      produce_latent(l, ch, ch.offset + j * r, j, latent);
+    }
+    // The trailing partial group waits in the state for decode.
+    for (size_t s = 0; r > 1 && s < ch.n % r; ++s) {
+      std::memcpy(&owner.kv_state[s * hd], &ws_.c_kv[(ch.offset + n_groups * r + s) * hd], hd * sizeof(float));
+      std::memcpy(&owner.score_state[s * hd], &ws_.c_score[(ch.offset + n_groups * r + s) * hd], hd * sizeof(float));
+    }
+  }
+  if (e.mode != AttnMode::kFull && e.mode != AttnMode::kReindex) return;
+  const int64_t n_keys = (ch.p0 + static_cast<int64_t>(ch.n)) / r;  // end_pos // ratio
+  for (size_t i = 0; i < ch.n; ++i) {
+    const int64_t pos = ch.p0 + static_cast<int64_t>(i);
+    run_indexer(l, ch, ch.offset + i, pos, n_keys, (pos + 1) / r, static_cast<int32_t>(ch.n));
+  }
+}
+
+void ForwardPass::decode_token(int l, const ChunkSpan& ch, size_t t) {
+  const LayerPlanEntry& e = plan_.layers[l];
+  const size_t hd = c_.head_dim, win = c_.window_size;
+  const KvEntryFormat fmt{c_.head_dim, c_.index_head_dim};
+  const int64_t i = ch.p0 + static_cast<int64_t>(t);
+  const size_t row = ch.offset + t;
+  // The token enters the ring before attending (slot i % win).
+  uint8_t* ring = ch.seq->window[l].data();
+  uint8_t* slot = ring + (i % win) * fmt.window_bytes();
+  ops::act_quant_fp8(ws_.kv.data() + row * hd, hd, slot, slot + hd);
+
+  if (e.compress_ratio > 0) {
+    const int r = e.compress_ratio;
+    // Replayed positions (bounded replay) keep the restored compressed KV and compressor state.
+    if (e.mode == AttnMode::kFull && i >= ch.seq->replay_until) {
+      KvOwnerState& owner = ch.seq->owner(l);
+      float* latent = scratch(ws_.gathered_rows, hd);
+      if (r > 1) {
+        const int s = static_cast<int>(i % r);
+        std::memcpy(&owner.kv_state[s * hd], &ws_.c_kv[row * hd], hd * sizeof(float));
+        std::memcpy(&owner.score_state[s * hd], &ws_.c_score[row * hd], hd * sizeof(float));
+        if ((i + 1) % r == 0) produce_latent(l, ch, row, i / r, latent);
+      } else {
+        produce_latent(l, ch, row, i, latent);
+      }
+    }
+    const int64_t n_keys = (i + 1) / r;
+    if (e.mode == AttnMode::kFull || e.mode == AttnMode::kReindex)
+      run_indexer(l, ch, row, i, n_keys, n_keys, static_cast<int32_t>(win));
+  }
+  // The whole ring, oldest slot first; slots not yet written (slot > i) are -1, and so are slots
+  // holding a position below the window floor (bounded replay truncates the window).
+  const float* rows = scratch(ws_.window_rows, win * hd);
+  for (size_t s = 0; s < win; ++s) {
+    const uint8_t* src = ring + s * fmt.window_bytes();
+    ops::fp8_dequant_e8m0(src, src + hd, hd, ws_.window_rows.data() + s * hd);
+  }
+  int32_t* widx = scratch(ws_.idx, win);
+  const size_t oldest = static_cast<size_t>(i % win) + 1;
+  for (size_t j = 0; j < win; ++j) {
+    const size_t s = (oldest + j) % win;
+    const int64_t held = i - static_cast<int64_t>((static_cast<size_t>(i) + win - s) % win);  // position in slot s
+    widx[j] = (static_cast<int64_t>(s) > i || held < ch.seq->window_floor) ? -1 : static_cast<int32_t>(s);
+  }
+  attend(l, ch, row, rows, win, widx, win);
+}
+
+// Indexer.forward for one query: bf16 scores against the published index keys, causal mask,
+// candidate pool (build or consume), top-k re-sorted ascending, unreachable -> -1, rest + offset.
+void ForwardPass::run_indexer(int l, const ChunkSpan& ch, size_t row, int64_t query_pos, int64_t n_keys,
+                              int64_t visible, int32_t offset) {
+  const LayerPlanEntry& e = plan_.layers[l];
+  const size_t nih = c_.index_n_heads, ihd = c_.index_head_dim;
+  const KvEntryFormat fmt{c_.head_dim, c_.index_head_dim};
+  const size_t topk_width = c_.index_topk;
+  if (ws_.published_topk_layer != l) {
+    // First query of this layer in this forward: size the published lists for all T rows.
+    scratch(ws_.published_topk, T_ * (topk_width + 1));
+    ws_.published_topk_width = topk_width + 1;  // [count, entries...]
+    ws_.published_topk_layer = l;
+    for (size_t r = 0; r < T_; ++r) ws_.published_topk[r * ws_.published_topk_width] = 0;
+  }
+  int32_t* pub = ws_.published_topk.data() + row * ws_.published_topk_width;
+  if (n_keys == 0) {
+    pub[0] = 0;
+    return;
+  }
+  // Which owner's index keys: the last published (reference) or this layer's own source (owner).
+  int keys_layer = e.index_keys_from;
+  if (m_.options_.index_keys == IndexKeyMode::kReference)
+    keys_layer = ch.prefill ? ch.seq->index_key_slot : reference_slot(ch, l, query_pos);
+  CEDAR_CHECK(keys_layer >= 0, "layer %d: no index keys were published before its indexer ran", l);
+  const KvOwnerState& owner = ch.seq->owner(keys_layer);
+  CEDAR_CHECK(owner.n_entries >= n_keys, "layer %d: index-key source %d holds %lld entries, %lld needed", l,
+              keys_layer, static_cast<long long>(owner.n_entries), static_cast<long long>(n_keys));
+  float* keys = scratch(ws_.latent, static_cast<size_t>(n_keys) * ihd);  // [n_keys, index_head_dim]
+  for (int64_t t = 0; t < n_keys; ++t) {
+    const uint8_t* src = owner.index_keys.data() + t * fmt.index_bytes();
+    ops::fp4_dequant_e8m0(src, src + ihd / 2, ihd, keys + t * ihd);
+  }
+  float* scores = scratch(ws_.scores, n_keys);  // [n_keys]
+  ops::indexer_scores(ws_.idx_q.data() + row * nih * ihd, ws_.idx_w.data() + row * nih, nih, ihd, keys, n_keys,
+                      scores, nullptr);
+  for (int64_t t = visible; t < n_keys; ++t) scores[t] = kNegInf;
+
+  const size_t cand_width = static_cast<size_t>(n_keys);
+  if (e.candidate == CandidateRole::kBuildsPool) {
+    // select_candidate_blocks: block score = max of its entries, the block holding the newest visible
+    // entry pinned to +inf, keep the best candidate_topk_blocks blocks that are reachable (> -inf).
+    const size_t bs = c_.candidate_block_size;
+    const size_t nb = (cand_width + bs - 1) / bs;
+    float* bscore = scratch(ws_.block_scores, nb);
+    for (size_t b = 0; b < nb; ++b) {
+      float mx = kNegInf;
+      for (size_t t = b * bs; t < std::min(cand_width, (b + 1) * bs); ++t) mx = std::max(mx, scores[t]);
+      bscore[b] = mx;
+    }
+    if (visible >= 1) bscore[(visible - 1) / bs] = kPosInf;
+    const size_t kb = std::min<size_t>(c_.candidate_topk_blocks, nb);
+    int32_t* chosen = scratch(ws_.topk_out, std::max<size_t>(kb, topk_width));
+    int32_t* tscratch = scratch(ws_.topk_scratch, std::max<size_t>(nb, cand_width));
+    ops::topk_ascending(bscore, nb, kb, chosen, tscratch);
+    CEDAR_CHECK(nb <= ws_.candidate_width, "candidate pool of %zu blocks exceeds the sized %zu", nb, ws_.candidate_width);
+    uint8_t* cand = ws_.candidates.data() + row * ws_.candidate_width;  // one flag per block
+    std::memset(cand, 0, nb);
+    for (size_t j = 0; j < kb; ++j)
+      if (bscore[chosen[j]] > kNegInf) cand[chosen[j]] = 1;
+  } else if (e.candidate == CandidateRole::kConsumer) {
+    const uint8_t* cand = ws_.candidates.data() + row * ws_.candidate_width;
+    const size_t bs = c_.candidate_block_size;
+    for (size_t t = 0; t < cand_width; ++t)
+      if (!cand[t / bs]) scores[t] = kNegInf;
+  }
+  const size_t k = std::min<size_t>(topk_width, n_keys);
+  int32_t* out = pub + 1;
+  ops::topk_ascending(scores, n_keys, k, out, scratch(ws_.topk_scratch, std::max<size_t>(n_keys, 1)));
+  for (size_t j = 0; j < k; ++j) out[j] = out[j] < visible ? out[j] + offset : -1;
+  pub[0] = static_cast<int32_t>(k);
+}
+
+// sparse_attn over [window rows ; the compressed entries this query selected]. Only the selected
+// compressed entries are dequantised (into a compact block); indices are remapped, order kept.
+void ForwardPass::attend(int l, const ChunkSpan& ch, size_t row, const float* window_rows, size_t n_window_rows,
+                         const int32_t* window_idx, size_t n_window_idx) {
+  const LayerPlanEntry& e = plan_.layers[l];
+  const size_t H = c_.n_heads, hd = c_.head_dim;
+  const KvEntryFormat fmt{c_.head_dim, c_.index_head_dim};
+  size_t n_comp = 0;
+  const int32_t* comp = nullptr;
+  if (e.compress_ratio > 0) {
+    CEDAR_CHECK(ws_.published_topk_layer == e.topk_from, "layer %d: expected top-k of layer %d, have %d", l,
+                e.topk_from, ws_.published_topk_layer);
+    const int32_t* pub = ws_.published_topk.data() + row * ws_.published_topk_width;
+    n_comp = static_cast<size_t>(pub[0]);
+    comp = pub + 1;
+  }
+  int32_t* idx = scratch(ws_.topk_out, n_window_idx + n_comp + c_.index_topk);
+  std::memcpy(idx, window_idx, n_window_idx * sizeof(int32_t));
+  float* gathered = scratch(ws_.gathered_rows, std::max<size_t>(n_comp, 1) * hd);
+  size_t n_gathered = 0;
+  if (n_comp) {
+    const KvOwnerState& owner = ch.seq->owner(e.kv_from);
+    for (size_t j = 0; j < n_comp; ++j) {
+      if (comp[j] < 0) {
+        idx[n_window_idx + j] = -1;
+        continue;
+      }
+      const int64_t entry = comp[j] - static_cast<int64_t>(n_window_rows);
+      CEDAR_CHECK(entry >= 0 && entry < owner.n_entries, "layer %d: compressed index %lld out of range", l,
+                  static_cast<long long>(entry));
+      const uint8_t* src = owner.main.data() + entry * fmt.main_bytes();
+      ops::fp4_dequant_e4m3(src, src + hd / 2, hd, gathered + n_gathered * hd);
+      idx[n_window_idx + j] = static_cast<int32_t>(n_window_rows + n_gathered);
+      ++n_gathered;
+    }
+  }
+  ops::KvRows kv{window_rows, n_window_rows, gathered, n_gathered};
+  const float scale = static_cast<float>(std::pow(static_cast<double>(hd), -0.5));
+  ops::sparse_attn(ws_.q.data() + row * H * hd, H, hd, kv, w_.blocks[l].attn.attn_sink, idx, n_window_idx + n_comp,
+                   scale, ws_.o.data() + row * H * hd, pool_);
+}
+
+}  // namespace cedar::model

@@ -1,0 +1,87 @@
+// Internals of the forward pass shared by forward.cc, forward_attention.cc and forward_moe.cc.
+// Not part of the model module's interface.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "model/model.h"
+
+namespace cedar::model {
+
+// Grows a scratch vector without shrinking; steady-state decode therefore never allocates.
+template <typename T>
+T* scratch(std::vector<T>& v, size_t n) {
+  if (v.size() < n) v.resize(n);
+  return v.data();
+}
+
+// Scratch memory of the forward pass, kept by the Model between calls.
+struct Workspace {
+  std::vector<float> streams, residual, x, y, mixes, pre_mix, attn_pre, post, comb;  // block level
+  std::vector<float> act_scratch;                                                     // linear_fp8/fp4
+  // Attention.
+  std::vector<float> qr, q, kv, o, o_grouped, c_kv, c_score, latent, index_key, idx_q, idx_w;
+  std::vector<float> window_rows, gathered_rows, scores, block_scores;
+  std::vector<int32_t> idx, topk_scratch, topk_out, published_topk;  // published: [T, topk_width]
+  std::vector<uint8_t> candidates;                                   // [T, candidate_width]
+  size_t published_topk_width = 0, candidate_width = 0;
+  int published_topk_layer = -1;
+  // MoE.
+  std::vector<float> logits, expert_w, moe_acc, expert_x, expert_g, expert_u, expert_out;
+  std::vector<int32_t> expert_ids, expert_tokens, expert_slot;
+  // Engram.
+  std::vector<int64_t> engram_rows, engram_layer_rows;
+  std::vector<float> engram_e, engram_kv;
+};
+
+// Where each chunk's tokens sit in the token-major batch tensors.
+struct ChunkSpan {
+  SequenceState* seq;
+  const int32_t* tokens;
+  int64_t p0;      // position of the first token
+  size_t offset;   // first row in the batch
+  size_t n;        // tokens
+  int start_index_key_slot;  // the sequence's published index-key slot before this forward
+  bool prefill;              // the reference's start_pos == 0 path (window operand = this chunk)
+};
+
+class ForwardPass {
+ public:
+  ForwardPass(Model& m, std::vector<ChunkSpan>& chunks, size_t n_tokens, ThreadPool* pool);
+  void run(float* logits);
+
+ private:
+  void embed();
+  void narrow_to_tail(size_t tail);
+  void engram(int layer);
+  void block(int layer);
+  void attention(int layer, const float* x, float* out);
+  void attention_chunk(int layer, const ChunkSpan& ch);
+  void compress_and_index_prefill(int layer, const ChunkSpan& ch);
+  void decode_token(int layer, const ChunkSpan& ch, size_t t);
+  void produce_latent(int layer, const ChunkSpan& ch, size_t row, int64_t group, float* latent);
+  void run_indexer(int layer, const ChunkSpan& ch, size_t row, int64_t query_pos, int64_t n_keys,
+                   int64_t visible, int32_t offset);
+  void attend(int layer, const ChunkSpan& ch, size_t row, const float* window_rows, size_t n_window_rows,
+              const int32_t* window_idx, size_t n_window_idx);
+  void moe(int layer, const float* x, float* out);
+  void head(float* logits);
+  const ops::RopeTable& rope_for(int layer) const;
+  // The reference's published index-key owner as token i's forward reaches layer l, when tokens are
+  // fed one per forward call (decode semantics).
+  int reference_slot(const ChunkSpan& ch, int l, int64_t i) const;
+
+  Model& m_;
+  const ModelConfig& c_;
+  const LayerPlan& plan_;
+  const ModelWeights& w_;
+  Workspace& ws_;
+  std::vector<ChunkSpan>& chunks_;
+  size_t T_;
+  ThreadPool* pool_;
+  size_t hc_dim_;
+};
+
+}  // namespace cedar::model

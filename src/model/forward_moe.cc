@@ -1,0 +1,95 @@
+// MoE (model.py Gate / Expert / MoE) and Engram (model.py Engram) for the forward pass.
+#include <cstring>
+
+#include "core/check.h"
+#include "model/engram_module.h"
+#include "model/forward_internal.h"
+#include "ops/linear.h"
+#include "ops/formats.h"
+#include "ops/moe.h"
+
+namespace cedar::model {
+
+// Router: sqrt-softplus scores from fp32 logits, biased top-k selection, unbiased renormalised
+// weights x route_scale. Experts run grouped by id (ascending) over the tokens that chose them, so
+// every token accumulates its experts in ascending id order, then the shared expert, in fp32.
+void ForwardPass::moe(int l, const float* x, float* out) {
+  const LayerPlanEntry& e = plan_.layers[l];
+  const BlockWeights& bw = w_.blocks[l];
+  const size_t dim = c_.dim, inter = c_.moe_inter_dim, E = e.n_routed_experts, K = e.n_activated_experts;
+  const float limit = static_cast<float>(c_.swiglu_limit);
+  float* act = scratch(ws_.act_scratch, ops::fp8_act_scratch_floats(T_, std::max(dim, inter)));
+  std::span<float> act_span(act, ws_.act_scratch.size());
+
+  float* logits = scratch(ws_.logits, T_ * E);  // [T, E] fp32
+  ops::linear_bf16(x, T_, bw.gate, logits, ops::LinearOut::kF32, pool_);
+  int32_t* ids = scratch(ws_.expert_ids, T_ * K);  // [T, K]
+  float* weights = scratch(ws_.expert_w, T_ * K);  // [T, K]
+  for (size_t t = 0; t < T_; ++t)
+    ops::route_sqrt_softplus(logits + t * E, bw.gate_bias, E, K, static_cast<float>(c_.route_scale), ids + t * K,
+                             weights + t * K);
+
+  float* acc = scratch(ws_.moe_acc, T_ * dim);  // [T, dim] fp32
+  std::memset(acc, 0, T_ * dim * sizeof(float));
+  int32_t* tokens = scratch(ws_.expert_tokens, T_);  // tokens routed to the current expert
+  int32_t* slots = scratch(ws_.expert_slot, T_);     // their selection slot
+  float* xe = scratch(ws_.expert_x, T_ * dim);       // [m, dim]
+  float* g = scratch(ws_.expert_g, T_ * inter);      // [m, inter]
+  float* u = scratch(ws_.expert_u, T_ * inter);      // [m, inter]
+  float* ye = scratch(ws_.expert_out, T_ * dim);     // [m, dim]
+  for (size_t ex = 0; ex < E; ++ex) {
+    size_t m = 0;
+    for (size_t t = 0; t < T_; ++t)
+      for (size_t k = 0; k < K; ++k)
+        if (ids[t * K + k] == static_cast<int32_t>(ex)) {
+          tokens[m] = static_cast<int32_t>(t);
+          slots[m] = static_cast<int32_t>(k);
+          ++m;
+        }
+    if (m == 0) continue;
+    for (size_t i = 0; i < m; ++i) std::memcpy(xe + i * dim, x + tokens[i] * dim, dim * sizeof(float));
+    const ExpertWeights& we = bw.experts[ex];
+    ops::linear_fp4(xe, m, we.w1, g, act_span, pool_);
+    ops::linear_fp4(xe, m, we.w3, u, act_span, pool_);
+    for (size_t i = 0; i < m; ++i)
+      ops::swiglu_clamped(g + i * inter, u + i * inter, inter, limit, weights[tokens[i] * K + slots[i]], g + i * inter);
+    ops::linear_fp4(g, m, we.w2, ye, act_span, pool_);
+    for (size_t i = 0; i < m; ++i) {
+      float* dst = acc + tokens[i] * dim;
+      const float* src = ye + i * dim;
+      for (size_t d = 0; d < dim; ++d) dst[d] += src[d];
+    }
+  }
+  // Shared expert (FP8, same clamped SwiGLU, no routing weight), added last.
+  ops::linear_fp8(x, T_, bw.shared.w1, g, act_span, pool_);
+  ops::linear_fp8(x, T_, bw.shared.w3, u, act_span, pool_);
+  for (size_t t = 0; t < T_; ++t) ops::swiglu_clamped(g + t * inter, u + t * inter, inter, limit, 1.0f, g + t * inter);
+  ops::linear_fp8(g, T_, bw.shared.w2, ye, act_span, pool_);
+  for (size_t i = 0; i < T_ * dim; ++i) out[i] = ops::round_bf16(acc[i] + ye[i]);
+}
+
+// Engram before block l: dequantised table rows of every column -> wkv -> gated residual update.
+void ForwardPass::engram(int l) {
+  const LayerPlanEntry& e = plan_.layers[l];
+  const EngramWeights& ew = w_.blocks[l].engram;
+  const NgramHasher& hasher = *m_.engram_hasher_;
+  const size_t n_cols = hasher.n_columns(), hdim = c_.engram_head_dim, dim = c_.dim, hc = c_.hc_mult;
+  const size_t per_token = static_cast<size_t>(hasher.n_layers()) * n_cols;
+  int64_t* rows = scratch(ws_.engram_rows, T_ * per_token);
+  int64_t* layer_rows = scratch(ws_.engram_layer_rows, T_ * n_cols);  // [T, n_cols]
+  for (size_t t = 0; t < T_; ++t)
+    std::memcpy(layer_rows + t * n_cols, rows + t * per_token + e.engram_index * n_cols, n_cols * sizeof(int64_t));
+  float* E = scratch(ws_.engram_e, T_ * n_cols * hdim);  // [T, n_cols * head_dim]
+  const size_t table_bytes = static_cast<size_t>(ew.rows) * hdim;
+  Status st = dequant_engram_rows({ew.table, table_bytes}, {ew.table_scale, table_bytes / 32}, ew.rows,
+                                  static_cast<int>(hdim), {layer_rows, T_ * n_cols}, {E, T_ * n_cols * hdim});
+  CEDAR_CHECK(st.ok(), "engram layer %d: %s", l, st.message().c_str());
+  float* kv = scratch(ws_.engram_kv, T_ * (hc + 1) * dim);  // [T, (hc+1)*dim]
+  float* act = scratch(ws_.act_scratch, ops::fp8_act_scratch_floats(T_, n_cols * hdim));
+  ops::linear_fp8(E, T_, ew.wkv, kv, {act, ws_.act_scratch.size()}, pool_);
+  engram_gate_update({ws_.streams.data(), T_ * hc * dim}, {kv, T_ * (hc + 1) * dim}, {ew.q_weight, hc * dim},
+                     {ew.k_weight, hc * dim}, {static_cast<int64_t>(T_), static_cast<int>(hc), static_cast<int>(dim)},
+                     static_cast<float>(c_.norm_eps), {}, {});
+}
+
+}  // namespace cedar::model

@@ -1,0 +1,96 @@
+// Model: a loaded DeepSeek-V4.1 checkpoint and the forward pass of the official reference
+// (inference/model.py Transformer.forward), run over a batch of sequences at different positions.
+//
+// Chunk semantics (docs/NUMERICS.md "Prefill, chunks and decode"):
+//   * a chunk at position 0 follows the reference's prefill path (one call over the whole chunk);
+//   * a chunk at position p > 0 follows the reference's decode path for each of its tokens, as if
+//     they were fed one at a time: the result equals token-by-token decoding bit for bit.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "io/checkpoint.h"
+#include "model/config.h"
+#include "model/engram_hash.h"
+#include "model/engram_layout.h"
+#include "model/layer_plan.h"
+#include "model/model_weights.h"
+#include "model/sequence_state.h"
+#include "model/weight_map.h"
+#include "ops/rope.h"
+
+namespace cedar::model {
+
+// Which index keys a non-owning indexer scores (spec §9.1).
+enum class IndexKeyMode {
+  kReference,  // the official code: whatever index-key cache was published last (quirk reproduced)
+  kOwner,      // the corrected behaviour: always the layer's own KV source's keys
+};
+
+struct ModelOptions {
+  IndexKeyMode index_keys = IndexKeyMode::kReference;
+  bool verify_data = false;  // read every tensor byte once at load
+  // CED decoder narrowing (spec §8, off by default: an approximation): in a prefill chunk, layers
+  // after the last KV source run only on the last window_size tokens.
+  bool decoder_narrowing = false;
+  std::function<void(const io::CheckpointProgress&)> progress;
+};
+
+// One sequence's next tokens in a batch.
+struct SeqChunk {
+  SequenceState* seq = nullptr;
+  std::span<const int32_t> tokens;
+};
+
+// Per-layer observer for tests and the golden comparison: called after every block with the
+// hyper-connection streams of each chunk's last token, [n_chunks, hc_mult, dim].
+using LayerObserver = std::function<void(int layer, const float* last_token_streams, size_t n_chunks)>;
+
+struct Workspace;
+
+class Model {
+ public:
+  static Result<std::unique_ptr<Model>> load(const std::string& dir, const ModelOptions& options = {});
+  ~Model();
+
+  const ModelConfig& config() const { return config_; }
+  const LayerPlan& plan() const { return plan_; }
+  const ModelOptions& options() const { return options_; }
+  void set_index_key_mode(IndexKeyMode m) { options_.index_keys = m; }
+  void set_decoder_narrowing(bool on) { options_.decoder_narrowing = on; }
+  void set_layer_observer(LayerObserver obs) { observer_ = std::move(obs); }
+
+  SequenceState new_sequence(int64_t capacity) const;
+
+  // Runs every chunk's tokens through the model and writes the fp32 logits of each chunk's last
+  // token to logits [chunks.size(), vocab_size]. Advances each sequence's state. Errors:
+  // InvalidArgument (empty chunk, token id out of range, capacity exceeded).
+  Status forward(std::span<const SeqChunk> chunks, float* logits, ThreadPool* pool);
+
+ private:
+  Model() = default;
+  Status forward_round(std::span<const SeqChunk> chunks, float* logits, ThreadPool* pool);
+
+  ModelConfig config_;
+  LayerPlan plan_;
+  ModelOptions options_;
+  io::Checkpoint checkpoint_;
+  std::unique_ptr<WeightMap> weight_map_;
+  std::unique_ptr<ModelWeights> weights_;
+  std::unique_ptr<ops::RopeTable> rope_swa_, rope_compressed_;
+  EngramLayout engram_layout_;
+  std::unique_ptr<NgramHasher> engram_hasher_;
+  std::unique_ptr<Workspace> ws_;
+  LayerObserver observer_;
+
+  friend class ForwardPass;
+};
+
+}  // namespace cedar::model

@@ -1,0 +1,127 @@
+#include "model/model_weights.h"
+
+#include <cstring>
+
+namespace cedar::model {
+namespace {
+
+class Binder {
+ public:
+  Binder(const WeightMap& map, ModelWeights& mw) : map_(map), mw_(mw) {}
+
+  const io::TensorView& t(const std::string& name) { return map_.at(name); }
+
+  ops::Fp8Weight fp8(const std::string& prefix) {
+    const io::TensorView& w = t(prefix + ".weight");
+    const io::TensorView& s = t(prefix + ".scale");
+    return {w.data, s.data, static_cast<size_t>(w.shape[0]), static_cast<size_t>(w.shape[1])};
+  }
+  ops::Fp4Weight fp4(const std::string& prefix) {
+    const io::TensorView& w = t(prefix + ".weight");
+    const io::TensorView& s = t(prefix + ".scale");
+    return {w.data, s.data, static_cast<size_t>(w.shape[0]), static_cast<size_t>(w.shape[1]) * 2};
+  }
+  const uint16_t* bf16_ptr(const std::string& name) {
+    const io::TensorView& v = t(name);
+    if (reinterpret_cast<uintptr_t>(v.data) % alignof(uint16_t) == 0) return reinterpret_cast<const uint16_t*>(v.data);
+    auto copy = std::make_unique<std::vector<uint16_t>>(v.nbytes / 2);
+    std::memcpy(copy->data(), v.data, v.nbytes);
+    mw_.owned_bf16.push_back(std::move(copy));
+    return mw_.owned_bf16.back()->data();
+  }
+  ops::Bf16Weight bf16(const std::string& name) {
+    const io::TensorView& v = t(name);
+    return {bf16_ptr(name), static_cast<size_t>(v.shape[0]), static_cast<size_t>(v.shape[1])};
+  }
+  const float* f32_ptr(const std::string& name) {
+    const io::TensorView& v = t(name);
+    if (reinterpret_cast<uintptr_t>(v.data) % alignof(float) == 0) return reinterpret_cast<const float*>(v.data);
+    auto copy = std::make_unique<std::vector<float>>(v.nbytes / 4);
+    std::memcpy(copy->data(), v.data, v.nbytes);
+    mw_.owned_f32.push_back(std::move(copy));
+    return mw_.owned_f32.back()->data();
+  }
+  // wo_a: FP8 in the checkpoint, bf16 in the reference (convert.py dequantises it).
+  ops::Bf16Weight dequantized_bf16(const std::string& prefix) {
+    ops::Fp8Weight w = fp8(prefix);
+    auto bits = std::make_unique<std::vector<uint16_t>>(w.n * w.k);
+    ops::dequantize_fp8_weight_to_bf16(w, bits->data());
+    mw_.owned_bf16.push_back(std::move(bits));
+    return {mw_.owned_bf16.back()->data(), w.n, w.k};
+  }
+
+ private:
+  const WeightMap& map_;
+  ModelWeights& mw_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<ModelWeights>> bind_model_weights(const ModelConfig& c, const LayerPlan& plan,
+                                                         const WeightMap& map) {
+  auto mw = std::make_unique<ModelWeights>();
+  Binder b(map, *mw);
+  mw->embed = b.bf16("embed.weight");
+  mw->head = b.bf16("head.weight");
+  mw->norm = b.bf16_ptr("norm.weight");
+  mw->blocks.resize(c.n_layers);
+  for (int l = 0; l < c.n_layers; ++l) {
+    const std::string p = "layers." + std::to_string(l);
+    const LayerPlanEntry& e = plan.layers[l];
+    BlockWeights& bw = mw->blocks[l];
+    bw.attn_norm = b.bf16_ptr(p + ".attn_norm.weight");
+    bw.ffn_norm = b.bf16_ptr(p + ".ffn_norm.weight");
+    bw.hc_attn_fn = b.f32_ptr(p + ".hc_attn_fn");
+    bw.hc_attn_base = b.f32_ptr(p + ".hc_attn_base");
+    bw.hc_attn_scale = b.f32_ptr(p + ".hc_attn_scale");
+    bw.hc_ffn_fn = b.f32_ptr(p + ".hc_ffn_fn");
+    bw.hc_ffn_base = b.f32_ptr(p + ".hc_ffn_base");
+    bw.hc_ffn_scale = b.f32_ptr(p + ".hc_ffn_scale");
+    AttentionWeights& a = bw.attn;
+    const std::string ap = p + ".attn";
+    a.attn_sink = b.f32_ptr(ap + ".attn_sink");
+    a.wq_a = b.fp8(ap + ".wq_a");
+    a.q_norm = b.bf16_ptr(ap + ".q_norm.weight");
+    a.wq_b = b.fp8(ap + ".wq_b");
+    a.wkv = b.fp8(ap + ".wkv");
+    a.kv_norm = b.bf16_ptr(ap + ".kv_norm.weight");
+    a.wo_a = b.dequantized_bf16(ap + ".wo_a");
+    a.wo_b = b.fp8(ap + ".wo_b");
+    if (e.mode == AttnMode::kFull) {
+      a.comp_wkv = b.bf16(ap + ".compressor.wkv.weight");
+      if (e.compress_ratio > 1) a.comp_wgate = b.bf16(ap + ".compressor.wgate.weight");
+      a.comp_norm = b.bf16_ptr(ap + ".compressor.norm.weight");
+      a.idx_wk = b.bf16(ap + ".indexer.wk.weight");
+      a.idx_k_norm = b.bf16_ptr(ap + ".indexer.k_norm.weight");
+    }
+    if (e.mode == AttnMode::kFull || e.mode == AttnMode::kReindex) {
+      a.idx_wq_b = b.fp8(ap + ".indexer.wq_b");
+      a.idx_weights_proj = b.bf16(ap + ".indexer.weights_proj.weight");
+    }
+    const std::string fp = p + ".ffn";
+    bw.gate = b.bf16(fp + ".gate.weight");
+    bw.gate_bias = b.f32_ptr(fp + ".gate.bias");
+    if (map.find(fp + ".gate.bias_vl")) bw.gate_bias_vl = b.f32_ptr(fp + ".gate.bias_vl");
+    bw.experts.resize(e.n_routed_experts);
+    for (int x = 0; x < e.n_routed_experts; ++x) {
+      const std::string xp = fp + ".experts." + std::to_string(x);
+      bw.experts[x] = {b.fp4(xp + ".w1"), b.fp4(xp + ".w2"), b.fp4(xp + ".w3")};
+    }
+    bw.shared = {b.fp8(fp + ".shared_experts.w1"), b.fp8(fp + ".shared_experts.w2"),
+                 b.fp8(fp + ".shared_experts.w3")};
+    if (e.engram) {
+      bw.has_engram = true;
+      const std::string ep = p + ".engram";
+      const io::TensorView& table = b.t(ep + ".embed.weight");
+      bw.engram.table = table.data;
+      bw.engram.table_scale = b.t(ep + ".embed.scale").data;
+      bw.engram.rows = table.shape[0];
+      bw.engram.wkv = b.fp8(ep + ".wkv");
+      bw.engram.q_weight = b.bf16_ptr(ep + ".q_weight");
+      bw.engram.k_weight = b.bf16_ptr(ep + ".k_weight");
+    }
+  }
+  return mw;
+}
+
+}  // namespace cedar::model

@@ -1,0 +1,87 @@
+// Typed views of every weight the forward pass reads, bound once from the WeightMap. Quantised and
+// bf16 matrices point into the checkpoint mapping (never copied). Two exceptions, both as in the
+// reference: wo_a is dequantised to bf16 at load (convert.py does the same), and small f32 vectors
+// whose mapped bytes are not 4-byte aligned are copied so they can be read as floats.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "model/config.h"
+#include "model/layer_plan.h"
+#include "model/weight_map.h"
+#include "ops/linear.h"
+
+namespace cedar::model {
+
+struct ExpertWeights {
+  ops::Fp4Weight w1, w2, w3;  // routed experts (packed FP4)
+};
+struct SharedExpertWeights {
+  ops::Fp8Weight w1, w2, w3;
+};
+
+struct AttentionWeights {
+  const float* attn_sink = nullptr;     // [n_heads]
+  ops::Fp8Weight wq_a;                  // [q_lora, dim]
+  const uint16_t* q_norm = nullptr;     // [q_lora] bf16
+  ops::Fp8Weight wq_b;                  // [n_heads*head_dim, q_lora]
+  ops::Fp8Weight wkv;                   // [head_dim, dim]
+  const uint16_t* kv_norm = nullptr;    // [head_dim]
+  ops::Bf16Weight wo_a;                 // [o_groups*o_lora, n_heads*head_dim/o_groups], dequantised at load
+  ops::Fp8Weight wo_b;                  // [dim, o_groups*o_lora]
+  // KV source only.
+  ops::Bf16Weight comp_wkv;             // [head_dim, dim]
+  ops::Bf16Weight comp_wgate;           // [head_dim, dim] (ratio 2 only)
+  const uint16_t* comp_norm = nullptr;  // [head_dim]
+  ops::Bf16Weight idx_wk;               // [index_head_dim, head_dim]
+  const uint16_t* idx_k_norm = nullptr; // [index_head_dim]
+  // Index source only.
+  ops::Fp8Weight idx_wq_b;              // [index_n_heads*index_head_dim, q_lora]
+  ops::Bf16Weight idx_weights_proj;     // [index_n_heads, dim]
+};
+
+struct EngramWeights {
+  const uint8_t* table = nullptr;       // [rows, head_dim] E4M3
+  const uint8_t* table_scale = nullptr; // [rows, head_dim/32] E8M0
+  int64_t rows = 0;
+  ops::Fp8Weight wkv;                   // [(hc+1)*dim, n_cols*head_dim]
+  const uint16_t* q_weight = nullptr;   // [hc, dim] bf16
+  const uint16_t* k_weight = nullptr;   // [hc, dim] bf16
+};
+
+struct BlockWeights {
+  const uint16_t* attn_norm = nullptr;  // [dim]
+  const uint16_t* ffn_norm = nullptr;
+  const float* hc_attn_fn = nullptr;    // [mix, hc*dim]
+  const float* hc_attn_base = nullptr;  // [mix]
+  const float* hc_attn_scale = nullptr; // [3]
+  const float* hc_ffn_fn = nullptr;
+  const float* hc_ffn_base = nullptr;
+  const float* hc_ffn_scale = nullptr;
+  AttentionWeights attn;
+  ops::Bf16Weight gate;                 // [n_experts, dim] (read as fp32 by the router)
+  const float* gate_bias = nullptr;     // [n_experts]
+  const float* gate_bias_vl = nullptr;  // [n_experts] or nullptr
+  std::vector<ExpertWeights> experts;
+  SharedExpertWeights shared;
+  bool has_engram = false;
+  EngramWeights engram;
+};
+
+struct ModelWeights {
+  ops::Bf16Weight embed;                // [vocab, dim]
+  ops::Bf16Weight head;                 // [vocab, dim]
+  const uint16_t* norm = nullptr;       // [dim]
+  std::vector<BlockWeights> blocks;     // backbone layers only (DSpark stages are not run)
+  // Owned copies (wo_a in bf16, realigned f32 vectors). Element addresses are stable.
+  std::vector<std::unique_ptr<std::vector<uint16_t>>> owned_bf16;
+  std::vector<std::unique_ptr<std::vector<float>>> owned_f32;
+};
+
+// Binds every backbone weight. CEDAR_CHECKs only for inventory invariants WeightMap::bind proved.
+Result<std::unique_ptr<ModelWeights>> bind_model_weights(const ModelConfig& c, const LayerPlan& plan,
+                                                         const WeightMap& map);
+
+}  // namespace cedar::model

@@ -1,0 +1,149 @@
+// Fast paths of attention.h (Highway). The q·k and q·key dot products use the canonical 64-lane order
+// (dot_canonical.h) and the P·V sums run element-wise in index order with exact products, so both
+// kernels are bit-identical to their ref:: versions on every target.
+#include "ops/attention.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "core/check.h"
+#include "core/thread_pool.h"
+#include "ops/formats.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/attention.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "ops/dot-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace cedar::ops {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// acc[d] += p * v[d] (p·v exact: bf16 x bf16, so the fused add equals the reference's mul-then-add).
+HWY_INLINE void AxpyExact(float p, const float* v, float* acc, size_t n) {
+  const hn::ScalableTag<float> df;
+  const size_t lanes = hn::Lanes(df);
+  const auto pv = hn::Set(df, p);
+  size_t d = 0;
+  for (; d + lanes <= n; d += lanes) {
+    hn::StoreU(hn::MulAdd(pv, hn::LoadU(df, v + d), hn::LoadU(df, acc + d)), df, acc + d);
+  }
+  for (; d < n; ++d) acc[d] += p * v[d];
+}
+
+// acc[d] = acc[d] * alpha + add[d] (separate roundings, like the reference).
+HWY_INLINE void ScaleAdd(float* acc, float alpha, const float* add, size_t n) {
+  const hn::ScalableTag<float> df;
+  const size_t lanes = hn::Lanes(df);
+  const auto av = hn::Set(df, alpha);
+  size_t d = 0;
+  for (; d + lanes <= n; d += lanes) {
+    hn::StoreU(hn::Add(hn::Mul(hn::LoadU(df, acc + d), av), hn::LoadU(df, add + d)), df, acc + d);
+  }
+  for (; d < n; ++d) acc[d] = acc[d] * alpha + add[d];
+}
+
+void SparseAttnHeads(const float* q, size_t head_dim, const KvRows* kv_ptr, const float* sink,
+                     const int32_t* idx, size_t n_idx, float scale, float* out, size_t h_begin,
+                     size_t h_end) {
+  const KvRows& kv = *kv_ptr;
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  HWY_ALIGN float block_pv[kSparseAttnMaxHeadDim];  // [head_dim]
+  for (size_t h = h_begin; h < h_end; ++h) {
+    const float* qh = q + h * head_dim;
+    float* acc = out + h * head_dim;  // [head_dim] numerator, kept in the output row until the end
+    std::fill(acc, acc + head_dim, 0.0f);
+    float running_max = kSparseAttnMaxInit;
+    float den = 0.0f;
+    for (size_t start = 0; start < n_idx; start += kSparseAttnBlock) {
+      const size_t nb = std::min(kSparseAttnBlock, n_idx - start);
+      float score[kSparseAttnBlock];
+      const float* rows[kSparseAttnBlock];
+      float block_max = neg_inf;
+      for (size_t j = 0; j < nb; ++j) {
+        const int32_t r = idx[start + j];
+        if (r < 0) {
+          rows[j] = nullptr;
+          score[j] = neg_inf;
+        } else {
+          rows[j] = kv.row(static_cast<size_t>(r), head_dim);
+          score[j] = DotCanonical<true>(qh, rows[j], head_dim) * scale;
+        }
+        block_max = std::max(block_max, score[j]);
+      }
+      const float new_max = std::max(running_max, block_max);
+      const float alpha = std::exp(running_max - new_max);
+      float p_sum = 0.0f;
+      std::fill(block_pv, block_pv + head_dim, 0.0f);
+      for (size_t j = 0; j < nb; ++j) {
+        const float p = std::exp(score[j] - new_max);
+        p_sum += p;
+        if (rows[j] != nullptr) AxpyExact(round_bf16(p), rows[j], block_pv, head_dim);
+      }
+      den = den * alpha + p_sum;
+      ScaleAdd(acc, alpha, block_pv, head_dim);
+      running_max = new_max;
+    }
+    den += std::exp(sink[h] - running_max);
+    for (size_t d = 0; d < head_dim; ++d) acc[d] = round_bf16(acc[d] / den);
+  }
+}
+
+void IndexerScoresRange(const float* q, const float* w, size_t n_heads, size_t head_dim, const float* keys,
+                        float* scores, size_t t_begin, size_t t_end) {
+  for (size_t t = t_begin; t < t_end; ++t) {
+    const float* key = keys + t * head_dim;
+    float sum = 0.0f;
+    for (size_t h = 0; h < n_heads; ++h) {
+      const float d = round_bf16(DotCanonical<true>(q + h * head_dim, key, head_dim));
+      const float relu = d > 0.0f ? d : 0.0f;
+      sum += round_bf16(relu * w[h]);
+    }
+    scores[t] = round_bf16(sum);
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace cedar::ops
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace cedar::ops {
+HWY_EXPORT(SparseAttnHeads);
+HWY_EXPORT(IndexerScoresRange);
+
+void sparse_attn(const float* q, size_t n_heads, size_t head_dim, const KvRows& kv, const float* sink,
+                 const int32_t* idx, size_t n_idx, float scale, float* out, ThreadPool* pool) {
+  CEDAR_CHECK(head_dim <= kSparseAttnMaxHeadDim, "sparse_attn head_dim %zu > %zu", head_dim,
+              kSparseAttnMaxHeadDim);
+  for (size_t i = 0; i < n_idx; ++i) {
+    CEDAR_CHECK(idx[i] < 0 || static_cast<size_t>(idx[i]) < kv.rows(), "sparse_attn index %d out of %zu rows",
+                idx[i], kv.rows());
+  }
+  const auto run = [&](size_t b, size_t e) {
+    HWY_DYNAMIC_DISPATCH(SparseAttnHeads)(q, head_dim, &kv, sink, idx, n_idx, scale, out, b, e);
+  };
+  if (pool == nullptr || pool->size() <= 1 || n_heads < 2) {
+    run(0, n_heads);
+  } else {
+    pool->parallel_for(n_heads, 1, [&](size_t b, size_t e, int) { run(b, e); });
+  }
+}
+
+void indexer_scores(const float* q, const float* w, size_t n_heads, size_t head_dim, const float* keys,
+                    size_t n_keys, float* scores, ThreadPool* pool) {
+  const auto run = [&](size_t b, size_t e) {
+    HWY_DYNAMIC_DISPATCH(IndexerScoresRange)(q, w, n_heads, head_dim, keys, scores, b, e);
+  };
+  if (pool == nullptr || pool->size() <= 1 || n_keys < 256) {
+    run(0, n_keys);
+  } else {
+    pool->parallel_for(n_keys, 64, [&](size_t b, size_t e, int) { run(b, e); });
+  }
+}
+
+}  // namespace cedar::ops
+#endif  // HWY_ONCE

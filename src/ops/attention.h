@@ -1,0 +1,75 @@
+// Sparse MQA attention (spec §2.6; kernel.py sparse_attn) and the indexer helpers (spec §4.4 step 4).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace cedar {
+class ThreadPool;
+}
+
+namespace cedar::ops {
+
+inline constexpr size_t kSparseAttnBlock = 64;  // indices are consumed in blocks of 64 (K41:328)
+inline constexpr float kSparseAttnMaxInit = -1e30f;
+inline constexpr size_t kSparseAttnMaxHeadDim = 1024;  // the kernel keeps one row on the stack
+
+// The KV operand: logical rows [0, first_rows) come from `first`, rows [first_rows, first_rows +
+// second_rows) from `second` (so the window ring and the compressed cache need not be concatenated).
+// Each row holds head_dim floats (bf16 values); K = V = the row. Either segment may be empty.
+struct KvRows {
+  const float* first = nullptr;
+  size_t first_rows = 0;
+  const float* second = nullptr;
+  size_t second_rows = 0;
+  const float* row(size_t i, size_t head_dim) const {
+    return i < first_rows ? first + i * head_dim : second + (i - first_rows) * head_dim;
+  }
+  size_t rows() const { return first_rows + second_rows; }
+};
+
+// One query row (one token) of sparse attention with an attention sink:
+//   q    [n_heads, head_dim]  bf16 values          sink [n_heads] f32 (logit, NOT scaled)
+//   idx  [n_idx]  int32 row numbers into kv, -1 = masked (contributes nothing); each valid index must
+//        be < kv.rows() (CEDAR_CHECK).
+//   out  [n_heads, head_dim]  bf16 values (must not alias q; head_dim <= kSparseAttnMaxHeadDim)
+// For each head, blocks of 64 indices in the given order:
+//   s_j = f32(q·kv[idx_j]) * scale (dot in f32, scale after);  masked: -inf
+//   m' = max(m, max_j s_j) (m starts at -1e30);  alpha = exp(m - m');  p_j = exp(s_j - m')
+//   den = den*alpha + Σ_j p_j  (f32);  acc = acc*alpha + Σ_j f32(bf16(p_j)) * kv[idx_j]
+// then den += exp(sink - m); out = bf16(acc / den). All-masked rows give zeros.
+// The q·k dots use the canonical 64-lane order of dot_canonical.h (the GPU kernel's tensor-core order
+// is not reproducible on a CPU); Σ_j p_j and the P·V sums run in index order j. The fast path is
+// bit-identical to ref::sparse_attn on every target. `pool` (may be nullptr) splits the heads.
+void sparse_attn(const float* q, size_t n_heads, size_t head_dim, const KvRows& kv, const float* sink,
+                 const int32_t* idx, size_t n_idx, float scale, float* out, ThreadPool* pool);
+
+// Indexer scores for one query token against n_keys index keys (reference einsum "bshd,btd->bsht"
+// on bf16 tensors, then relu, * weights, sum over heads):
+//   d_ht   = bf16( Σ_k q[h,k] * key[t,k] )     f32 accumulation (canonical 64-lane order), one bf16
+//                                              rounding (a bf16 matmul)
+//   p_ht   = bf16( relu(d_ht) * w[h] )         bf16 elementwise multiply (computed in f32, rounded)
+//   score_t = bf16( Σ_h p_ht )                 torch sums a bf16 tensor with an f32 accumulator in
+//                                              head order 0..n_heads-1 and rounds once at the end
+//   q [n_heads, head_dim] (bf16 values, FP4-QDQ'd), w [n_heads] (bf16 values, already × 1/64),
+//   keys [n_keys, head_dim], scores [n_keys]. Bit-identical to ref::indexer_scores on every target;
+//   `pool` (may be nullptr) splits the keys.
+void indexer_scores(const float* q, const float* w, size_t n_heads, size_t head_dim, const float* keys,
+                    size_t n_keys, float* scores, ThreadPool* pool);
+
+// Top-k selection as the reference uses it: the k largest scores (k <= n), returned as indices in
+// ascending index order (topk(sorted=False) followed by sort()). Ties: among equal scores the lower
+// index wins (torch.topk leaves tie order unspecified; preferring the earlier position is
+// deterministic and matches a stable sort). NaN ranks above +inf (torch treats NaN as the largest);
+// -inf entries are ordinary values and are selected when fewer than k finite ones exist.
+// `scratch` needs n int32 slots. Returns nothing; out_idx [k].
+void topk_ascending(const float* scores, size_t n, size_t k, int32_t* out_idx, int32_t* scratch);
+
+namespace ref {
+void sparse_attn(const float* q, size_t n_heads, size_t head_dim, const KvRows& kv, const float* sink,
+                 const int32_t* idx, size_t n_idx, float scale, float* out);
+void indexer_scores(const float* q, const float* w, size_t n_heads, size_t head_dim, const float* keys,
+                    size_t n_keys, float* scores);
+}  // namespace ref
+
+}  // namespace cedar::ops

@@ -1,0 +1,98 @@
+// Scalar references for attention.h, written from spec §2.6 / §4.4 and the reference kernel, plus the
+// top-k helper (which has no SIMD variant).
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "core/check.h"
+#include "ops/attention.h"
+#include "ops/dot_canonical.h"
+#include "ops/formats.h"
+
+namespace cedar::ops {
+
+namespace ref {
+
+void sparse_attn(const float* q, size_t n_heads, size_t head_dim, const KvRows& kv, const float* sink,
+                 const int32_t* idx, size_t n_idx, float scale, float* out) {
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  std::vector<float> acc(head_dim);       // [head_dim] running numerator
+  std::vector<float> block_pv(head_dim);  // [head_dim] this block's Σ p_j v_j
+  for (size_t h = 0; h < n_heads; ++h) {
+    const float* qh = q + h * head_dim;
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    float running_max = kSparseAttnMaxInit;
+    float den = 0.0f;
+    for (size_t start = 0; start < n_idx; start += kSparseAttnBlock) {
+      const size_t nb = std::min(kSparseAttnBlock, n_idx - start);
+      float score[kSparseAttnBlock];
+      float block_max = neg_inf;
+      for (size_t j = 0; j < nb; ++j) {
+        const int32_t r = idx[start + j];
+        if (r < 0) {
+          score[j] = neg_inf;
+        } else {
+          CEDAR_CHECK(static_cast<size_t>(r) < kv.rows(), "sparse_attn index %d out of %zu rows", r,
+                      kv.rows());
+          score[j] = dot_canonical(qh, kv.row(static_cast<size_t>(r), head_dim), head_dim) * scale;
+        }
+        block_max = std::max(block_max, score[j]);
+      }
+      const float new_max = std::max(running_max, block_max);
+      const float alpha = std::exp(running_max - new_max);
+      float p_sum = 0.0f;
+      std::fill(block_pv.begin(), block_pv.end(), 0.0f);
+      for (size_t j = 0; j < nb; ++j) {
+        const float p = std::exp(score[j] - new_max);
+        p_sum += p;
+        if (idx[start + j] < 0) continue;  // zero row: adds nothing
+        const float pb = round_bf16(p);    // probabilities enter PV as bf16
+        const float* v = kv.row(static_cast<size_t>(idx[start + j]), head_dim);
+        for (size_t d = 0; d < head_dim; ++d) block_pv[d] += pb * v[d];
+      }
+      den = den * alpha + p_sum;
+      for (size_t d = 0; d < head_dim; ++d) acc[d] = acc[d] * alpha + block_pv[d];
+      running_max = new_max;
+    }
+    den += std::exp(sink[h] - running_max);
+    float* oh = out + h * head_dim;
+    for (size_t d = 0; d < head_dim; ++d) oh[d] = round_bf16(acc[d] / den);
+  }
+}
+
+void indexer_scores(const float* q, const float* w, size_t n_heads, size_t head_dim, const float* keys,
+                    size_t n_keys, float* scores) {
+  for (size_t t = 0; t < n_keys; ++t) {
+    float sum = 0.0f;
+    for (size_t h = 0; h < n_heads; ++h) {
+      const float d = round_bf16(dot_canonical(q + h * head_dim, keys + t * head_dim, head_dim));
+      const float relu = d > 0.0f ? d : 0.0f;
+      sum += round_bf16(relu * w[h]);
+    }
+    scores[t] = round_bf16(sum);
+  }
+}
+
+}  // namespace ref
+
+void topk_ascending(const float* scores, size_t n, size_t k, int32_t* out_idx, int32_t* scratch) {
+  CEDAR_CHECK(k <= n, "topk: k %zu > n %zu", k, n);
+  if (k == 0) return;
+  for (size_t i = 0; i < n; ++i) scratch[i] = static_cast<int32_t>(i);
+  // Strict weak order: NaN first, then larger score first, then lower index first.
+  const auto before = [scores](int32_t a, int32_t b) {
+    const float va = scores[a];
+    const float vb = scores[b];
+    const bool na = std::isnan(va);
+    const bool nb = std::isnan(vb);
+    if (na != nb) return na;
+    if (!na && va != vb) return va > vb;
+    return a < b;
+  };
+  if (k < n) std::nth_element(scratch, scratch + (k - 1), scratch + n, before);
+  std::copy_n(scratch, k, out_idx);
+  std::sort(out_idx, out_idx + k);
+}
+
+}  // namespace cedar::ops

@@ -1,0 +1,153 @@
+// mHC helpers (hc.h). hc_mixes is the only heavy part (24 dot products of length 20480 per token);
+// it uses the canonical dot order with Highway. The rest is a few dozen f32 operations per token.
+#include "ops/hc.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/check.h"
+#include "core/thread_pool.h"
+#include "ops/dot_canonical.h"
+#include "ops/formats.h"
+#include "ops/norm.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/hc.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "ops/dot-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace cedar::ops {
+namespace HWY_NAMESPACE {
+
+// mixes[j] = dot(x, fn_j) for j in [j_begin, j_end): f32 weights, so the products are rounded first.
+void HcDots(const float* x, size_t hc_dim, const float* fn, float* mixes, size_t j_begin, size_t j_end) {
+  for (size_t j = j_begin; j < j_end; ++j) mixes[j] = DotCanonical<false>(x, fn + j * hc_dim, hc_dim);
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace cedar::ops
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace cedar::ops {
+HWY_EXPORT(HcDots);
+
+namespace {
+inline float sigmoid_f32(float x) { return 1.0f / (1.0f + std::exp(-x)); }
+}  // namespace
+
+void hc_mixes(const float* x, size_t n_tokens, size_t hc_dim, const float* fn, size_t n_mix, float norm_eps,
+              float* mixes, ThreadPool* pool) {
+  const auto one_token = [&](size_t t, size_t j_begin, size_t j_end) {
+    HWY_DYNAMIC_DISPATCH(HcDots)(x + t * hc_dim, hc_dim, fn, mixes + t * n_mix, j_begin, j_end);
+  };
+  const bool parallel = pool != nullptr && pool->size() > 1;
+  if (parallel && n_tokens > 1) {
+    pool->parallel_for(n_tokens, 1, [&](size_t b, size_t e, int) {
+      for (size_t t = b; t < e; ++t) one_token(t, 0, n_mix);
+    });
+  } else {
+    for (size_t t = 0; t < n_tokens; ++t) {
+      if (parallel) {
+        pool->parallel_for(n_mix, 1, [&](size_t b, size_t e, int) { one_token(t, b, e); });
+      } else {
+        one_token(t, 0, n_mix);
+      }
+    }
+  }
+  for (size_t t = 0; t < n_tokens; ++t) {
+    const float r = rms_rsqrt(x + t * hc_dim, hc_dim, norm_eps);
+    for (size_t j = 0; j < n_mix; ++j) mixes[t * n_mix + j] *= r;  // [n_mix] row of token t
+  }
+}
+
+void hc_split_sinkhorn(const float* mixes, const float* scale, const float* base, int hc_mult, int iters,
+                       float eps, float* pre, float* post, float* comb) {
+  CEDAR_CHECK(hc_mult > 0 && hc_mult <= 16, "hc_mult %d out of range", hc_mult);
+  CEDAR_CHECK(iters >= 1, "sinkhorn iterations must be >= 1, got %d", iters);
+  const int hc = hc_mult;
+  for (int j = 0; j < hc; ++j) pre[j] = sigmoid_f32(mixes[j] * scale[0] + base[j]) + eps;
+  for (int j = 0; j < hc; ++j) post[j] = 2.0f * sigmoid_f32(mixes[hc + j] * scale[1] + base[hc + j]);
+  // comb[j][k] (row j, column k): softmax over k, then + eps.
+  for (int j = 0; j < hc; ++j) {
+    float* row = comb + j * hc;
+    for (int k = 0; k < hc; ++k) row[k] = mixes[2 * hc + j * hc + k] * scale[2] + base[2 * hc + j * hc + k];
+    float row_max = row[0];
+    for (int k = 1; k < hc; ++k) row_max = std::max(row_max, row[k]);
+    float sum = 0.0f;
+    for (int k = 0; k < hc; ++k) {
+      row[k] = std::exp(row[k] - row_max);
+      sum += row[k];
+    }
+    for (int k = 0; k < hc; ++k) row[k] = row[k] / sum + eps;
+  }
+  const auto normalise_columns = [&] {
+    for (int k = 0; k < hc; ++k) {
+      float sum = 0.0f;
+      for (int j = 0; j < hc; ++j) sum += comb[j * hc + k];
+      const float den = sum + eps;
+      for (int j = 0; j < hc; ++j) comb[j * hc + k] /= den;
+    }
+  };
+  const auto normalise_rows = [&] {
+    for (int j = 0; j < hc; ++j) {
+      float sum = 0.0f;
+      for (int k = 0; k < hc; ++k) sum += comb[j * hc + k];
+      const float den = sum + eps;
+      for (int k = 0; k < hc; ++k) comb[j * hc + k] /= den;
+    }
+  };
+  normalise_columns();
+  for (int it = 0; it < iters - 1; ++it) {
+    normalise_rows();
+    normalise_columns();
+  }
+}
+
+void hc_pre(const float* x, const float* a, size_t n_tokens, int hc_mult, size_t dim, float* out) {
+  for (size_t t = 0; t < n_tokens; ++t) {
+    const float* xt = x + t * hc_mult * dim;  // [hc, dim]
+    const float* at = a + t * hc_mult;        // [hc]
+    float* ot = out + t * dim;                // [dim]
+    for (size_t d = 0; d < dim; ++d) {
+      float sum = 0.0f;
+      for (int j = 0; j < hc_mult; ++j) sum += at[j] * xt[j * dim + d];
+      ot[d] = round_bf16(sum);
+    }
+  }
+}
+
+void hc_post(const float* y, const float* residual, const float* post, const float* comb, size_t n_tokens,
+             int hc_mult, size_t dim, float* out) {
+  const size_t hc = static_cast<size_t>(hc_mult);
+  for (size_t t = 0; t < n_tokens; ++t) {
+    const float* yt = y + t * dim;              // [dim]
+    const float* rt = residual + t * hc * dim;  // [hc, dim]
+    const float* pt = post + t * hc;            // [hc]
+    const float* ct = comb + t * hc * hc;       // [hc, hc]
+    float* ot = out + t * hc * dim;             // [hc, dim]
+    for (size_t k = 0; k < hc; ++k) {
+      for (size_t d = 0; d < dim; ++d) {
+        float mix = 0.0f;
+        for (size_t j = 0; j < hc; ++j) mix += ct[j * hc + k] * rt[j * dim + d];
+        ot[k * dim + d] = round_bf16(pt[k] * yt[d] + mix);
+      }
+    }
+  }
+}
+
+namespace ref {
+void hc_mixes(const float* x, size_t n_tokens, size_t hc_dim, const float* fn, size_t n_mix, float norm_eps,
+              float* mixes) {
+  for (size_t t = 0; t < n_tokens; ++t) {
+    const float* xt = x + t * hc_dim;
+    const float r = ref::rms_rsqrt(xt, hc_dim, norm_eps);
+    for (size_t j = 0; j < n_mix; ++j) mixes[t * n_mix + j] = dot_canonical(xt, fn + j * hc_dim, hc_dim) * r;
+  }
+}
+}  // namespace ref
+
+}  // namespace cedar::ops
+#endif  // HWY_ONCE

@@ -1,0 +1,133 @@
+// y = x · Wᵀ for the four weight encodings of a V4.1 checkpoint (spec §2.3).
+//
+// x is [m, k] row-major floats holding bf16 values; W is [n, k] (PyTorch Linear layout) and is read in
+// place from its packed, usually mmapped, storage: kernels never copy or convert weights per call and
+// never allocate. Work is split over n (output features) on the given pool (nullptr = run inline);
+// the result does not depend on the thread count.
+//
+// FP8 and FP4 (block-scaled) semantics, reference fp8_gemm / fp4_gemm:
+//   a, sA  = act_quant_fp8(x)                         codes [m, k] E4M3, scales [m, k/32] 2^e
+//   part_kb = Σ_{k in block kb} fp32(a[m,k]) · fp32(w[n,k])      (every product is exact in f32)
+//   acc    = 0;  for kb in 0..k/32-1 (in order):  acc += (part_kb · sA[m,kb]) · sW(n,kb)
+//   y[m,n] = bf16(acc)
+// with sW(n,kb) = scale[n/32, kb] for FP8 weights and scale[n, kb] for FP4 weights.
+// The 32 products of a block are exact, but their f32 sum can round (products span 2^-18..2^17.6), so
+// the order inside a block matters in rare cases. The GPU kernel's order (tensor core) is not
+// reproducible; cedar fixes one canonical order that every SIMD width can produce, and the scalar
+// reference uses it too, so fast path and reference are bit-identical:
+//   lane l = 0..7:  s_l = ((p[l] + p[l+8]) + p[l+16]) + p[l+24]
+//   part   = ((s_0 + s_4) + (s_2 + s_6)) + ((s_1 + s_5) + (s_3 + s_7))
+// (block_dot32_canonical in ops/linear_internal.h). It differs from a sequential sum by at most a
+// few f32 ulps of the block partial, i.e. far below one bf16 ulp of the output except at rounding
+// boundaries.
+//
+// The GEMV (m = 1..3) and the multi-row tiled kernel (m >= kActTileMinRows, using the row-interleaved
+// copies in Fp8Activations) evaluate exactly this order; both equal the references bit for bit.
+//
+// bf16 / f32 weights: y = Σ_k x·w with f32 products and f32 sums in the canonical 64-lane order of
+// dot_canonical.h (fast path and reference bit-identical on every target). It differs from torch's
+// own (unspecified) order within the bound derived in NUMERICS.md.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+namespace cedar {
+class ThreadPool;
+}
+
+namespace cedar::ops {
+
+// FP8 E4M3 weight [n, k] with one E8M0 scale per 32×32 block: scales [ceil(n/32), ceil(k/32)].
+struct Fp8Weight {
+  const uint8_t* codes = nullptr;   // [n, k] E4M3
+  const uint8_t* scales = nullptr;  // [ceil(n/32), ceil(k/32)] E8M0
+  size_t n = 0;
+  size_t k = 0;  // must be a multiple of 32 (activation block)
+};
+
+// Packed FP4 E2M1 weight [n, k] stored as [n, k/2] bytes (even k in the low nibble) with one E8M0 scale
+// per row and 32 columns: scales [n, k/32].
+struct Fp4Weight {
+  const uint8_t* packed = nullptr;  // [n, k/2]
+  const uint8_t* scales = nullptr;  // [n, k/32] E8M0
+  size_t n = 0;
+  size_t k = 0;  // multiple of 32
+};
+
+// bf16 weight [n, k] as raw bf16 bits.
+struct Bf16Weight {
+  const uint16_t* bits = nullptr;  // [n, k]
+  size_t n = 0;
+  size_t k = 0;
+};
+
+// f32 weight [n, k].
+struct F32Weight {
+  const float* data = nullptr;  // [n, k]
+  size_t n = 0;
+  size_t k = 0;
+};
+
+// Activations already quantised by act_quant_fp8 (lets one quantisation feed several GEMMs, e.g. the
+// w1 and w3 projections of every selected expert). The E4M3 codes are kept decoded (exactly) as f32
+// so the kernels decode only the weights.
+struct Fp8Activations {
+  const float* values = nullptr;  // [m, k] E4M3 code values as f32 (q, not q·s)
+  const float* scales = nullptr;  // [m, k/32] the power-of-two block scales s
+  size_t m = 0;
+  size_t k = 0;
+  // Optional row-interleaved copies for the multi-row (prefill) kernels, filled by
+  // quantize_activations when m >= kActTileMinRows: rows grouped in tiles of kActTileRows (the last
+  // tile zero-padded), values_t [tiles, k, 16] and scales_t [tiles, k/32, 16]. nullptr = not present
+  // (the kernels then use the row-by-row path; results are identical either way).
+  const float* values_t = nullptr;
+  const float* scales_t = nullptr;
+};
+
+inline constexpr size_t kActTileRows = 16;
+inline constexpr size_t kActTileMinRows = 4;
+
+// How a bf16/f32 linear rounds its output.
+enum class LinearOut {
+  kBf16,  // bf16 matmul (torch F.linear on bf16): f32 accumulation, result rounded to bf16
+  kF32,   // f32 matmul (weights promoted to fp32, e.g. head, router gate, ratio-2 compressor)
+};
+
+// Floats of scratch linear_fp8 / linear_fp4 need for m rows of width k: m*k values + m*k/32 scales,
+// plus the row-interleaved copies when m >= kActTileMinRows.
+size_t fp8_act_scratch_floats(size_t m, size_t k);
+
+// Quantises x [m, k] (act_quant, block 32, UE8M0) into `scratch` (>= fp8_act_scratch_floats(m, k))
+// and returns a view of it.
+Fp8Activations quantize_activations(const float* x, size_t m, size_t k, std::span<float> scratch);
+
+// y [m, n] (bf16 values) = x [m, k] · Wᵀ with FP8 block-scaled weights. scratch as above.
+void linear_fp8(const float* x, size_t m, const Fp8Weight& w, float* y, std::span<float> scratch,
+                ThreadPool* pool);
+// y [m, n] (bf16 values) = x [m, k] · Wᵀ with packed FP4 weights (activations FP8, block 32).
+void linear_fp4(const float* x, size_t m, const Fp4Weight& w, float* y, std::span<float> scratch,
+                ThreadPool* pool);
+// The same two GEMMs on pre-quantised activations (a.k must equal w.k).
+void gemm_fp8(const Fp8Activations& a, const Fp8Weight& w, float* y, ThreadPool* pool);
+void gemm_fp4(const Fp8Activations& a, const Fp4Weight& w, float* y, ThreadPool* pool);
+
+// y [m, n] = x [m, k] · Wᵀ with bf16 weights; f32 accumulation; output rounded per `out`.
+void linear_bf16(const float* x, size_t m, const Bf16Weight& w, float* y, LinearOut out, ThreadPool* pool);
+// y [m, n] = x [m, k] · Wᵀ with f32 weights, f32 output.
+void linear_f32(const float* x, size_t m, const F32Weight& w, float* y, ThreadPool* pool);
+
+// One-time load helper (not for the hot path): dequantises an FP8 block-scaled weight to bf16 bits
+// [n, k], exactly (E4M3 value × 2^e is bf16-representable), as convert.py does for wo_a.
+void dequantize_fp8_weight_to_bf16(const Fp8Weight& w, uint16_t* out_bits);
+
+// Plain scalar references (canonical orders, no SIMD) that the fast paths are tested against.
+namespace ref {
+void gemm_fp8(const Fp8Activations& a, const Fp8Weight& w, float* y);
+void gemm_fp4(const Fp8Activations& a, const Fp4Weight& w, float* y);
+void linear_bf16(const float* x, size_t m, const Bf16Weight& w, float* y, LinearOut out);
+void linear_f32(const float* x, size_t m, const F32Weight& w, float* y);
+}  // namespace ref
+
+}  // namespace cedar::ops

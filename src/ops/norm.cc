@@ -1,0 +1,79 @@
+// RMSNorm (norm.h). The sum of squares is the only reduction; it uses the canonical 64-lane order
+// (dot_canonical.h), SIMD in the fast path, scalar in ref::.
+#include "ops/norm.h"
+
+#include <cmath>
+
+#include "ops/dot_canonical.h"
+#include "ops/formats.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/norm.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "ops/dot-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace cedar::ops {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+float SumSquares(const float* x, size_t n) { return DotCanonical<false>(x, x, n); }
+
+}  // namespace HWY_NAMESPACE
+}  // namespace cedar::ops
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace cedar::ops {
+HWY_EXPORT(SumSquares);
+
+namespace {
+// rsqrt as torch computes it on CPU for f32: 1 / sqrt(v), both correctly rounded.
+inline float rsqrt_f32(float v) { return 1.0f / std::sqrt(v); }
+
+template <typename WeightAt>
+void rms_norm_impl(const float* x, size_t rows, size_t dim, WeightAt weight_at, float eps, float* y,
+                   bool simd) {
+  for (size_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * dim;
+    float* yr = y + r * dim;
+    float ss;
+    if (simd) {
+      ss = HWY_DYNAMIC_DISPATCH(SumSquares)(xr, dim);
+    } else {
+      ss = dot_canonical(xr, xr, dim);
+    }
+    const float inv = rsqrt_f32(ss / static_cast<float>(dim) + eps);
+    for (size_t i = 0; i < dim; ++i) yr[i] = round_bf16(weight_at(i) * (xr[i] * inv));
+  }
+}
+}  // namespace
+
+void rms_norm(const float* x, size_t rows, size_t dim, const uint16_t* weight_bf16, float eps, float* y) {
+  rms_norm_impl(
+      x, rows, dim, [&](size_t i) { return bf16_bits_to_f32(weight_bf16[i]); }, eps, y, true);
+}
+
+void rms_norm(const float* x, size_t rows, size_t dim, const float* weight, float eps, float* y) {
+  rms_norm_impl(
+      x, rows, dim, [&](size_t i) { return weight[i]; }, eps, y, true);
+}
+
+float rms_rsqrt(const float* x, size_t n, float eps) {
+  return rsqrt_f32(HWY_DYNAMIC_DISPATCH(SumSquares)(x, n) / static_cast<float>(n) + eps);
+}
+
+namespace ref {
+void rms_norm(const float* x, size_t rows, size_t dim, const float* weight, float eps, float* y) {
+  rms_norm_impl(
+      x, rows, dim, [&](size_t i) { return weight[i]; }, eps, y, false);
+}
+float rms_rsqrt(const float* x, size_t n, float eps) {
+  const float ss = dot_canonical(x, x, n);
+  return rsqrt_f32(ss / static_cast<float>(n) + eps);
+}
+}  // namespace ref
+
+}  // namespace cedar::ops
+#endif  // HWY_ONCE

@@ -1,0 +1,70 @@
+// Engine: the interface between request handling (serve/, the CLI chat) and inference. One Engine
+// owns the model, the KV caches and a scheduler thread; generate() may be called from many threads
+// at once and the engine batches the concurrent requests (continuous batching). Nothing here knows
+// about HTTP or JSON.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+
+namespace cedar::runtime {
+
+struct SamplingParams {
+  float temperature = 1.0f;  // 0 = greedy (argmax)
+  uint64_t seed = 0;         // per-request seed for the sampler's generator
+  int max_tokens = 256;      // new tokens at most
+  std::vector<int32_t> stop_ids;  // stop (inclusive) on any of these; the EOS id is always a stop
+};
+
+enum class FinishReason { kStop, kLength, kCancelled, kError };
+const char* finish_reason_name(FinishReason r);  // "stop", "length", "cancelled", "error"
+
+struct GenerationRequest {
+  std::vector<int32_t> prompt_ids;
+  SamplingParams sampling;
+  // Called on the engine's thread for every generated token, in order, as soon as it is sampled.
+  // Return false to cancel the request (client went away). Must not block for long.
+  std::function<bool(int32_t token)> on_token;
+  // Store prompt + output in the prefix cache when the request ends (memory, then disk).
+  bool cache_prefix = true;
+};
+
+struct GenerationResult {
+  std::vector<int32_t> output_ids;   // generated tokens (the stop token included when it was emitted)
+  FinishReason finish_reason = FinishReason::kStop;
+  int prompt_tokens = 0;
+  int cached_tokens = 0;             // prompt tokens whose global KV came from the prefix cache
+  int replayed_tokens = 0;           // tokens recomputed to rebuild the SWA windows after a cache hit
+  double queue_seconds = 0, prefill_seconds = 0, decode_seconds = 0;
+};
+
+struct EngineInfo {
+  std::string model_id;          // e.g. the checkpoint directory name
+  int vocab_size = 0;
+  int32_t bos_id = 0, eos_id = 1;
+  int max_context = 0;           // longest prompt + output the engine accepts
+};
+
+struct EngineStats {             // cumulative, for /metrics
+  uint64_t requests = 0, prompt_tokens = 0, output_tokens = 0, cached_tokens = 0;
+  uint64_t prefix_hits = 0, prefix_misses = 0;
+  double prefill_seconds = 0, decode_seconds = 0;
+  uint64_t kv_bytes_memory = 0, kv_bytes_disk = 0;
+  int queue_depth = 0, active_sequences = 0;
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  // Blocks until the request finishes. Errors: InvalidArgument (empty or too long prompt, bad
+  // params), ResourceExhausted (queue or memory full: the caller should retry later).
+  virtual Result<GenerationResult> generate(const GenerationRequest& request) = 0;
+  virtual EngineInfo info() const = 0;
+  virtual EngineStats stats() const = 0;
+};
+
+}  // namespace cedar::runtime

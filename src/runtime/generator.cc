@@ -1,0 +1,49 @@
+#include "runtime/generator.h"
+
+#include "core/timer.h"
+
+namespace cedar::runtime {
+
+Result<std::vector<int32_t>> generate(model::Model& model, std::span<const int32_t> prompt,
+                                      const GenerateOptions& options,
+                                      const std::function<bool(int32_t)>& on_token, GenerateStats* stats,
+                                      ThreadPool* pool) {
+  if (prompt.empty()) return invalid_argument("generate: the prompt is empty");
+  if (options.max_new_tokens < 0) return invalid_argument("generate: max_new_tokens must be >= 0");
+  const size_t vocab = model.config().vocab_size;
+  model::SequenceState seq = model.new_sequence(static_cast<int64_t>(prompt.size()) + options.max_new_tokens + 1);
+  std::vector<float> logits(vocab);
+  ops::SampleRng rng(options.seed);
+  GenerateStats local;
+  GenerateStats& st = stats ? *stats : local;
+  st.prompt_tokens = static_cast<int>(prompt.size());
+
+  Timer timer;
+  const size_t chunk = options.prefill_chunk ? options.prefill_chunk : prompt.size();
+  for (size_t pos = 0; pos < prompt.size(); pos += chunk) {
+    const size_t n = std::min(chunk, prompt.size() - pos);
+    model::SeqChunk c{&seq, prompt.subspan(pos, n)};
+    CEDAR_RETURN_IF_ERROR(model.forward({&c, 1}, logits.data(), pool));
+  }
+  st.prefill_seconds = timer.seconds();
+  st.first_logits = logits;
+
+  std::vector<int32_t> out;
+  out.reserve(options.max_new_tokens);
+  timer.reset();
+  const int32_t eos = model.config().eos_token_id;
+  for (int i = 0; i < options.max_new_tokens; ++i) {
+    st.last_logits.assign(logits.begin(), logits.end());
+    const int32_t next = ops::sample_token(logits.data(), vocab, options.temperature, rng);
+    out.push_back(next);
+    const bool keep_going = !on_token || on_token(next);
+    if (!keep_going || (options.stop_at_eos && next == eos) || i + 1 == options.max_new_tokens) break;
+    model::SeqChunk c{&seq, {&out.back(), 1}};
+    CEDAR_RETURN_IF_ERROR(model.forward({&c, 1}, logits.data(), pool));
+  }
+  st.decode_seconds = timer.seconds();
+  st.new_tokens = static_cast<int>(out.size());
+  return out;
+}
+
+}  // namespace cedar::runtime

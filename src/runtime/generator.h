@@ -1,0 +1,40 @@
+// Single-sequence generation over a Model, as the reference generate.py does it: one prefill call
+// over the prompt (optionally in chunks), then one token per forward, stopping at EOS or a limit.
+// Used by `cedar generate`; the serving engine batches many of these.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <vector>
+
+#include "core/status.h"
+#include "core/thread_pool.h"
+#include "model/model.h"
+#include "ops/sample.h"
+
+namespace cedar::runtime {
+
+struct GenerateOptions {
+  int max_new_tokens = 64;
+  float temperature = 0.0f;  // 0 = greedy
+  uint64_t seed = 0;
+  bool stop_at_eos = true;
+  size_t prefill_chunk = 0;  // 0 = the whole prompt in one call (the reference's way)
+};
+
+struct GenerateStats {
+  int prompt_tokens = 0, new_tokens = 0;
+  double prefill_seconds = 0, decode_seconds = 0;
+  std::vector<float> last_logits;  // logits that produced the last sampled token (fp32, [vocab])
+  std::vector<float> first_logits; // logits after the prompt (the first sampled token's)
+};
+
+// Runs prompt + decode. on_token (may be empty) sees each new token as it is sampled; returning
+// false stops generation. Returns the new tokens.
+Result<std::vector<int32_t>> generate(model::Model& model, std::span<const int32_t> prompt,
+                                      const GenerateOptions& options,
+                                      const std::function<bool(int32_t)>& on_token, GenerateStats* stats,
+                                      ThreadPool* pool);
+
+}  // namespace cedar::runtime

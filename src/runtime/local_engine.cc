@@ -1,0 +1,207 @@
+#include "runtime/local_engine.h"
+
+#include <algorithm>
+#include <condition_variable>
+#include <deque>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include "core/log.h"
+#include "core/thread_pool.h"
+#include "core/timer.h"
+#include "model/model.h"
+#include "ops/sample.h"
+
+namespace cedar::runtime {
+namespace {
+
+// One request as the scheduler sees it. Owned by the caller's stack frame in generate(); the
+// scheduler signals `done` and never touches it afterwards.
+struct Job {
+  const GenerationRequest* request = nullptr;
+  GenerationResult result;
+  Status status;
+  bool done = false;
+  std::condition_variable cv;
+  // Scheduler-side state.
+  std::unique_ptr<model::SequenceState> seq;
+  std::unique_ptr<ops::SampleRng> rng;
+  std::vector<int32_t> pending;  // tokens to feed in the next step
+  Timer timer;
+  bool prefilled = false;
+};
+
+class LocalEngine final : public Engine {
+ public:
+  LocalEngine(std::unique_ptr<model::Model> model, EngineOptions options, std::string id)
+      : model_(std::move(model)), options_(options), pool_(options.threads > 0 ? options.threads : hardware_threads()) {
+    info_.model_id = std::move(id);
+    info_.vocab_size = model_->config().vocab_size;
+    info_.bos_id = model_->config().bos_token_id;
+    info_.eos_id = model_->config().eos_token_id;
+    info_.max_context = options.max_context;
+    thread_ = std::thread([this] { scheduler_loop(); });
+  }
+
+  ~LocalEngine() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    thread_.join();
+  }
+
+  Result<GenerationResult> generate(const GenerationRequest& request) override {
+    if (request.prompt_ids.empty()) return invalid_argument("the prompt is empty");
+    const int64_t total = static_cast<int64_t>(request.prompt_ids.size()) + request.sampling.max_tokens;
+    if (request.sampling.max_tokens < 1) return invalid_argument("max_tokens must be at least 1");
+    if (total > options_.max_context)
+      return invalid_argument("prompt (" + std::to_string(request.prompt_ids.size()) + " tokens) + max_tokens (" +
+                              std::to_string(request.sampling.max_tokens) + ") exceeds the context limit of " +
+                              std::to_string(options_.max_context) + " tokens");
+    for (int32_t id : request.prompt_ids)
+      if (id < 0 || id >= info_.vocab_size)
+        return invalid_argument("token id " + std::to_string(id) + " is outside the vocabulary");
+    if (request.sampling.temperature < 0) return invalid_argument("temperature must be >= 0");
+    Job job;
+    job.request = &request;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (static_cast<int>(waiting_.size()) >= options_.max_queue)
+        return resource_exhausted("the request queue is full (" + std::to_string(options_.max_queue) +
+                                  " waiting); retry later");
+      waiting_.push_back(&job);
+      ++stats_.queue_depth;
+    }
+    cv_.notify_all();
+    std::unique_lock<std::mutex> lock(mu_);
+    job.cv.wait(lock, [&] { return job.done; });
+    if (!job.status.ok()) return job.status;
+    return std::move(job.result);
+  }
+
+  EngineInfo info() const override { return info_; }
+
+  EngineStats stats() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    return stats_;
+  }
+
+ private:
+  void finish(Job* job, FinishReason reason, Status st = {}) {
+    job->result.finish_reason = reason;
+    job->result.decode_seconds = job->timer.seconds() - job->result.prefill_seconds - job->result.queue_seconds;
+    std::lock_guard<std::mutex> lock(mu_);
+    stats_.requests++;
+    stats_.output_tokens += job->result.output_ids.size();
+    stats_.prefill_seconds += job->result.prefill_seconds;
+    stats_.decode_seconds += job->result.decode_seconds;
+    job->status = std::move(st);
+    job->seq.reset();
+    job->done = true;
+    job->cv.notify_all();
+  }
+
+  void scheduler_loop() {
+    std::vector<Job*> active;
+    std::vector<model::SeqChunk> chunks;
+    std::vector<float> logits;
+    const size_t vocab = info_.vocab_size;
+    for (;;) {
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        cv_.wait(lock, [&] { return stop_ || !waiting_.empty() || !active.empty(); });
+        if (stop_) {
+          for (Job* j : waiting_) {
+            j->status = failed_precondition("the engine is shutting down");
+            j->done = true;
+            j->cv.notify_all();
+          }
+          waiting_.clear();
+          lock.unlock();
+          for (Job* j : active) finish(j, FinishReason::kError, failed_precondition("the engine is shutting down"));
+          return;
+        }
+        while (!waiting_.empty() && static_cast<int>(active.size()) < options_.max_batch) {
+          Job* j = waiting_.front();
+          waiting_.pop_front();
+          --stats_.queue_depth;
+          active.push_back(j);
+        }
+        stats_.active_sequences = static_cast<int>(active.size());
+      }
+      // Newly admitted jobs get their state; their prompt is this step's chunk.
+      for (Job* j : active)
+        if (!j->seq) {
+          const auto& req = *j->request;
+          j->result.queue_seconds = j->timer.seconds();
+          j->result.prompt_tokens = static_cast<int>(req.prompt_ids.size());
+          j->seq = std::make_unique<model::SequenceState>(
+              model_->new_sequence(static_cast<int64_t>(req.prompt_ids.size()) + req.sampling.max_tokens + 1));
+          j->rng = std::make_unique<ops::SampleRng>(req.sampling.seed);
+          j->pending = req.prompt_ids;
+          std::lock_guard<std::mutex> lock(mu_);
+          stats_.prompt_tokens += req.prompt_ids.size();
+          stats_.prefix_misses++;
+        }
+      chunks.clear();
+      for (Job* j : active) chunks.push_back({j->seq.get(), j->pending});
+      logits.resize(chunks.size() * vocab);
+      Status st = model_->forward(chunks, logits.data(), &pool_);
+      if (!st.ok()) {
+        CEDAR_LOG_ERROR("forward failed: %s", st.to_string().c_str());
+        for (Job* j : active) finish(j, FinishReason::kError, st);
+        active.clear();
+        continue;
+      }
+      std::vector<Job*> still;
+      for (size_t i = 0; i < active.size(); ++i) {
+        Job* j = active[i];
+        const auto& req = *j->request;
+        if (!j->prefilled) {
+          j->prefilled = true;
+          j->result.prefill_seconds = j->timer.seconds() - j->result.queue_seconds;
+        }
+        const int32_t next = ops::sample_token(logits.data() + i * vocab, vocab, req.sampling.temperature, *j->rng);
+        j->result.output_ids.push_back(next);
+        const bool keep = !req.on_token || req.on_token(next);
+        const bool is_stop = next == info_.eos_id || std::find(req.sampling.stop_ids.begin(), req.sampling.stop_ids.end(),
+                                                               next) != req.sampling.stop_ids.end();
+        if (!keep) finish(j, FinishReason::kCancelled);
+        else if (is_stop) finish(j, FinishReason::kStop);
+        else if (static_cast<int>(j->result.output_ids.size()) >= req.sampling.max_tokens) finish(j, FinishReason::kLength);
+        else {
+          j->pending.assign(1, next);
+          still.push_back(j);
+        }
+      }
+      active.swap(still);
+    }
+  }
+
+  std::unique_ptr<model::Model> model_;
+  EngineOptions options_;
+  ThreadPool pool_;
+  EngineInfo info_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Job*> waiting_;
+  EngineStats stats_;
+  bool stop_ = false;
+  std::thread thread_;
+};
+
+}  // namespace
+
+Result<std::unique_ptr<Engine>> make_engine(const std::string& model_dir, const EngineOptions& options) {
+  model::ModelOptions mopts;
+  if (options.index_keys_owner) mopts.index_keys = model::IndexKeyMode::kOwner;
+  CEDAR_ASSIGN_OR_RETURN(auto model, model::Model::load(model_dir, mopts));
+  std::string id = std::filesystem::path(model_dir).filename().string();
+  if (id.empty()) id = std::filesystem::path(model_dir).parent_path().filename().string();
+  return std::unique_ptr<Engine>(new LocalEngine(std::move(model), options, id));
+}
+
+}  // namespace cedar::runtime

@@ -1,0 +1,24 @@
+// LocalEngine: the Engine over an in-process Model. A scheduler thread runs continuous batching:
+// every step it admits waiting requests (their prompts prefill in the same forward call as the
+// decode steps of running requests), samples one token per sequence and retires finished ones.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "runtime/engine.h"
+
+namespace cedar::runtime {
+
+struct EngineOptions {
+  int max_batch = 8;            // sequences advanced together per step
+  int max_queue = 64;           // waiting requests beyond the batch; more -> ResourceExhausted (429)
+  int max_context = 8192;       // prompt + output tokens per request
+  int threads = 0;              // 0 = all cores
+  bool index_keys_owner = false;  // --index-keys owner
+};
+
+// Loads the checkpoint in `model_dir` and starts the scheduler.
+Result<std::unique_ptr<Engine>> make_engine(const std::string& model_dir, const EngineOptions& options);
+
+}  // namespace cedar::runtime

@@ -1,0 +1,170 @@
+// Properties of the forward pass that follow from the reference's semantics (spec §4, §9.1) and
+// cedar's chunk rules (model.h), checked on tiny random checkpoints. Agreement with the independent
+// golden implementation is tested in golden_test.cc.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "core/thread_pool.h"
+#include "tiny_model_util.h"
+
+namespace cedar::model {
+namespace {
+
+using testing::load_tiny;
+using testing::test_prompt;
+
+std::vector<float> run_chunks(Model& m, SequenceState& seq, const std::vector<int32_t>& ids,
+                              const std::vector<size_t>& cuts, ThreadPool* pool) {
+  std::vector<float> logits(m.config().vocab_size);
+  size_t pos = static_cast<size_t>(seq.n_tokens);  // cuts are absolute positions in `ids`
+  for (size_t cut : cuts) {
+    SeqChunk c{&seq, std::span<const int32_t>(ids).subspan(pos, cut - pos)};
+    Status st = m.forward({&c, 1}, logits.data(), pool);
+    EXPECT_TRUE(st.ok()) << st.to_string();
+    pos = cut;
+  }
+  return logits;
+}
+
+bool bit_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(double(a[i]) - b[i]));
+  return d;
+}
+
+class ForwardModes : public ::testing::TestWithParam<IndexKeyMode> {};
+
+// A chunk after position 0 follows the decode path token by token, so splitting it any way gives
+// the same bits (90 tokens cross the window (16), the top-k (16), the candidate pool (32 entries)
+// and many ratio-2 group boundaries).
+TEST_P(ForwardModes, ChunkedContinuationEqualsTokenByToken) {
+  auto m = load_tiny(1, GetParam());
+  ThreadPool pool(2);
+  const auto ids = test_prompt(90);
+  SequenceState a = m->new_sequence(128), b = m->new_sequence(128), c = m->new_sequence(128);
+  std::vector<size_t> one_by_one = {7};
+  for (size_t i = 8; i <= 90; ++i) one_by_one.push_back(i);
+  auto la = run_chunks(*m, a, ids, {7, 90}, &pool);
+  auto lb = run_chunks(*m, b, ids, one_by_one, &pool);
+  auto lc = run_chunks(*m, c, ids, {7, 9, 20, 21, 50, 90}, &pool);
+  EXPECT_TRUE(bit_equal(la, lb)) << "max |diff| " << max_abs_diff(la, lb);
+  EXPECT_TRUE(bit_equal(la, lc)) << "max |diff| " << max_abs_diff(la, lc);
+  for (float v : la) ASSERT_TRUE(std::isfinite(v));
+}
+
+INSTANTIATE_TEST_SUITE_P(IndexKeys, ForwardModes,
+                         ::testing::Values(IndexKeyMode::kReference, IndexKeyMode::kOwner),
+                         [](const auto& info) { return info.param == IndexKeyMode::kReference ? "reference" : "owner"; });
+
+// Sequences batched together at different positions give the bits they give alone.
+TEST(Forward, BatchEqualsSeparate) {
+  auto m = load_tiny(2);
+  ThreadPool pool(2);
+  const auto p1 = test_prompt(40, 1), p2 = test_prompt(23, 2), p3 = test_prompt(61, 3);
+  // Alone.
+  std::vector<std::vector<float>> alone;
+  for (const auto* p : {&p1, &p2, &p3}) {
+    SequenceState s = m->new_sequence(128);
+    alone.push_back(run_chunks(*m, s, *p, {p->size() - 3, p->size()}, &pool));
+  }
+  // Together: three prefills in one call, then the three continuations in one call.
+  SequenceState s1 = m->new_sequence(128), s2 = m->new_sequence(128), s3 = m->new_sequence(128);
+  const size_t V = m->config().vocab_size;
+  std::vector<float> logits(3 * V);
+  std::vector<SeqChunk> pre = {{&s1, std::span(p1).first(p1.size() - 3)},
+                               {&s2, std::span(p2).first(p2.size() - 3)},
+                               {&s3, std::span(p3).first(p3.size() - 3)}};
+  ASSERT_TRUE(m->forward(pre, logits.data(), &pool).ok());
+  std::vector<SeqChunk> rest = {{&s1, std::span(p1).last(3)}, {&s2, std::span(p2).last(3)}, {&s3, std::span(p3).last(3)}};
+  ASSERT_TRUE(m->forward(rest, logits.data(), &pool).ok());
+  for (int i = 0; i < 3; ++i) {
+    std::vector<float> got(logits.begin() + i * V, logits.begin() + (i + 1) * V);
+    EXPECT_TRUE(bit_equal(got, alone[i])) << "sequence " << i << " max |diff| " << max_abs_diff(got, alone[i]);
+  }
+}
+
+TEST(Forward, ThreadCountDoesNotChangeBits) {
+  auto m = load_tiny(3);
+  const auto ids = test_prompt(50, 7);
+  ThreadPool one(1), two(2), three(3);
+  SequenceState a = m->new_sequence(64), b = m->new_sequence(64), c = m->new_sequence(64);
+  auto la = run_chunks(*m, a, ids, {30, 50}, &one);
+  auto lb = run_chunks(*m, b, ids, {30, 50}, &two);
+  auto lc = run_chunks(*m, c, ids, {30, 50}, &three);
+  EXPECT_TRUE(bit_equal(la, lb));
+  EXPECT_TRUE(bit_equal(la, lc));
+}
+
+// The index-key slot quirk (spec §9.1) only changes a ratio-2 layer's selection at an even decode
+// position once it has more compressed entries than index_topk (16 in the tiny preset): before
+// that every entry is selected whatever the scores. So the two modes agree on short sequences and
+// disagree on long ones.
+TEST(Forward, IndexKeyModesDifferOnlyWhenSelectionMatters) {
+  auto ref = load_tiny(4, IndexKeyMode::kReference);
+  auto own = load_tiny(4, IndexKeyMode::kOwner);
+  ThreadPool pool(2);
+  const auto ids = test_prompt(100, 9);
+  SequenceState a = ref->new_sequence(128), b = own->new_sequence(128);
+  // Prefill 10 tokens, then decode to position 24: entries per ratio-2 layer stay <= 12 < 16.
+  std::vector<size_t> cuts = {10};
+  for (size_t i = 11; i <= 25; ++i) cuts.push_back(i);
+  auto la = run_chunks(*ref, a, ids, cuts, &pool);
+  auto lb = run_chunks(*own, b, ids, cuts, &pool);
+  EXPECT_TRUE(bit_equal(la, lb)) << "max |diff| " << max_abs_diff(la, lb);
+  // Continue to position 99 one token at a time: 50 ratio-2 entries > 16, the quirk bites.
+  bool differed = false;
+  for (size_t i = 26; i <= 100; ++i) {
+    la = run_chunks(*ref, a, ids, {i}, &pool);  // `cuts` continue from the state's position
+    lb = run_chunks(*own, b, ids, {i}, &pool);
+    differed |= !bit_equal(la, lb);
+  }
+  EXPECT_TRUE(differed);
+}
+
+// Decoder narrowing runs the layers after the last KV source on the last window_size prompt tokens
+// only: identical for prompts no longer than the window, different (an approximation) beyond.
+TEST(Forward, DecoderNarrowingIsExactWithinTheWindow) {
+  auto m = load_tiny(5);
+  ThreadPool pool(2);
+  const auto short_ids = test_prompt(16, 11), long_ids = test_prompt(80, 12);
+  SequenceState a = m->new_sequence(128), b = m->new_sequence(128);
+  auto full_short = run_chunks(*m, a, short_ids, {16}, &pool);
+  SequenceState c = m->new_sequence(128), d = m->new_sequence(128);
+  auto full_long = run_chunks(*m, c, long_ids, {80}, &pool);
+  m->set_decoder_narrowing(true);
+  auto narrow_short = run_chunks(*m, b, short_ids, {16}, &pool);
+  auto narrow_long = run_chunks(*m, d, long_ids, {80}, &pool);
+  m->set_decoder_narrowing(false);
+  EXPECT_TRUE(bit_equal(full_short, narrow_short)) << max_abs_diff(full_short, narrow_short);
+  EXPECT_FALSE(bit_equal(full_long, narrow_long));
+  // Decoding continues from the narrowed state.
+  std::vector<int32_t> next = {123};
+  SeqChunk ch{&d, next};
+  std::vector<float> logits(m->config().vocab_size);
+  ASSERT_TRUE(m->forward({&ch, 1}, logits.data(), &pool).ok());
+  for (float v : logits) ASSERT_TRUE(std::isfinite(v));
+}
+
+TEST(Forward, RejectsBadInput) {
+  auto m = load_tiny(1);
+  SequenceState s = m->new_sequence(8);
+  std::vector<float> logits(m->config().vocab_size);
+  std::vector<int32_t> bad = {1, -5};
+  SeqChunk c{&s, bad};
+  EXPECT_EQ(m->forward({&c, 1}, logits.data(), nullptr).code(), StatusCode::kInvalidArgument);
+  std::vector<int32_t> too_long(9, 5);
+  SeqChunk d{&s, too_long};
+  EXPECT_EQ(m->forward({&d, 1}, logits.data(), nullptr).code(), StatusCode::kInvalidArgument);
+  SeqChunk e{&s, {}};
+  EXPECT_EQ(m->forward({&e, 1}, logits.data(), nullptr).code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.n_tokens, 0);  // nothing was consumed
+}
+
+}  // namespace
+}  // namespace cedar::model

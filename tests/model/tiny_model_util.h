@@ -1,0 +1,62 @@
+// A tiny checkpoint written once per test binary (library calls, same as `cedar make-tiny`) and
+// helpers to run the model over it.
+#pragma once
+
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "model/model.h"
+#include "model/tiny_checkpoint.h"
+#include "tokenizer/engram_token_map.h"
+#include "tokenizer/tokenizer.h"
+
+namespace cedar::model::testing {
+
+inline std::string shared_tokenizer_dir() { return std::string(CEDAR_SOURCE_DIR) + "/../shared/tokenizers/deepseek-v3"; }
+
+inline std::string tiny_checkpoint(uint64_t seed) {
+  static std::mutex mu;
+  static std::map<uint64_t, std::string> made;
+  std::lock_guard<std::mutex> lock(mu);
+  if (made.count(seed)) return made[seed];
+  const std::string dir = std::string(CEDAR_BINARY_DIR) + "/model_test_data/tiny_seed" + std::to_string(seed);
+  std::filesystem::remove_all(dir);
+  ModelConfig c = tiny_config(TinyPreset::kTiny);
+  auto tok = tokenizer::Tokenizer::load_dir(shared_tokenizer_dir());
+  if (!tok.ok()) throw std::runtime_error(tok.status().to_string());
+  int n_classes = 0;
+  (void)tokenizer::build_engram_token_map(**tok, &n_classes);
+  c.engram_compressed_vocab_size = n_classes;
+  TinyOptions opt;
+  opt.out_dir = dir;
+  opt.seed = seed;
+  opt.tokenizer_dir = shared_tokenizer_dir();
+  Status st = write_tiny_checkpoint(c, opt);
+  if (!st.ok()) throw std::runtime_error(st.to_string());
+  made[seed] = dir;
+  return dir;
+}
+
+inline std::unique_ptr<Model> load_tiny(uint64_t seed, IndexKeyMode mode = IndexKeyMode::kReference) {
+  ModelOptions o;
+  o.index_keys = mode;
+  auto m = Model::load(tiny_checkpoint(seed), o);
+  if (!m.ok()) throw std::runtime_error(m.status().to_string());
+  return std::move(*m);
+}
+
+// Deterministic prompt of n ids below the tokenizer's size (Engram needs ids it can map).
+inline std::vector<int32_t> test_prompt(size_t n, uint32_t salt = 0) {
+  std::vector<int32_t> ids(n);
+  uint64_t x = 0x9E3779B97F4A7C15ull ^ salt;
+  for (size_t i = 0; i < n; ++i) {
+    x = x * 6364136223846793005ull + 1442695040888963407ull;
+    ids[i] = static_cast<int32_t>((x >> 33) % 128000);
+  }
+  return ids;
+}
+
+}  // namespace cedar::model::testing

@@ -1,0 +1,243 @@
+// Sparse attention, indexer scores and top-k: hand-worked cases, an exact (double) softmax oracle,
+// and SIMD/reference identity on every target.
+#include "ops/attention.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "ops/formats.h"
+#include "simd_targets.h"
+
+namespace cedar::ops {
+namespace {
+
+using testing::for_each_simd_target;
+
+uint32_t bits_of(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return u;
+}
+float bf16_ulp(double v) {
+  const double a = std::fabs(v);
+  if (a < 0x1p-126) return 0x1p-133f;
+  return static_cast<float>(std::exp2(std::floor(std::log2(a)) - 7));
+}
+std::vector<float> random_bf16(size_t n, std::mt19937& rng, float sd = 1.0f) {
+  std::normal_distribution<float> normal(0.0f, sd);
+  std::vector<float> v(n);
+  for (auto& x : v) x = round_bf16(normal(rng));
+  return v;
+}
+
+TEST(SparseAttn, HandWorkedSingleHead) {
+  // q = e0, rows k0 = e0 and k1 = 0, scale 1, sink 0: scores 1 and 0, running max 1,
+  // den = e^0 + e^-1 + e^(0-1); numerator = 1 * k0 (+ bf16(e^-1) * 0) -> o[0] = 1 / (1 + 2/e).
+  const float q[4] = {1, 0, 0, 0};
+  const float rows[8] = {1, 0, 0, 0, 0, 0, 0, 0};
+  const float sink[1] = {0.0f};
+  const int32_t idx[3] = {0, -1, 1};
+  float out[4];
+  sparse_attn(q, 1, 4, KvRows{rows, 2, nullptr, 0}, sink, idx, 3, 1.0f, out, nullptr);
+  EXPECT_EQ(out[0], round_bf16(static_cast<float>(1.0 / (1.0 + 2.0 * std::exp(-1.0)))));
+  EXPECT_EQ(out[1], 0.0f);
+  EXPECT_EQ(out[3], 0.0f);
+}
+
+TEST(SparseAttn, AllMaskedRowGivesZerosAndSoDoesScoreBelowMaxInit) {
+  const float q[4] = {1e20f, 0, 0, 0};
+  const float rows[4] = {-1e20f, 1, 1, 1};  // q·k = -1e40 -> -inf in f32, below the -1e30 start
+  const float sink[1] = {5.0f};
+  const int32_t all_masked[2] = {-1, -1};
+  float out[4] = {9, 9, 9, 9};
+  sparse_attn(q, 1, 4, KvRows{rows, 1, nullptr, 0}, sink, all_masked, 2, 1.0f, out, nullptr);
+  for (float v : out) EXPECT_EQ(v, 0.0f);
+  const float q2[4] = {-1e19f, 0, 0, 0};
+  const float rows2[4] = {1e19f, 1, 1, 1};  // score -1e38 < -1e30: p = exp(-1e38 + 1e30) = 0
+  const int32_t one[1] = {0};
+  sparse_attn(q2, 1, 4, KvRows{rows2, 1, nullptr, 0}, sink, one, 1, 1.0f, out, nullptr);
+  for (float v : out) EXPECT_EQ(v, 0.0f);
+  const int32_t none[1] = {0};
+  sparse_attn(q2, 1, 4, KvRows{rows2, 1, nullptr, 0}, sink, none, 0, 1.0f, out, nullptr);  // empty
+  for (float v : out) EXPECT_EQ(v, 0.0f);
+}
+
+// Exact softmax attention in double. The kernel's deviations: probabilities rounded to bf16 (relative
+// 2^-9) in the numerator only, the bf16 output rounding, and f32 rounding elsewhere (~1e-6):
+//   |o - exact| <= 2^-9 * Σ p|v| / den + 1 bf16 ulp(o) + 1e-5 * max|v|.
+TEST(SparseAttn, ReferenceWithinDerivedBoundOfExactSoftmax) {
+  std::mt19937 rng(1);
+  const size_t heads = 4, d = 512, n_first = 128, n_second = 300;
+  const auto q = random_bf16(heads * d, rng, 0.2f);
+  const auto win = random_bf16(n_first * d, rng);
+  const auto cmp = random_bf16(n_second * d, rng);
+  const float sink[4] = {0.5f, -2.0f, 3.0f, 0.0f};
+  std::vector<int32_t> idx;
+  for (int i = 0; i < 128; ++i) idx.push_back(i % 7 == 3 ? -1 : i);
+  for (int i = 0; i < 250; ++i) idx.push_back(128 + (i * 37) % 300);
+  const KvRows kv{win.data(), n_first, cmp.data(), n_second};
+  const float scale = 1.0f / std::sqrt(512.0f);
+  std::vector<float> out(heads * d);
+  ref::sparse_attn(q.data(), heads, d, kv, sink, idx.data(), idx.size(), scale, out.data());
+  for (size_t h = 0; h < heads; ++h) {
+    std::vector<double> s(idx.size(), -INFINITY);
+    double mx = sink[h];
+    for (size_t j = 0; j < idx.size(); ++j) {
+      if (idx[j] < 0) continue;
+      double dot = 0;
+      for (size_t e = 0; e < d; ++e) dot += static_cast<double>(q[h * d + e]) * kv.row(idx[j], d)[e];
+      s[j] = dot * scale;
+      mx = std::max(mx, s[j]);
+    }
+    double den = std::exp(sink[h] - mx);
+    for (double v : s) den += std::exp(v - mx);
+    for (size_t e = 0; e < d; ++e) {
+      double num = 0, abs_num = 0, vmax = 0;
+      for (size_t j = 0; j < idx.size(); ++j) {
+        if (idx[j] < 0) continue;
+        const double p = std::exp(s[j] - mx), v = kv.row(idx[j], d)[e];
+        num += p * v;
+        abs_num += p * std::fabs(v);
+        vmax = std::max(vmax, std::fabs(v));
+      }
+      const double exact = num / den;
+      const double bound = 0x1p-9 * abs_num / den + bf16_ulp(exact) + 1e-5 * vmax;
+      ASSERT_LE(std::fabs(out[h * d + e] - exact), bound) << "head " << h << " dim " << e;
+    }
+  }
+}
+
+TEST(SparseAttn, SimdBitIdenticalToReferenceOnEveryTarget) {
+  std::mt19937 rng(2);
+  for (size_t d : {64u, 512u, 100u}) {
+    const size_t heads = 8, n_first = 128, n_second = 200;
+    const auto q = random_bf16(heads * d, rng, 0.3f);
+    const auto win = random_bf16(n_first * d, rng);
+    const auto cmp = random_bf16(n_second * d, rng);
+    std::vector<float> sink(heads);
+    for (size_t h = 0; h < heads; ++h) sink[h] = static_cast<float>(h) - 3.0f;
+    std::vector<int32_t> idx;
+    std::uniform_int_distribution<int> pick(-1, static_cast<int>(n_first + n_second) - 1);
+    for (int i = 0; i < 300; ++i) idx.push_back(pick(rng));
+    const KvRows kv{win.data(), n_first, cmp.data(), n_second};
+    std::vector<float> want(heads * d);
+    ref::sparse_attn(q.data(), heads, d, kv, sink.data(), idx.data(), idx.size(), 0.044f, want.data());
+    ThreadPool pool(3);
+    for_each_simd_target([&] {
+      for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+        std::vector<float> got(heads * d);
+        sparse_attn(q.data(), heads, d, kv, sink.data(), idx.data(), idx.size(), 0.044f, got.data(), p);
+        for (size_t i = 0; i < got.size(); ++i)
+          ASSERT_EQ(bits_of(got[i]), bits_of(want[i])) << "d " << d << " @" << i;
+      }
+    });
+  }
+}
+
+TEST(IndexerScores, HandWorked) {
+  // d0 = q0·k = 2.5, d1 = q1·k = -2 -> relu 0; w = [0.5, 3]: 1.25 + 0 = 1.25.
+  const float q[8] = {1, 1, 0, 0, -1, 0, 0, 0};
+  const float w[2] = {0.5f, 3.0f};
+  const float key[4] = {2, 0.5f, 0, 0};
+  float score;
+  indexer_scores(q, w, 2, 4, key, 1, &score, nullptr);
+  EXPECT_EQ(score, 1.25f);
+  // bf16 rounding of the dot: 1 + 2^-9 (not bf16) -> 1; then x3 = 3.
+  const float q2[2] = {1.0f, 0x1p-9f};
+  const float k2[2] = {1.0f, 1.0f};
+  const float w2[1] = {3.0f};
+  indexer_scores(q2, w2, 1, 2, k2, 1, &score, nullptr);
+  EXPECT_EQ(score, 3.0f);
+  // bf16 rounding of relu*w: 1.0078125 * 1.0078125 = 1.01568 -> bf16 1.015625; head sum of three such
+  // in f32 = 3.046875 -> bf16 3.046875.
+  const float q3[3] = {1.0078125f, 1.0078125f, 1.0078125f};
+  const float k3[1] = {1.0f};
+  const float w3[3] = {1.0078125f, 1.0078125f, 1.0078125f};
+  indexer_scores(q3, w3, 3, 1, k3, 1, &score, nullptr);
+  EXPECT_EQ(score, 3.046875f);
+}
+
+TEST(IndexerScores, ReferenceMatchesEmulationInDouble) {
+  std::mt19937 rng(3);
+  const size_t heads = 32, d = 128, n_keys = 200;
+  const auto q = random_bf16(heads * d, rng);
+  const auto keys = random_bf16(n_keys * d, rng);
+  auto w = random_bf16(heads, rng, 0.05f);
+  std::vector<float> got(n_keys);
+  ref::indexer_scores(q.data(), w.data(), heads, d, keys.data(), n_keys, got.data());
+  size_t equal = 0;
+  for (size_t t = 0; t < n_keys; ++t) {
+    double sum = 0;
+    for (size_t h = 0; h < heads; ++h) {
+      double dot = 0;  // exact: bf16 products, 128 terms
+      for (size_t e = 0; e < d; ++e) dot += static_cast<double>(q[h * d + e]) * keys[t * d + e];
+      const float db = round_bf16(static_cast<float>(dot));
+      sum += round_bf16(std::max(db, 0.0f) * w[h]);
+    }
+    const float want = round_bf16(static_cast<float>(sum));
+    ASSERT_LE(std::fabs(got[t] - want), bf16_ulp(want) + 1e-30) << t;
+    equal += got[t] == want;
+  }
+  EXPECT_GE(equal, n_keys * 95 / 100);
+}
+
+TEST(IndexerScores, SimdBitIdenticalToReferenceOnEveryTarget) {
+  std::mt19937 rng(4);
+  const size_t heads = 32, d = 128, n_keys = 700;
+  const auto q = random_bf16(heads * d, rng);
+  const auto keys = random_bf16(n_keys * d, rng);
+  const auto w = random_bf16(heads, rng, 0.05f);
+  std::vector<float> want(n_keys);
+  ref::indexer_scores(q.data(), w.data(), heads, d, keys.data(), n_keys, want.data());
+  ThreadPool pool(2);
+  for_each_simd_target([&] {
+    std::vector<float> got(n_keys);
+    indexer_scores(q.data(), w.data(), heads, d, keys.data(), n_keys, got.data(), &pool);
+    for (size_t i = 0; i < n_keys; ++i) ASSERT_EQ(bits_of(got[i]), bits_of(want[i])) << i;
+  });
+}
+
+TEST(TopK, LargestThenAscendingWithLowerIndexWinningTies) {
+  const float s[7] = {1, 3, 3, 2, 3, -INFINITY, 0};
+  int32_t out[7], scratch[7];
+  topk_ascending(s, 7, 2, out, scratch);
+  EXPECT_EQ(out[0], 1);
+  EXPECT_EQ(out[1], 2);
+  topk_ascending(s, 7, 4, out, scratch);
+  EXPECT_EQ(std::vector<int32_t>(out, out + 4), (std::vector<int32_t>{1, 2, 3, 4}));
+  topk_ascending(s, 7, 7, out, scratch);  // k = n: everything, -inf included
+  EXPECT_EQ(std::vector<int32_t>(out, out + 7), (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6}));
+  const float z[5] = {0, 0, 0, 0, 0};  // all-zero relu rows: the first k positions
+  topk_ascending(z, 5, 3, out, scratch);
+  EXPECT_EQ(std::vector<int32_t>(out, out + 3), (std::vector<int32_t>{0, 1, 2}));
+  const float withnan[4] = {1, NAN, 5, 2};
+  topk_ascending(withnan, 4, 2, out, scratch);
+  EXPECT_EQ(std::vector<int32_t>(out, out + 2), (std::vector<int32_t>{1, 2}));
+}
+
+TEST(TopK, MatchesFullSortOnRandomInput) {
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> small(0, 20);  // many ties
+  for (int trial = 0; trial < 50; ++trial) {
+    const size_t n = 1 + static_cast<size_t>(trial) * 37;
+    std::vector<float> s(n);
+    for (auto& v : s) v = static_cast<float>(small(rng));
+    const size_t k = std::min<size_t>(n, 1 + trial * 11);
+    std::vector<int32_t> got(k), scratch(n), order(n);
+    topk_ascending(s.data(), n, k, got.data(), scratch.data());
+    for (size_t i = 0; i < n; ++i) order[i] = static_cast<int32_t>(i);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return s[a] > s[b]; });
+    std::vector<int32_t> want(order.begin(), order.begin() + k);
+    std::sort(want.begin(), want.end());
+    ASSERT_EQ(got, want) << "n " << n << " k " << k;
+  }
+}
+
+}  // namespace
+}  // namespace cedar::ops

@@ -1,0 +1,245 @@
+// mHC helpers, MoE routing / SwiGLU and sampling.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "ops/formats.h"
+#include "ops/hc.h"
+#include "ops/moe.h"
+#include "ops/sample.h"
+#include "simd_targets.h"
+
+namespace cedar::ops {
+namespace {
+
+using testing::for_each_simd_target;
+
+uint32_t bits_of(float x) {
+  uint32_t u;
+  std::memcpy(&u, &x, 4);
+  return u;
+}
+
+// ---- mHC ----
+
+TEST(HcSinkhorn, ZeroMixesGiveUniformComb) {
+  float mixes[24] = {}, scale[3] = {1, 1, 1}, base[24] = {};
+  float pre[4], post[4], comb[16];
+  hc_split_sinkhorn(mixes, scale, base, 4, 20, 1e-6f, pre, post, comb);
+  for (int j = 0; j < 4; ++j) {
+    EXPECT_EQ(pre[j], 0.5f + 1e-6f);
+    EXPECT_EQ(post[j], 1.0f);
+  }
+  for (int i = 0; i < 16; ++i) EXPECT_NEAR(comb[i], 0.25f, 1e-6f);
+}
+
+// Same algorithm in double, written from spec §2.7: the f32 version must agree to ~1e-5 relative,
+// end on a column normalisation (columns sum to 1 within the eps) and be close to doubly stochastic.
+TEST(HcSinkhorn, AgreesWithDoubleAndIsDoublyStochastic) {
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  for (int trial = 0; trial < 20; ++trial) {
+    float mixes[24], scale[3], base[24];
+    for (auto& v : mixes) v = normal(rng);
+    for (auto& v : base) v = normal(rng);
+    for (auto& v : scale) v = std::fabs(normal(rng));
+    float pre[4], post[4], comb[16];
+    hc_split_sinkhorn(mixes, scale, base, 4, 20, 1e-6f, pre, post, comb);
+    double c[4][4];
+    for (int j = 0; j < 4; ++j) {
+      const double want_pre = 1.0 / (1.0 + std::exp(-(double(mixes[j]) * scale[0] + base[j]))) + 1e-6;
+      const double want_post = 2.0 / (1.0 + std::exp(-(double(mixes[4 + j]) * scale[1] + base[4 + j])));
+      EXPECT_NEAR(pre[j], want_pre, 1e-6);
+      EXPECT_NEAR(post[j], want_post, 2e-6);
+      double mx = -1e300, sum = 0;
+      for (int k = 0; k < 4; ++k) {
+        c[j][k] = double(mixes[8 + 4 * j + k]) * scale[2] + base[8 + 4 * j + k];
+        mx = std::max(mx, c[j][k]);
+      }
+      for (int k = 0; k < 4; ++k) sum += (c[j][k] = std::exp(c[j][k] - mx));
+      for (int k = 0; k < 4; ++k) c[j][k] = c[j][k] / sum + 1e-6;
+    }
+    for (int it = 0; it < 20; ++it) {
+      if (it > 0) {
+        for (int j = 0; j < 4; ++j) {
+          double s = 0;
+          for (int k = 0; k < 4; ++k) s += c[j][k];
+          for (int k = 0; k < 4; ++k) c[j][k] /= s + 1e-6;
+        }
+      }
+      for (int k = 0; k < 4; ++k) {
+        double s = 0;
+        for (int j = 0; j < 4; ++j) s += c[j][k];
+        for (int j = 0; j < 4; ++j) c[j][k] /= s + 1e-6;
+      }
+    }
+    for (int j = 0; j < 4; ++j) {
+      double col = 0;
+      for (int k = 0; k < 4; ++k) {
+        EXPECT_NEAR(comb[j * 4 + k], c[j][k], 1e-5 * std::max(1.0, c[j][k])) << trial;
+        col += comb[k * 4 + j];
+      }
+      EXPECT_NEAR(col, 1.0, 1e-5);
+    }
+  }
+}
+
+TEST(HcPrePost, HandWorked) {
+  // 2 streams of dim 3 (hc_mult 2 keeps the arithmetic small).
+  const float x[6] = {1, 2, 3, 10, 20, 30};  // [hc=2, dim=3]
+  const float a[2] = {0.5f, 0.25f};
+  float out[3];
+  hc_pre(x, a, 1, 2, 3, out);
+  EXPECT_EQ(out[0], 3.0f);  // 0.5 + 2.5
+  EXPECT_EQ(out[1], 6.0f);
+  EXPECT_EQ(out[2], 9.0f);
+  // post_k * y + Σ_j comb[j][k] R_j: comb = [[1, 0.5], [0, 0.5]] -> column 0 takes R_0, column 1 the mean.
+  const float y[3] = {1, 1, 1}, post[2] = {2, 0}, comb[4] = {1, 0.5f, 0, 0.5f};
+  float res[6];
+  hc_post(y, x, post, comb, 1, 2, 3, res);
+  EXPECT_EQ(res[0], 3.0f);  // 2*1 + 1
+  EXPECT_EQ(res[2], 5.0f);  // 2*1 + 3
+  EXPECT_EQ(res[3], 5.5f);  // 0 + (1 + 10)/2
+  EXPECT_EQ(res[5], 16.5f);
+  // bf16 rounding of the result: 1 + 2^-9 is not bf16 -> 1.
+  const float y2[1] = {0x1p-9f}, r2[2] = {1, 0}, p2[2] = {1, 1}, c2[4] = {1, 0, 0, 0};
+  float o2[2];
+  hc_post(y2, r2, p2, c2, 1, 2, 1, o2);
+  EXPECT_EQ(o2[0], 1.0f);
+}
+
+TEST(HcMixes, SimdBitIdenticalAndCloseToExact) {
+  std::mt19937 rng(2);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  const size_t tokens = 3, hc_dim = 4 * 640, n_mix = 24;
+  std::vector<float> x(tokens * hc_dim), fn(n_mix * hc_dim);
+  for (auto& v : x) v = round_bf16(normal(rng));
+  for (auto& v : fn) v = normal(rng) * 0.01f;
+  std::vector<float> want(tokens * n_mix);
+  ref::hc_mixes(x.data(), tokens, hc_dim, fn.data(), n_mix, 1e-20f, want.data());
+  for (size_t t = 0; t < tokens; ++t) {
+    double ss = 0;
+    for (size_t i = 0; i < hc_dim; ++i) ss += double(x[t * hc_dim + i]) * x[t * hc_dim + i];
+    const double r = 1.0 / std::sqrt(ss / hc_dim + 1e-20);
+    for (size_t j = 0; j < n_mix; ++j) {
+      double dot = 0, mag = 0;
+      for (size_t i = 0; i < hc_dim; ++i) {
+        dot += double(x[t * hc_dim + i]) * fn[j * hc_dim + i];
+        mag += std::fabs(double(x[t * hc_dim + i]) * fn[j * hc_dim + i]);
+      }
+      // (ceil(k/64) + 6 + 1) roundings of the canonical sum plus the products, then r and the multiply.
+      const double bound =
+          (std::ceil(hc_dim / 64.0) + 8) * 0x1p-24 * mag * r + 4 * 0x1p-24 * std::fabs(dot * r);
+      EXPECT_NEAR(want[t * n_mix + j], dot * r, bound);
+    }
+  }
+  ThreadPool pool(2);
+  for_each_simd_target([&] {
+    for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+      std::vector<float> got(tokens * n_mix);
+      hc_mixes(x.data(), tokens, hc_dim, fn.data(), n_mix, 1e-20f, got.data(), p);
+      for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(bits_of(got[i]), bits_of(want[i])) << i;
+    }
+  });
+}
+
+// ---- MoE ----
+
+TEST(Moe, SqrtSoftplusFollowsTorchThreshold) {
+  EXPECT_FLOAT_EQ(sqrt_softplus(0.0f), std::sqrt(std::log(2.0f)));
+  EXPECT_EQ(sqrt_softplus(25.0f), 5.0f);                    // above 20: softplus(x) = x
+  EXPECT_FLOAT_EQ(sqrt_softplus(20.0f), std::sqrt(20.0f));  // log1p(exp(20)) = 20 + 2e-9
+  EXPECT_GT(sqrt_softplus(-100.0f), 0.0f);
+  EXPECT_LT(sqrt_softplus(-100.0f), 1e-20f);
+}
+
+TEST(Moe, RouterSelectsWithBiasWeighsWithoutAndNormalises) {
+  // Scores s_e = sqrt(softplus(logit)); logits 25 -> 5, 16 -> 4.0000..., -100 -> ~0.
+  const float logits[5] = {25.0f, -100.0f, 16.0f, -100.0f, 25.0f};
+  const float bias[5] = {0.0f, 10.0f, 0.0f, 0.0f, 0.0f};  // expert 1 selected by bias alone
+  int32_t ids[3];
+  float w[3];
+  route_sqrt_softplus(logits, bias, 5, 3, 1.5f, ids, w);
+  // Biased keys: 5, 10+tiny, ~4, tiny, 5 -> order 1, 0, 4 (0 before 4 on the tie).
+  EXPECT_EQ(ids[0], 1);
+  EXPECT_EQ(ids[1], 0);
+  EXPECT_EQ(ids[2], 4);
+  const float s1 = sqrt_softplus(-100.0f);
+  const float sum = s1 + 5.0f + 5.0f;
+  EXPECT_EQ(w[0], s1 / (sum + 1e-20f) * 1.5f);
+  EXPECT_EQ(w[1], 5.0f / (sum + 1e-20f) * 1.5f);
+  EXPECT_NEAR(w[0] + w[1] + w[2], 1.5f, 1e-6f);
+  // top_k = 1: no normalisation, only the scale.
+  route_sqrt_softplus(logits, bias, 5, 1, 1.5f, ids, w);
+  EXPECT_EQ(ids[0], 1);
+  EXPECT_EQ(w[0], s1 * 1.5f);
+}
+
+TEST(Moe, SwigluClampsAndWeights) {
+  const float g[4] = {20.0f, -3.0f, 1.0f, 0.0f};
+  const float u[4] = {-50.0f, 2.0f, 12.0f, 5.0f};
+  float out[4];
+  swiglu_clamped(g, u, 4, 10.0f, 0.5f, out);
+  const auto silu = [](float v) { return v / (1.0f + std::exp(-v)); };
+  EXPECT_EQ(out[0], round_bf16(0.5f * (silu(10.0f) * -10.0f)));  // g capped at 10, u at -10
+  EXPECT_EQ(out[1], round_bf16(0.5f * (silu(-3.0f) * 2.0f)));    // gate only capped from above
+  EXPECT_EQ(out[2], round_bf16(0.5f * (silu(1.0f) * 10.0f)));    // u capped at +10
+  EXPECT_EQ(out[3], 0.0f);
+  swiglu_clamped(g, u, 4, 0.0f, 1.0f, out);  // limit 0: no clamps
+  EXPECT_EQ(out[0], round_bf16(silu(20.0f) * -50.0f));
+}
+
+// ---- sampling ----
+
+TEST(Sample, ArgmaxFirstOnTiesAndNaN) {
+  const float x[5] = {1, 3, 3, 2, 3};
+  EXPECT_EQ(argmax(x, 5), 1);
+  const float y[4] = {1, NAN, 5, NAN};
+  EXPECT_EQ(argmax(y, 4), 1);
+  const float z[3] = {-INFINITY, -INFINITY, -INFINITY};
+  EXPECT_EQ(argmax(z, 3), 0);
+}
+
+TEST(Sample, RngIsSeededAndUniformOpenAtZero) {
+  SampleRng a(42), b(42), c(43);
+  bool differs = false;
+  for (int i = 0; i < 100; ++i) {
+    const uint64_t va = a.next_u64();
+    EXPECT_EQ(va, b.next_u64());
+    differs |= va != c.next_u64();
+  }
+  EXPECT_TRUE(differs);
+  SampleRng r(7);
+  double sum = 0;
+  const int n = 200000;
+  for (int i = 0; i < n; ++i) {
+    const double u = r.next_uniform_open0();
+    ASSERT_GT(u, 0.0);
+    ASSERT_LE(u, 1.0);
+    sum += r.next_exponential();
+  }
+  EXPECT_NEAR(sum / n, 1.0, 0.01);  // Exp(1) mean; sd of the mean is 0.0022
+}
+
+TEST(Sample, TemperatureZeroIsArgmaxAndRaceFollowsSoftmax) {
+  const float logits[3] = {0.0f, std::log(2.0f), std::log(3.0f)};  // p = 1/6, 2/6, 3/6
+  SampleRng rng(123);
+  EXPECT_EQ(sample_token(logits, 3, 0.0f, rng), 2);
+  int counts[3] = {0, 0, 0};
+  const int n = 60000;
+  for (int i = 0; i < n; ++i) counts[sample_token(logits, 3, 1.0f, rng)]++;
+  // Binomial sd <= sqrt(n/4) ~ 122 -> 0.002 in frequency; 0.01 is > 4 sd.
+  EXPECT_NEAR(counts[0] / double(n), 1.0 / 6, 0.01);
+  EXPECT_NEAR(counts[1] / double(n), 2.0 / 6, 0.01);
+  EXPECT_NEAR(counts[2] / double(n), 3.0 / 6, 0.01);
+  // A tiny temperature (clamped to 1e-5) is effectively greedy.
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(sample_token(logits, 3, 1e-9f, rng), 2);
+}
+
+}  // namespace
+}  // namespace cedar::ops

@@ -1,0 +1,164 @@
+// cedar generate: run a prompt through the model and stream the continuation.
+#include <cstdio>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "args.h"
+#include "command.h"
+#include "core/thread_pool.h"
+#include "model/model.h"
+#include "progress.h"
+#include "runtime/generator.h"
+#include "tokenizer/tokenizer.h"
+
+namespace cedar::cli {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: cedar generate -m DIR (-p TEXT | --prompt-ids 1,2,3) [options]\n"
+    "  -m, --model DIR        checkpoint directory\n"
+    "  -p, --prompt TEXT      prompt text (tokenized with the checkpoint's tokenizer, BOS per its config)\n"
+    "  --prompt-ids IDS       comma-separated token ids instead of text\n"
+    "  -n, --n-predict N      new tokens at most (default 32)\n"
+    "  --temperature T        0 = greedy (default 0)\n"
+    "  --seed S               sampler seed (default 0)\n"
+    "  --threads K            worker threads (default: all cores)\n"
+    "  --index-keys MODE      reference (default: the official code's index-key slot) or owner\n"
+    "  --prefill-chunk N      prefill in chunks of N tokens (default: one call)\n"
+    "  --ignore-eos           keep generating after the end-of-sequence token\n"
+    "  --json                 print {\"prompt_ids\", \"ids\", \"text\"} instead of streaming text\n";
+
+Result<std::vector<int32_t>> parse_ids(const std::string& s) {
+  std::vector<int32_t> ids;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    char* end = nullptr;
+    long v = std::strtol(item.c_str(), &end, 10);
+    if (item.empty() || *end || v < 0 || v > INT32_MAX) return invalid_argument("--prompt-ids: bad id '" + item + "'");
+    ids.push_back(static_cast<int32_t>(v));
+  }
+  if (ids.empty()) return invalid_argument("--prompt-ids: no ids given");
+  return ids;
+}
+
+int fail(const Status& st) {
+  std::fprintf(stderr, "cedar generate: %s\n", st.message().c_str());
+  return 1;
+}
+
+int cmd_generate(const std::vector<std::string>& argv) {
+  auto args = Args::parse(argv,
+                          {"--model", "--prompt", "--prompt-ids", "--n-predict", "--temperature", "--seed",
+                           "--threads", "--index-keys", "--prefill-chunk"},
+                          {"--json", "--ignore-eos", "--help"},
+                          {{"-m", "--model"}, {"-p", "--prompt"}, {"-n", "--n-predict"}});
+  if (!args.ok()) {
+    std::fprintf(stderr, "cedar generate: %s\n%s", args.status().message().c_str(), kUsage);
+    return 2;
+  }
+  if (args->has("--help")) {
+    std::printf("%s", kUsage);
+    return 0;
+  }
+  if (!args->has("--model") || args->has("--prompt") == args->has("--prompt-ids")) {
+    std::fprintf(stderr, "cedar generate: need -m DIR and exactly one of -p TEXT / --prompt-ids\n%s", kUsage);
+    return 2;
+  }
+  auto n = args->get_int("--n-predict", 32);
+  auto temp = args->get_double("--temperature", 0.0);
+  auto seed = args->get_int("--seed", 0);
+  auto threads = args->get_int("--threads", 0);
+  auto chunk = args->get_int("--prefill-chunk", 0);
+  for (const Status* st : {&n.status(), &temp.status(), &seed.status(), &threads.status(), &chunk.status()})
+    if (!st->ok()) {
+      std::fprintf(stderr, "cedar generate: %s\n", st->message().c_str());
+      return 2;
+    }
+  if (*n < 0 || *temp < 0 || *threads < 0 || *chunk < 0) {
+    std::fprintf(stderr, "cedar generate: -n, --temperature, --threads and --prefill-chunk must be >= 0\n");
+    return 2;
+  }
+  model::ModelOptions mopts;
+  const std::string mode = args->get_or("--index-keys", "reference");
+  if (mode == "owner") mopts.index_keys = model::IndexKeyMode::kOwner;
+  else if (mode != "reference") {
+    std::fprintf(stderr, "cedar generate: --index-keys must be 'reference' or 'owner'\n");
+    return 2;
+  }
+  const std::string dir = *args->get("--model");
+  ProgressBar load_bar("mapping checkpoint");
+  mopts.progress = [&](const io::CheckpointProgress& p) { load_bar.update(p.bytes_done, p.bytes_total); };
+  auto model = model::Model::load(dir, mopts);
+  load_bar.finish();
+  if (!model.ok()) return fail(model.status());
+  auto tok = tokenizer::Tokenizer::load_dir(dir);
+  if (!tok.ok()) return fail(tok.status());
+
+  std::vector<int32_t> prompt;
+  if (args->has("--prompt-ids")) {
+    auto ids = parse_ids(*args->get("--prompt-ids"));
+    if (!ids.ok()) return fail(ids.status());
+    prompt = *ids;
+  } else {
+    auto ids = (*tok)->encode(*args->get("--prompt"), /*add_special=*/true);
+    if (!ids.ok()) return fail(ids.status());
+    prompt = *ids;
+  }
+  if (*threads > 0) ThreadPool::set_default_threads(static_cast<int>(*threads));
+  ThreadPool& pool = ThreadPool::global();
+
+  runtime::GenerateOptions gopts;
+  gopts.max_new_tokens = static_cast<int>(*n);
+  gopts.temperature = static_cast<float>(*temp);
+  gopts.seed = static_cast<uint64_t>(*seed);
+  gopts.stop_at_eos = !args->has("--ignore-eos");
+  gopts.prefill_chunk = static_cast<size_t>(*chunk);
+  const bool json = args->has("--json");
+
+  // Stream text: print what the decoded output gained, holding back an incomplete UTF-8 tail.
+  std::vector<int32_t> so_far;
+  size_t printed = 0;
+  ProgressBar prefill_bar("prefill");
+  (*model)->set_layer_observer([&](int layer, const float*, size_t) {
+    if (so_far.empty()) prefill_bar.update(layer + 1, (*model)->config().n_layers);
+  });
+  auto on_token = [&](int32_t id) {
+    if (so_far.empty()) prefill_bar.finish();
+    so_far.push_back(id);
+    if (json) return true;
+    auto text = (*tok)->decode(so_far, /*skip_special=*/false);
+    if (text.ok() && text->size() > printed && text->find("\xEF\xBF\xBD", printed) == std::string::npos) {
+      std::fwrite(text->data() + printed, 1, text->size() - printed, stdout);
+      std::fflush(stdout);
+      printed = text->size();
+    }
+    return true;
+  };
+  runtime::GenerateStats stats;
+  auto out = runtime::generate(**model, prompt, gopts, on_token, &stats, &pool);
+  (*model)->set_layer_observer(nullptr);
+  if (!out.ok()) return fail(out.status());
+  auto text = (*tok)->decode(*out, /*skip_special=*/false);
+  if (!text.ok()) return fail(text.status());
+  if (json) {
+    nlohmann::json j = {{"prompt_ids", prompt}, {"ids", *out}, {"text", *text}};
+    std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  } else {
+    if (printed < text->size()) std::fwrite(text->data() + printed, 1, text->size() - printed, stdout);
+    std::printf("\n");
+  }
+  std::fprintf(stderr, "prefill: %d tokens in %.3f s (%.2f tok/s); decode: %d tokens in %.3f s (%.2f tok/s); %d threads\n",
+               stats.prompt_tokens, stats.prefill_seconds, stats.prompt_tokens / std::max(stats.prefill_seconds, 1e-9),
+               stats.new_tokens, stats.decode_seconds,
+               stats.new_tokens > 1 ? (stats.new_tokens - 1) / std::max(stats.decode_seconds, 1e-9) : 0.0,
+               pool.size());
+  return 0;
+}
+
+}  // namespace
+
+CEDAR_COMMAND("generate", "generate text from a prompt (streams tokens; --json for ids)", cmd_generate);
+
+}  // namespace cedar::cli

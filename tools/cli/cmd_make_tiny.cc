@@ -1,0 +1,98 @@
+// cedar make-tiny: writes a small random-weight checkpoint in the released V4.1 layout.
+#include <cstdio>
+#include <filesystem>
+
+#include "args.h"
+#include "command.h"
+#include "model/tiny_checkpoint.h"
+#include "progress.h"
+#include "tokenizer/engram_token_map.h"
+#include "tokenizer/tokenizer.h"
+
+namespace cedar::cli {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: cedar make-tiny --out DIR [--seed N] [--preset tiny|small] [--tokenizer DIR]\n"
+    "  --out DIR         output directory (created; existing files are replaced)\n"
+    "  --seed N          weight seed (default 0)\n"
+    "  --preset P        tiny (~40 MB, the default) or small (~1.6 GB, for benchmarks)\n"
+    "  --tokenizer DIR   folder with tokenizer.json (+ tokenizer_config.json) to ship; default\n"
+    "                    ../shared/tokenizers/deepseek-v3 next to the source tree, when present\n";
+
+std::string default_tokenizer_dir() {
+  for (const std::string& d : {std::string(CEDAR_SOURCE_DIR) + "/../shared/tokenizers/deepseek-v3",
+                               std::string("../shared/tokenizers/deepseek-v3")})
+    if (std::filesystem::exists(d + "/tokenizer.json")) return d;
+  return "";
+}
+
+int cmd_make_tiny(const std::vector<std::string>& argv) {
+  auto args = Args::parse(argv, {"--out", "--seed", "--preset", "--tokenizer"}, {"--help"});
+  if (!args.ok()) {
+    std::fprintf(stderr, "cedar make-tiny: %s\n%s", args.status().message().c_str(), kUsage);
+    return 2;
+  }
+  if (args->has("--help")) {
+    std::printf("%s", kUsage);
+    return 0;
+  }
+  if (!args->has("--out")) {
+    std::fprintf(stderr, "cedar make-tiny: --out DIR is required\n%s", kUsage);
+    return 2;
+  }
+  auto seed = args->get_int("--seed", 0);
+  if (!seed.ok() || *seed < 0) {
+    std::fprintf(stderr, "cedar make-tiny: --seed must be a non-negative integer\n");
+    return 2;
+  }
+  const std::string preset_name = args->get_or("--preset", "tiny");
+  if (preset_name != "tiny" && preset_name != "small") {
+    std::fprintf(stderr, "cedar make-tiny: --preset must be 'tiny' or 'small', got '%s'\n", preset_name.c_str());
+    return 2;
+  }
+  model::TinyOptions opt;
+  opt.out_dir = *args->get("--out");
+  opt.seed = static_cast<uint64_t>(*seed);
+  opt.preset = preset_name == "tiny" ? model::TinyPreset::kTiny : model::TinyPreset::kSmall;
+  opt.tokenizer_dir = args->get_or("--tokenizer", default_tokenizer_dir());
+  if (opt.tokenizer_dir.empty()) {
+    std::fprintf(stderr,
+                 "cedar make-tiny: no tokenizer found; pass --tokenizer DIR (a folder with tokenizer.json)\n");
+    return 1;
+  }
+  model::ModelConfig config = model::tiny_config(opt.preset);
+  // The Engram hash multipliers derive from the tokenizer's class count, so the config must carry
+  // the count of the tokenizer that ships with the checkpoint.
+  auto tok = tokenizer::Tokenizer::load_dir(opt.tokenizer_dir);
+  if (!tok.ok()) {
+    std::fprintf(stderr, "cedar make-tiny: %s\n", tok.status().message().c_str());
+    return 1;
+  }
+  int n_classes = 0;
+  (void)tokenizer::build_engram_token_map(**tok, &n_classes);
+  config.engram_compressed_vocab_size = n_classes;
+  if ((*tok)->vocab_size() > config.vocab_size) {
+    std::fprintf(stderr, "cedar make-tiny: tokenizer has %d ids, more than the preset's vocab_size %d\n",
+                 (*tok)->vocab_size(), config.vocab_size);
+    return 1;
+  }
+
+  ProgressBar bar("writing shards");
+  opt.progress = [&](int shard, int n) { bar.update(shard, n); };
+  Status st = model::write_tiny_checkpoint(config, opt);
+  bar.finish();
+  if (!st.ok()) {
+    std::fprintf(stderr, "cedar make-tiny: %s\n", st.message().c_str());
+    return 1;
+  }
+  std::printf("wrote %s checkpoint (seed %llu) to %s\n", preset_name.c_str(),
+              static_cast<unsigned long long>(opt.seed), opt.out_dir.c_str());
+  return 0;
+}
+
+}  // namespace
+
+CEDAR_COMMAND("make-tiny", "write a small random-weight checkpoint in the released layout", cmd_make_tiny);
+
+}  // namespace cedar::cli
