@@ -62,11 +62,14 @@ struct SafetensorsHeader {
 // names the file in error messages.
 //
 // Checks: file holds the 8-byte prefix; N <= kMaxSafetensorsHeaderBytes and 8 + N <= file size;
-// the header is a JSON object; "__metadata__" is an object of strings; each tensor has a known
-// "dtype" string, a "shape" array of non-negative integers whose product times the dtype size
-// does not overflow, and "data_offsets" [begin, end] with begin <= end <= data-section size and
-// end - begin == numel * dtype size; no two tensors overlap. Gaps between tensors and bytes after
-// the last one are allowed (other writers pad).
+// the header is a JSON object with no name given twice; "__metadata__" is an object of strings;
+// each tensor has a known "dtype" string, a "shape" array of at most 64 non-negative integers
+// whose product times the dtype size does not overflow, and "data_offsets" [begin, end] with
+// begin <= end <= data-section size and end - begin == numel * dtype size; no two tensors overlap.
+// Gaps between tensors and bytes after the last one are allowed (other writers pad); unknown
+// fields in an entry are ignored, as the reference reader does. The JSON is streamed (SAX), so
+// memory is proportional to the tensor count and no nesting depth can exhaust the stack. The
+// first problem found (in file order) is the one reported.
 //
 // Error codes: DataLoss for a corrupt or truncated file, Unimplemented for a dtype that the
 // safetensors format defines but cedar does not support (e.g. F64), NotFound never.
