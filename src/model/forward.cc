@@ -19,6 +19,7 @@ Model::~Model() = default;
 Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const ModelOptions& options) {
   std::unique_ptr<Model> m(new Model());
   m->options_ = options;
+  m->dir_ = dir;
   CEDAR_ASSIGN_OR_RETURN(m->config_, load_config(dir + "/config.json"));
   const ModelConfig& c = m->config_;
   if (c.family != ModelFamily::kV41)
@@ -60,6 +61,34 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const ModelOp
 }
 
 SequenceState Model::new_sequence(int64_t capacity) const { return make_sequence_state(config_, plan_, capacity); }
+
+Status Model::prepare_resume(SequenceState& seq, std::span<const int32_t> tokens, int64_t restored,
+                             int64_t replay_from) const {
+  if (restored < 0 || replay_from < 0 || replay_from > restored || static_cast<int64_t>(tokens.size()) < restored)
+    return invalid_argument("resume: inconsistent positions");
+  if (replay_from == 0) return invalid_argument("resume: a replay from position 0 is a cold prefill");
+  // The Engram history of [0, replay_from): compressed ids only (the row ids are discarded).
+  if (engram_hasher_) {
+    const size_t per_token = static_cast<size_t>(engram_hasher_->n_layers()) * engram_hasher_->n_columns();
+    std::vector<int64_t> rows(static_cast<size_t>(replay_from) * per_token);
+    seq.engram.clear();
+    CEDAR_RETURN_IF_ERROR(engram_hasher_->hash(seq.engram, 0, tokens.first(replay_from), {}, rows));
+  }
+  seq.tokens.assign(tokens.begin(), tokens.begin() + replay_from);
+  seq.n_tokens = replay_from;
+  seq.replay_until = restored;
+  seq.window_floor = replay_from;
+  // The index-key slot as token replay_from - 1's forward left it: the last owner whose group
+  // completed at that position.
+  seq.index_key_slot = -1;
+  for (auto it = plan_.kv_owner_layers.rbegin(); it != plan_.kv_owner_layers.rend(); ++it)
+    if (replay_from % plan_.layers[*it].compress_ratio == 0) {
+      seq.index_key_slot = *it;
+      break;
+    }
+  for (KvOwnerState& o : seq.owners) o.n_entries = restored / o.ratio;
+  return {};
+}
 
 Status Model::forward(std::span<const SeqChunk> chunks, float* logits, ThreadPool* pool) {
   if (chunks.empty()) return invalid_argument("forward: no sequences");

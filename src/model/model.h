@@ -68,6 +68,15 @@ class Model {
   void set_layer_observer(LayerObserver obs) { observer_ = std::move(obs); }
 
   SequenceState new_sequence(int64_t capacity) const;
+  const io::Checkpoint& checkpoint() const { return checkpoint_; }
+  const std::string& dir() const { return dir_; }
+
+  // Prepares `seq` (fresh, with global KV of positions [0, restored) already copied in by a prefix
+  // cache) for a bounded-replay resume: the next forward starts at `replay_from` (at most `restored`);
+  // positions [replay_from, restored) rebuild only window KV and attend no window slot below
+  // replay_from (spec §8). tokens: the sequence's ids, at least `restored` of them.
+  Status prepare_resume(SequenceState& seq, std::span<const int32_t> tokens, int64_t restored,
+                        int64_t replay_from) const;
 
   // Runs every chunk's tokens through the model and writes the fp32 logits of each chunk's last
   // token to logits [chunks.size(), vocab_size]. Advances each sequence's state. Errors:
@@ -78,6 +87,7 @@ class Model {
   Model() = default;
   Status forward_round(std::span<const SeqChunk> chunks, float* logits, ThreadPool* pool);
 
+  std::string dir_;
   ModelConfig config_;
   LayerPlan plan_;
   ModelOptions options_;

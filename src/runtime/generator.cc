@@ -19,8 +19,16 @@ Result<std::vector<int32_t>> generate(model::Model& model, std::span<const int32
   st.prompt_tokens = static_cast<int>(prompt.size());
 
   Timer timer;
-  const size_t chunk = options.prefill_chunk ? options.prefill_chunk : prompt.size();
-  for (size_t pos = 0; pos < prompt.size(); pos += chunk) {
+  size_t start = 0;
+  if (options.prefix_store) {
+    CEDAR_ASSIGN_OR_RETURN(ResumePlan rp, options.prefix_store->restore(prompt, options.replay, seq));
+    st.cached_tokens = rp.cached_tokens;
+    st.replayed_tokens = rp.replayed_tokens();
+    start = static_cast<size_t>(rp.replay_from);
+  }
+  st.computed_tokens = static_cast<int64_t>(prompt.size() - start);
+  const size_t chunk = options.prefill_chunk && start == 0 ? options.prefill_chunk : prompt.size();
+  for (size_t pos = start; pos < prompt.size(); pos += chunk) {
     const size_t n = std::min(chunk, prompt.size() - pos);
     model::SeqChunk c{&seq, prompt.subspan(pos, n)};
     CEDAR_RETURN_IF_ERROR(model.forward({&c, 1}, logits.data(), pool));
@@ -43,6 +51,7 @@ Result<std::vector<int32_t>> generate(model::Model& model, std::span<const int32
   }
   st.decode_seconds = timer.seconds();
   st.new_tokens = static_cast<int>(out.size());
+  if (options.prefix_store) CEDAR_RETURN_IF_ERROR(options.prefix_store->save(seq));
   return out;
 }
 

@@ -12,6 +12,7 @@
 #include "core/thread_pool.h"
 #include "model/model.h"
 #include "ops/sample.h"
+#include "runtime/prefix_store.h"
 
 namespace cedar::runtime {
 
@@ -21,10 +22,15 @@ struct GenerateOptions {
   uint64_t seed = 0;
   bool stop_at_eos = true;
   size_t prefill_chunk = 0;  // 0 = the whole prompt in one call (the reference's way)
+  PrefixStore* prefix_store = nullptr;  // resume from / save to the prefix cache when set
+  ReplayMode replay = ReplayMode::kBounded;
 };
 
 struct GenerateStats {
   int prompt_tokens = 0, new_tokens = 0;
+  int64_t cached_tokens = 0;    // prompt tokens restored from the prefix cache
+  int64_t replayed_tokens = 0;  // cached tokens recomputed to rebuild the windows (bounded replay)
+  int64_t computed_tokens = 0;  // prompt tokens the forward pass ran (replay + new suffix)
   double prefill_seconds = 0, decode_seconds = 0;
   std::vector<float> last_logits;  // logits that produced the last sampled token (fp32, [vocab])
   std::vector<float> first_logits; // logits after the prompt (the first sampled token's)

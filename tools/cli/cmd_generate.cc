@@ -27,6 +27,10 @@ constexpr const char* kUsage =
     "  --index-keys MODE      reference (default: the official code's index-key slot) or owner\n"
     "  --prefill-chunk N      prefill in chunks of N tokens (default: one call)\n"
     "  --ignore-eos           keep generating after the end-of-sequence token\n"
+    "  --cache-dir DIR        durable prefix cache: resume from it and save prompt + output to it\n"
+    "  --replay MODE          after a cache hit: bounded (default; replay the last window of tokens)\n"
+    "                         or full (recompute the whole prompt; exact)\n"
+    "  --decoder-narrowing    prefill the layers after the last KV source on the last window only\n"
     "  --json                 print {\"prompt_ids\", \"ids\", \"text\"} instead of streaming text\n";
 
 Result<std::vector<int32_t>> parse_ids(const std::string& s) {
@@ -51,8 +55,8 @@ int fail(const Status& st) {
 int cmd_generate(const std::vector<std::string>& argv) {
   auto args = Args::parse(argv,
                           {"--model", "--prompt", "--prompt-ids", "--n-predict", "--temperature", "--seed",
-                           "--threads", "--index-keys", "--prefill-chunk"},
-                          {"--json", "--ignore-eos", "--help"},
+                           "--threads", "--index-keys", "--prefill-chunk", "--cache-dir", "--replay"},
+                          {"--json", "--ignore-eos", "--decoder-narrowing", "--help"},
                           {{"-m", "--model"}, {"-p", "--prompt"}, {"-n", "--n-predict"}});
   if (!args.ok()) {
     std::fprintf(stderr, "cedar generate: %s\n%s", args.status().message().c_str(), kUsage);
@@ -85,6 +89,12 @@ int cmd_generate(const std::vector<std::string>& argv) {
   if (mode == "owner") mopts.index_keys = model::IndexKeyMode::kOwner;
   else if (mode != "reference") {
     std::fprintf(stderr, "cedar generate: --index-keys must be 'reference' or 'owner'\n");
+    return 2;
+  }
+  mopts.decoder_narrowing = args->has("--decoder-narrowing");
+  const std::string replay = args->get_or("--replay", "bounded");
+  if (replay != "bounded" && replay != "full") {
+    std::fprintf(stderr, "cedar generate: --replay must be 'bounded' or 'full'\n");
     return 2;
   }
   const std::string dir = *args->get("--model");
@@ -136,6 +146,16 @@ int cmd_generate(const std::vector<std::string>& argv) {
     }
     return true;
   };
+  std::unique_ptr<runtime::PrefixStore> store;
+  if (args->has("--cache-dir")) {
+    runtime::PrefixStoreOptions po;
+    po.disk_dir = *args->get("--cache-dir");
+    auto ps = runtime::PrefixStore::create(**model, po);
+    if (!ps.ok()) return fail(ps.status());
+    store = std::move(*ps);
+    gopts.prefix_store = store.get();
+    gopts.replay = replay == "full" ? runtime::ReplayMode::kFull : runtime::ReplayMode::kBounded;
+  }
   runtime::GenerateStats stats;
   auto out = runtime::generate(**model, prompt, gopts, on_token, &stats, &pool);
   (*model)->set_layer_observer(nullptr);
@@ -144,11 +164,18 @@ int cmd_generate(const std::vector<std::string>& argv) {
   if (!text.ok()) return fail(text.status());
   if (json) {
     nlohmann::json j = {{"prompt_ids", prompt}, {"ids", *out}, {"text", *text}};
+    if (store)
+      j["cache"] = {{"cached_tokens", stats.cached_tokens}, {"replayed_tokens", stats.replayed_tokens},
+                    {"computed_tokens", stats.computed_tokens}, {"prefill_seconds", stats.prefill_seconds}};
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     if (printed < text->size()) std::fwrite(text->data() + printed, 1, text->size() - printed, stdout);
     std::printf("\n");
   }
+  if (store)
+    std::fprintf(stderr, "prefix cache: %lld prompt tokens restored, %lld replayed, %lld computed\n",
+                 static_cast<long long>(stats.cached_tokens), static_cast<long long>(stats.replayed_tokens),
+                 static_cast<long long>(stats.computed_tokens));
   std::fprintf(stderr, "prefill: %d tokens in %.3f s (%.2f tok/s); decode: %d tokens in %.3f s (%.2f tok/s); %d threads\n",
                stats.prompt_tokens, stats.prefill_seconds, stats.prompt_tokens / std::max(stats.prefill_seconds, 1e-9),
                stats.new_tokens, stats.decode_seconds,

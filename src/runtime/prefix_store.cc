@@ -1,0 +1,112 @@
+#include "runtime/prefix_store.h"
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "core/log.h"
+#include "runtime/kv_spec.h"
+
+namespace cedar::runtime {
+
+PrefixStore::~PrefixStore() {
+  cache_.reset();  // before the disk cache it points to
+  disk_.reset();
+}
+
+Result<std::unique_ptr<PrefixStore>> PrefixStore::create(const model::Model& model, const PrefixStoreOptions& o) {
+  std::unique_ptr<PrefixStore> ps(new PrefixStore(model));
+  std::ifstream in(model.dir() + "/config.json", std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  const uint64_t fp = model_fingerprint(text.str(), model.checkpoint());
+  const kv::ModelKvSpec spec = kv_spec_from_plan(model.dir(), model.config(), model.plan(), fp);
+  CEDAR_ASSIGN_OR_RETURN(ps->geometry_, kv::make_cache_geometry(spec, o.block_tokens, model.config().n_layers));
+  if (!o.disk_dir.empty()) {
+    kv::DiskCacheOptions dopt;
+    dopt.budget_bytes = o.disk_budget_bytes;
+    auto disk = kv::DiskPrefixCache::open(o.disk_dir, ps->geometry_, dopt);
+    if (disk.ok()) ps->disk_ = std::move(*disk);
+    else CEDAR_LOG_WARN("prefix cache: no disk persistence (%s)", disk.status().to_string().c_str());
+  }
+  kv::KvCacheOptions copt;
+  copt.capacity_blocks = o.memory_blocks;
+  copt.disk = ps->disk_.get();
+  CEDAR_ASSIGN_OR_RETURN(ps->cache_, kv::KvCache::create(ps->geometry_, copt));
+  for (const kv::OwnerGeometry& og : ps->geometry_.owners) ps->owner_index_.push_back(og.layer);
+  return ps;
+}
+
+Result<ResumePlan> PrefixStore::restore(std::span<const int32_t> prompt, ReplayMode mode, model::SequenceState& seq) {
+  ResumePlan plan;
+  if (mode == ReplayMode::kFull || prompt.size() < 2) return plan;
+  CEDAR_ASSIGN_OR_RETURN(kv::Sequence * ks, cache_->new_sequence());
+  auto h = cache_->attach_prefix(*ks, prompt, static_cast<int64_t>(prompt.size()) - 1);
+  if (!h.ok()) {
+    cache_->release(ks);
+    return h.status();
+  }
+  const int64_t window = model_.config().window_size;
+  // A prefix no longer than the window is replayed whole: that is a cold prefill.
+  if (*h <= window) {
+    cache_->release(ks);
+    return plan;
+  }
+  for (size_t o = 0; o < owner_index_.size(); ++o) {
+    model::KvOwnerState& owner = seq.owner(owner_index_[o]);
+    const kv::OwnerGeometry& og = geometry_.owners[o];
+    const int64_t entries = *h / og.ratio;
+    for (int64_t j = 0; j < entries; ++j) {
+      std::memcpy(owner.main.data() + j * og.main_entry_bytes, ks->main_entry(static_cast<int>(o), j),
+                  og.main_entry_bytes);
+      if (og.index_entry_bytes)
+        std::memcpy(owner.index_keys.data() + j * og.index_entry_bytes, ks->index_key(static_cast<int>(o), j),
+                    og.index_entry_bytes);
+    }
+  }
+  cache_->release(ks);
+  plan.cached_tokens = *h;
+  plan.replay_from = *h - window;
+  CEDAR_RETURN_IF_ERROR(model_.prepare_resume(seq, prompt, plan.cached_tokens, plan.replay_from));
+  return plan;
+}
+
+Status PrefixStore::save(const model::SequenceState& seq) {
+  const int64_t bt = geometry_.block_tokens;
+  const int64_t n_full = (seq.n_tokens / bt) * bt;
+  if (n_full == 0) return {};
+  CEDAR_ASSIGN_OR_RETURN(kv::Sequence * ks, cache_->new_sequence());
+  std::span<const int32_t> tokens(seq.tokens.data(), static_cast<size_t>(n_full));
+  Status st = cache_->append(*ks, tokens);
+  if (st.ok()) {
+    for (size_t o = 0; o < owner_index_.size(); ++o) {
+      const model::KvOwnerState& owner = seq.owners[seq.owner_of_layer[owner_index_[o]]];
+      const kv::OwnerGeometry& og = geometry_.owners[o];
+      for (int64_t j = 0; j < n_full / og.ratio; ++j) {
+        std::memcpy(ks->main_entry_mut(static_cast<int>(o), j), owner.main.data() + j * og.main_entry_bytes,
+                    og.main_entry_bytes);
+        if (og.index_entry_bytes)
+          std::memcpy(ks->index_key_mut(static_cast<int>(o), j), owner.index_keys.data() + j * og.index_entry_bytes,
+                      og.index_entry_bytes);
+      }
+    }
+    // Boundary records: the Engram history (compressed ids) as of each block's last token.
+    auto hist = ks->engram_history();
+    for (int64_t k = 0; k < n_full / bt; ++k) {
+      const int64_t end = (k + 1) * bt;
+      for (size_t i = 0; i < hist.size(); ++i) {
+        const int64_t pos = end - static_cast<int64_t>(hist.size()) + static_cast<int64_t>(i);
+        hist[i] = pos >= 0 && pos < seq.engram.size() ? seq.engram.compressed[pos] : -1;
+      }
+      ks->capture_boundary_state(static_cast<size_t>(k));
+    }
+    st = cache_->commit(*ks);
+  }
+  cache_->release(ks);
+  return st;
+}
+
+kv::KvCacheStats PrefixStore::memory_stats() const { return cache_->stats(); }
+kv::DiskCacheStats PrefixStore::disk_stats() const { return disk_ ? disk_->stats() : kv::DiskCacheStats{}; }
+
+}  // namespace cedar::runtime

@@ -1,0 +1,61 @@
+// PrefixStore: the engine's prefix cache. The forward pass works on one packed SequenceState per
+// request; when a request ends its whole blocks of global KV (compressed main KV + index keys, never
+// the SWA windows) are copied into the kv module's paged pool (shared, content-addressed by the token
+// chain) and persisted to disk. A new request restores the longest cached prefix and then rebuilds the
+// windows by bounded replay (spec §8) or, with ReplayMode::kFull, recomputes everything.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "core/status.h"
+#include "kv/disk_cache.h"
+#include "kv/kv_cache.h"
+#include "model/model.h"
+
+namespace cedar::runtime {
+
+enum class ReplayMode {
+  kBounded,  // restore global KV, replay the last window_size cached tokens (approximate, spec §8)
+  kFull,     // recompute the whole prompt with a cold prefill (exact; the cache only saves nothing)
+};
+
+struct PrefixStoreOptions {
+  std::string disk_dir;                   // empty: memory only
+  uint64_t disk_budget_bytes = 8ull << 30;
+  uint32_t block_tokens = 64;             // a multiple of every compress ratio
+  uint32_t memory_blocks = 4096;          // in-memory pool size (blocks)
+};
+
+struct ResumePlan {
+  int64_t cached_tokens = 0;   // prompt tokens whose global KV was restored
+  int64_t replay_from = 0;     // first position the forward pass runs (0: cold prefill)
+  int64_t replayed_tokens() const { return cached_tokens - replay_from; }
+};
+
+class PrefixStore {
+ public:
+  static Result<std::unique_ptr<PrefixStore>> create(const model::Model& model, const PrefixStoreOptions& options);
+  ~PrefixStore();
+
+  // Fills a fresh `seq` from the longest cached prefix of `prompt` (whole blocks, leaving at least one
+  // prompt token to run) and prepares it for the replay mode. After this, feed prompt[replay_from:].
+  Result<ResumePlan> restore(std::span<const int32_t> prompt, ReplayMode mode, model::SequenceState& seq);
+  // Stores the whole blocks of `seq` (its tokens and global KV) in memory and on disk.
+  Status save(const model::SequenceState& seq);
+
+  kv::KvCacheStats memory_stats() const;
+  kv::DiskCacheStats disk_stats() const;
+
+ private:
+  PrefixStore(const model::Model& m) : model_(m) {}
+  const model::Model& model_;
+  kv::CacheGeometry geometry_;
+  std::unique_ptr<kv::DiskPrefixCache> disk_;
+  std::unique_ptr<kv::KvCache> cache_;
+  std::vector<int> owner_index_;  // kv owner index -> model layer
+};
+
+}  // namespace cedar::runtime
