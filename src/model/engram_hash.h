@@ -93,6 +93,8 @@ class NgramHasher {
                                     std::vector<int32_t> token_map);
 
   int n_layers() const { return n_layers_; }
+  // Raw token ids the map covers (the tokenizer's size); larger ids cannot be hashed.
+  int64_t token_map_size() const { return static_cast<int64_t>(token_map_.size()); }
   int n_columns() const { return n_columns_; }
   int max_ngram_size() const { return max_ngram_size_; }
   int32_t pad_id() const { return pad_id_; }

@@ -7,6 +7,7 @@
 //     they were fed one at a time: the result equals token-by-token decoding bit for bit.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -69,6 +70,13 @@ class Model {
 
   SequenceState new_sequence(int64_t capacity) const;
   const io::Checkpoint& checkpoint() const { return checkpoint_; }
+  // Ids a sampler may emit: the Engram hash maps only the tokenizer's ids, so a checkpoint whose
+  // vocab_size exceeds its tokenizer (the tiny test checkpoints) must not produce the extra ids
+  // (the reference would fail on its next call). Equal to vocab_size for the released model.
+  size_t sampleable_vocab() const {
+    return engram_hasher_ ? std::min<size_t>(config_.vocab_size, engram_hasher_->token_map_size())
+                          : static_cast<size_t>(config_.vocab_size);
+  }
   const std::string& dir() const { return dir_; }
 
   // Prepares `seq` (fresh, with global KV of positions [0, restored) already copied in by a prefix

@@ -42,7 +42,7 @@ Result<std::vector<int32_t>> generate(model::Model& model, std::span<const int32
   const int32_t eos = model.config().eos_token_id;
   for (int i = 0; i < options.max_new_tokens; ++i) {
     st.last_logits.assign(logits.begin(), logits.end());
-    const int32_t next = ops::sample_token(logits.data(), vocab, options.temperature, rng);
+    const int32_t next = ops::sample_token(logits.data(), model.sampleable_vocab(), options.temperature, rng);
     out.push_back(next);
     const bool keep_going = !on_token || on_token(next);
     if (!keep_going || (options.stop_at_eos && next == eos) || i + 1 == options.max_new_tokens) break;

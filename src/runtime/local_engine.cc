@@ -12,6 +12,7 @@
 #include "core/timer.h"
 #include "model/model.h"
 #include "ops/sample.h"
+#include "runtime/prefix_store.h"
 
 namespace cedar::runtime {
 namespace {
@@ -34,8 +35,10 @@ struct Job {
 
 class LocalEngine final : public Engine {
  public:
-  LocalEngine(std::unique_ptr<model::Model> model, EngineOptions options, std::string id)
-      : model_(std::move(model)), options_(options), pool_(options.threads > 0 ? options.threads : hardware_threads()) {
+  LocalEngine(std::unique_ptr<model::Model> model, std::unique_ptr<PrefixStore> store, EngineOptions options,
+              std::string id)
+      : model_(std::move(model)), store_(std::move(store)), options_(options),
+        pool_(options.threads > 0 ? options.threads : hardware_threads()) {
     info_.model_id = std::move(id);
     info_.vocab_size = model_->config().vocab_size;
     info_.bos_id = model_->config().bos_token_id;
@@ -86,12 +89,22 @@ class LocalEngine final : public Engine {
 
   EngineStats stats() const override {
     std::lock_guard<std::mutex> lock(mu_);
-    return stats_;
+    EngineStats s = stats_;
+    if (store_) {
+      s.kv_bytes_memory = store_->memory_stats().pool.blocks_in_use * store_->block_bytes();
+      s.kv_bytes_disk = store_->disk_stats().bytes;
+    }
+    return s;
   }
 
  private:
   void finish(Job* job, FinishReason reason, Status st = {}) {
     job->result.finish_reason = reason;
+    // Keep the conversation's global KV for the next turn (memory, then disk).
+    if (store_ && job->seq && job->request->cache_prefix && reason != FinishReason::kError) {
+      Status saved = store_->save(*job->seq);
+      if (!saved.ok()) CEDAR_LOG_WARN("prefix cache: %s", saved.to_string().c_str());
+    }
     job->result.decode_seconds = job->timer.seconds() - job->result.prefill_seconds - job->result.queue_seconds;
     std::lock_guard<std::mutex> lock(mu_);
     stats_.requests++;
@@ -142,9 +155,24 @@ class LocalEngine final : public Engine {
               model_->new_sequence(static_cast<int64_t>(req.prompt_ids.size()) + req.sampling.max_tokens + 1));
           j->rng = std::make_unique<ops::SampleRng>(req.sampling.seed);
           j->pending = req.prompt_ids;
+          int64_t cached = 0;
+          if (store_) {
+            auto plan = store_->restore(req.prompt_ids, options_.replay_full ? ReplayMode::kFull : ReplayMode::kBounded,
+                                        *j->seq);
+            if (plan.ok()) {
+              cached = plan->cached_tokens;
+              j->result.cached_tokens = static_cast<int>(plan->cached_tokens);
+              j->result.replayed_tokens = static_cast<int>(plan->replayed_tokens());
+              j->pending.assign(req.prompt_ids.begin() + plan->replay_from, req.prompt_ids.end());
+            } else {
+              CEDAR_LOG_WARN("prefix cache lookup failed, computing the prompt: %s", plan.status().to_string().c_str());
+              *j->seq = model_->new_sequence(static_cast<int64_t>(req.prompt_ids.size()) + req.sampling.max_tokens + 1);
+            }
+          }
           std::lock_guard<std::mutex> lock(mu_);
           stats_.prompt_tokens += req.prompt_ids.size();
-          stats_.prefix_misses++;
+          stats_.cached_tokens += cached;
+          (cached > 0 ? stats_.prefix_hits : stats_.prefix_misses)++;
         }
       chunks.clear();
       for (Job* j : active) chunks.push_back({j->seq.get(), j->pending});
@@ -164,7 +192,7 @@ class LocalEngine final : public Engine {
           j->prefilled = true;
           j->result.prefill_seconds = j->timer.seconds() - j->result.queue_seconds;
         }
-        const int32_t next = ops::sample_token(logits.data() + i * vocab, vocab, req.sampling.temperature, *j->rng);
+        const int32_t next = ops::sample_token(logits.data() + i * vocab, model_->sampleable_vocab(), req.sampling.temperature, *j->rng);
         j->result.output_ids.push_back(next);
         const bool keep = !req.on_token || req.on_token(next);
         const bool is_stop = next == info_.eos_id || std::find(req.sampling.stop_ids.begin(), req.sampling.stop_ids.end(),
@@ -182,6 +210,7 @@ class LocalEngine final : public Engine {
   }
 
   std::unique_ptr<model::Model> model_;
+  std::unique_ptr<PrefixStore> store_;  // used by the scheduler thread only (stats() reads counters)
   EngineOptions options_;
   ThreadPool pool_;
   EngineInfo info_;
@@ -198,10 +227,19 @@ class LocalEngine final : public Engine {
 Result<std::unique_ptr<Engine>> make_engine(const std::string& model_dir, const EngineOptions& options) {
   model::ModelOptions mopts;
   if (options.index_keys_owner) mopts.index_keys = model::IndexKeyMode::kOwner;
+  mopts.decoder_narrowing = options.decoder_narrowing;
   CEDAR_ASSIGN_OR_RETURN(auto model, model::Model::load(model_dir, mopts));
+  std::unique_ptr<PrefixStore> store;
+  if (options.prefix_cache) {
+    PrefixStoreOptions po;
+    po.disk_dir = options.cache_dir;
+    po.disk_budget_bytes = options.cache_budget_bytes;
+    po.block_tokens = options.kv_block_tokens;
+    CEDAR_ASSIGN_OR_RETURN(store, PrefixStore::create(*model, po));
+  }
   std::string id = std::filesystem::path(model_dir).filename().string();
   if (id.empty()) id = std::filesystem::path(model_dir).parent_path().filename().string();
-  return std::unique_ptr<Engine>(new LocalEngine(std::move(model), options, id));
+  return std::unique_ptr<Engine>(new LocalEngine(std::move(model), std::move(store), options, id));
 }
 
 }  // namespace cedar::runtime

@@ -16,6 +16,13 @@ struct EngineOptions {
   int max_context = 8192;       // prompt + output tokens per request
   int threads = 0;              // 0 = all cores
   bool index_keys_owner = false;  // --index-keys owner
+  // Prefix cache: sessions survive across requests (memory) and restarts (disk, when cache_dir is set).
+  bool prefix_cache = true;
+  std::string cache_dir;
+  uint64_t cache_budget_bytes = 8ull << 30;
+  uint32_t kv_block_tokens = 64;
+  bool replay_full = false;       // recompute whole prompts after a hit (exact) instead of bounded replay
+  bool decoder_narrowing = false;
 };
 
 // Loads the checkpoint in `model_dir` and starts the scheduler.

@@ -47,6 +47,7 @@ class PrefixStore {
   Status save(const model::SequenceState& seq);
 
   kv::KvCacheStats memory_stats() const;
+  uint64_t block_bytes() const { return geometry_.block_bytes; }
   kv::DiskCacheStats disk_stats() const;
 
  private:

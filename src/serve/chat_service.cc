@@ -1,0 +1,204 @@
+#include "serve/chat_service.h"
+
+#include <algorithm>
+#include <chrono>
+#include <climits>
+#include <random>
+
+#include "serve/prompt_schema.h"
+#include "serve/schema_util.h"
+
+namespace cedar::serve {
+namespace {
+
+// How often follow() wakes up without tokens, and how long a stream may stay silent before a
+// keep-alive goes out (which is also how a vanished client is noticed during a long prefill).
+constexpr auto kPollInterval = std::chrono::milliseconds(50);
+constexpr auto kKeepAliveAfter = std::chrono::seconds(2);
+
+bool same_calls(const std::vector<ToolCall>& client, const std::vector<ToolCall>& generated) {
+  if (client.size() != generated.size()) return false;
+  for (size_t i = 0; i < client.size(); ++i) {
+    if (client[i].id != generated[i].id || client[i].name != generated[i].name ||
+        !same_arguments(client[i].arguments, generated[i].arguments))
+      return false;
+  }
+  return true;
+}
+
+uint64_t fresh_seed() {
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  return rng();
+}
+
+}  // namespace
+
+ChatService::ChatService(const tokenizer::Tokenizer& tokenizer, runtime::Engine& engine, GenerationQueue& queue,
+                         ReplayStore& replay, ServiceConfig config)
+    : tokenizer_(tokenizer),
+      queue_(queue),
+      replay_(replay),
+      config_(std::move(config)),
+      info_(engine.info()) {}
+
+std::vector<Message> ChatService::replay_turns(const std::vector<Message>& messages) const {
+  std::vector<Message> out = messages;
+  for (size_t i = 0; i < out.size(); ++i) {
+    Message& m = out[i];
+    if (m.role != Role::kAssistant || m.tool_calls.empty()) continue;
+    std::optional<ReplayTurn> turn = replay_.find(m.tool_calls.front().id);
+    if (!turn || !same_calls(m.tool_calls, turn->calls) || m.content != turn->content) continue;
+    // The encoder orders tool results like the calls of the assistant turn before them; that turn is
+    // about to become plain text, so order its results here (stable, unknown ids last).
+    size_t end = i + 1;
+    while (end < out.size() && out[end].role == Role::kTool) ++end;
+    auto rank = [&](const Message& tool) {
+      for (size_t k = 0; k < turn->calls.size(); ++k)
+        if (turn->calls[k].id == tool.tool_call_id) return k;
+      return turn->calls.size();
+    };
+    std::stable_sort(out.begin() + i + 1, out.begin() + end,
+                     [&](const Message& a, const Message& b) { return rank(a) < rank(b); });
+    // The exact generated text: content and DSML as the model wrote them. Reasoning the client did
+    // not send back (most Chat Completions clients drop reasoning_content) is restored too: V4.1
+    // keeps the reasoning of tool-call turns in the prompt.
+    m.content = std::move(turn->raw);
+    m.tool_calls.clear();
+    if (m.reasoning.empty()) m.reasoning = std::move(turn->reasoning);
+  }
+  return out;
+}
+
+std::variant<PreparedGeneration, ApiError> ChatService::prepare_chat(const ChatRequest& request,
+                                                                     std::string_view id_prefix,
+                                                                     std::string_view tool_id_prefix) const {
+  const bool thinking = request.reasoning.thinking.value_or(config_.default_thinking);
+  const bool prefill = !request.messages.empty() && request.messages.back().role == Role::kAssistant;
+  if (prefill && (thinking || !request.messages.back().tool_calls.empty()))
+    return invalid_request(
+        "the last message is an assistant turn: cedar continues a partial assistant answer in non-thinking "
+        "mode only, and never one with tool calls",
+        "messages");
+  const OrderedJson messages =
+      encoder_messages(replay_turns(request.messages), request.tools, request.response_format, prefill);
+
+  tokenizer::ChatOptions options;
+  options.format = config_.format;
+  options.thinking_mode = thinking ? tokenizer::ThinkingMode::kThinking : tokenizer::ThinkingMode::kChat;
+  if (request.reasoning.effort) options.reasoning_effort = *request.reasoning.effort;
+  auto prompt = tokenizer::encode_chat(messages, options);
+  if (!prompt.ok()) return invalid_request("the conversation cannot be encoded: " + prompt.status().message());
+  auto ids = tokenizer::encode_chat_ids(tokenizer_, *prompt, config_.format);
+  if (!ids.ok()) {
+    if (ids.status().code() == StatusCode::kInvalidArgument)
+      return invalid_request("the conversation cannot be tokenized: " + ids.status().message());
+    return ApiError{ErrorKind::kInternal, "server misconfiguration: " + ids.status().message(), ""};
+  }
+  OutputSettings output;
+  output.mode = OutputMode::kChat;
+  output.thinking = options.thinking_mode;
+  output.stop = request.sampling.stop;
+  output.tool_id_prefix = std::string(tool_id_prefix);
+  return finish_prepare(std::move(*ids), request.sampling, std::move(output), id_prefix, request.model);
+}
+
+std::variant<PreparedGeneration, ApiError> ChatService::prepare_completion(const CompletionRequest& request) const {
+  auto ids = tokenizer_.encode(request.prompt, /*add_special=*/false);
+  if (!ids.ok()) return invalid_request("the prompt cannot be tokenized: " + ids.status().message(), "prompt");
+  OutputSettings output;
+  output.mode = OutputMode::kRaw;
+  output.stop = request.sampling.stop;
+  return finish_prepare(std::move(*ids), request.sampling, std::move(output), "cmpl-", request.model);
+}
+
+std::variant<PreparedGeneration, ApiError> ChatService::finish_prepare(std::vector<int32_t> prompt_ids,
+                                                                       const SamplingOptions& sampling,
+                                                                       OutputSettings output,
+                                                                       std::string_view id_prefix,
+                                                                       const std::string& model) const {
+  const int64_t n = static_cast<int64_t>(prompt_ids.size());
+  if (n == 0) return invalid_request("the prompt is empty");
+  const int64_t context = info_.max_context;
+  int64_t limit = context > 0 ? context - 1 : INT_MAX;  // room for at least one output token
+  if (config_.max_prompt_tokens > 0) limit = std::min<int64_t>(limit, config_.max_prompt_tokens);
+  if (n > limit)
+    return ApiError{ErrorKind::kContextTooLong,
+                    "the prompt has " + std::to_string(n) + " tokens; this server accepts at most " +
+                        std::to_string(limit) + " (model context " + std::to_string(context) +
+                        " tokens): shorten the conversation",
+                    "messages"};
+  int64_t budget = sampling.max_tokens > 0 ? sampling.max_tokens : config_.default_max_tokens;
+  // A budget larger than what the context has left is clamped (the turn ends with "length"),
+  // rather than refused: agents ask for large budgets by habit.
+  if (context > 0) budget = std::min(budget, context - n);
+
+  PreparedGeneration prepared;
+  prepared.request.prompt_ids = std::move(prompt_ids);
+  prepared.request.sampling.temperature = sampling.temperature;
+  prepared.request.sampling.seed = sampling.seed.value_or(fresh_seed());
+  prepared.request.sampling.max_tokens = static_cast<int>(budget);
+  prepared.output = std::move(output);
+  prepared.header.id = random_id(id_prefix);
+  prepared.header.created = unix_seconds_now();
+  prepared.header.model = model.empty() ? config_.model_id : model;
+  prepared.header.usage.prompt_tokens = static_cast<int>(n);  // known now; cached tokens at the end
+  return prepared;
+}
+
+std::variant<std::shared_ptr<GenerationTask>, ApiError> ChatService::submit(const PreparedGeneration& prepared) {
+  auto task = queue_.submit(prepared.request);
+  if (task.ok()) return std::move(*task);
+  if (task.status().code() == StatusCode::kResourceExhausted)
+    return ApiError{ErrorKind::kRateLimited, task.status().message(), ""};
+  return ApiError{ErrorKind::kOverloaded, task.status().message(), ""};
+}
+
+std::variant<Completion, ApiError> ChatService::follow(const PreparedGeneration& prepared, GenerationTask& task,
+                                                       StreamSink* sink, const Flush& flush) {
+  OutputAssembler assembler(tokenizer_, prepared.output, sink);
+  if (sink) sink->on_start(prepared.header);
+  bool client_gone = !flush(false);
+  auto last_output = std::chrono::steady_clock::now();
+  for (;;) {
+    if (client_gone) task.cancel();
+    GenerationTask::Update update = task.wait_for_update(kPollInterval);
+    for (int32_t token : update.tokens) assembler.push(token);
+    if (assembler.wants_stop()) task.cancel();
+    const auto now = std::chrono::steady_clock::now();
+    if (!update.tokens.empty()) {
+      if (!client_gone) client_gone = !flush(false);
+      last_output = now;
+    } else if (!update.finished && now - last_output >= kKeepAliveAfter) {
+      if (!client_gone) client_gone = !flush(true);
+      last_output = now;
+    }
+    if (update.finished) break;
+  }
+
+  const Result<runtime::GenerationResult>& result = task.result();
+  if (!result.ok()) {
+    ApiError error = api_error_from_status(result.status());
+    if (sink) {
+      sink->on_error(error);
+      flush(false);
+    }
+    return error;
+  }
+  Completion turn = prepared.header;
+  if (std::optional<ApiError> error = assembler.finish(*result, &turn)) {
+    if (sink) {
+      sink->on_error(*error);
+      flush(false);
+    }
+    return *error;
+  }
+  if (sink) {
+    sink->on_finish(turn);
+    flush(false);
+  }
+  if (prepared.output.mode == OutputMode::kChat && !turn.tool_calls.empty() && turn.finish == FinishKind::kToolCalls)
+    replay_.remember({turn.tool_calls, turn.content, turn.reasoning, assembler.raw_after_reasoning()});
+  return turn;
+}
+
+}  // namespace cedar::serve

@@ -1,0 +1,84 @@
+// ChatService: the API-independent middle of the server (and of `cedar chat`). It
+//   1. renders a neutral request into a V4.1 prompt (tokenizer/chat_encoding) and token ids,
+//      replaying earlier tool-call turns byte for byte (ReplayStore) so the prompt's prefix is
+//      the very token sequence the engine generated, and the prefix cache hits;
+//   2. checks the per-request limits (prompt length, output budget) and submits to the bounded
+//      GenerationQueue (429 when full);
+//   3. follows the generation on the calling thread: decodes, parses and streams the output
+//      (OutputAssembler -> StreamSink), detects a client that went away through the flush
+//      callback, and cancels the generation then.
+// No JSON and no locks here: the schemas own the wire formats, task_queue the shared state.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <variant>
+
+#include "runtime/engine.h"
+#include "serve/api_error.h"
+#include "serve/chat_types.h"
+#include "serve/output_assembler.h"
+#include "serve/stream_sink.h"
+#include "serve/task_queue.h"
+#include "tokenizer/chat_encoding.h"
+#include "tokenizer/tokenizer.h"
+
+namespace cedar::serve {
+
+struct ServiceConfig {
+  std::string model_id;             // the served model's name (requests may name any model)
+  bool default_thinking = false;    // mode when the request says nothing (the reference's default: chat)
+  int default_max_tokens = 4096;    // output budget when the request names none
+  int max_prompt_tokens = 0;        // longest prompt accepted; 0 = the engine's context
+  tokenizer::PromptFormat format = tokenizer::PromptFormat::kV41;
+};
+
+struct PreparedGeneration {
+  runtime::GenerationRequest request;  // prompt ids and sampling (on_token is the queue's)
+  OutputSettings output;
+  Completion header;                   // id, created, model of the turn
+};
+
+class ChatService {
+ public:
+  ChatService(const tokenizer::Tokenizer& tokenizer, runtime::Engine& engine, GenerationQueue& queue,
+              ReplayStore& replay, ServiceConfig config);
+
+  // Renders and tokenizes. 400 for what the encoder rejects, a prompt over the limit, or an empty
+  // output budget. `id_prefix` starts the turn's id, `tool_id_prefix` its tool call ids.
+  std::variant<PreparedGeneration, ApiError> prepare_chat(const ChatRequest& request, std::string_view id_prefix,
+                                                          std::string_view tool_id_prefix) const;
+  std::variant<PreparedGeneration, ApiError> prepare_completion(const CompletionRequest& request) const;
+
+  // Queues the generation; 429 (with the queue's Retry-After) when the queue is full.
+  std::variant<std::shared_ptr<GenerationTask>, ApiError> submit(const PreparedGeneration& prepared);
+
+  // Called after output was produced (idle = false) or after a quiet interval (idle = true: a
+  // streaming response writes a keep-alive). Returns false when the client is gone.
+  using Flush = std::function<bool(bool idle)>;
+  // Follows `task` to its end, streaming into `sink` (null for a non-streaming response). Returns
+  // the finished turn, or the error (already told to the sink when there is one).
+  std::variant<Completion, ApiError> follow(const PreparedGeneration& prepared, GenerationTask& task,
+                                            StreamSink* sink, const Flush& flush);
+
+  const ServiceConfig& config() const { return config_; }
+  const runtime::EngineInfo& engine_info() const { return info_; }
+  int retry_after_seconds() const { return queue_.retry_after_seconds(); }
+
+ private:
+  // Restores tool-call turns the server generated to their exact text (see ReplayStore).
+  std::vector<Message> replay_turns(const std::vector<Message>& messages) const;
+  std::variant<PreparedGeneration, ApiError> finish_prepare(std::vector<int32_t> prompt_ids,
+                                                            const SamplingOptions& sampling, OutputSettings output,
+                                                            std::string_view id_prefix, const std::string& model) const;
+
+  const tokenizer::Tokenizer& tokenizer_;
+  GenerationQueue& queue_;
+  ReplayStore& replay_;
+  const ServiceConfig config_;
+  const runtime::EngineInfo info_;
+};
+
+}  // namespace cedar::serve

@@ -1,0 +1,97 @@
+// The neutral form of a request, whichever API it came through (Chat Completions, Responses,
+// Messages, Completions). The schema files translate wire JSON into these structs and back; the
+// chat service and the CLI chat work on these only.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace cedar::serve {
+
+// Key order matters: the V4.1 prompt prints tool schemas and response formats as the client sent
+// them, so they are held as insertion-ordered JSON.
+using OrderedJson = nlohmann::ordered_json;
+
+struct ToolCall {
+  std::string id;         // "call_..." (OpenAI), "toolu_..." (Anthropic); echoed back by the client
+  std::string name;
+  std::string arguments;  // a JSON object, as text
+};
+
+enum class Role { kSystem, kUser, kAssistant, kTool };
+
+struct Message {
+  Role role = Role::kUser;
+  std::string content;
+  std::string reasoning;             // assistant: the thinking text (reasoning_content)
+  std::vector<ToolCall> tool_calls;  // assistant
+  std::string tool_call_id;          // tool: which call this result answers
+};
+
+struct SamplingOptions {
+  int max_tokens = 0;                 // 0: the server's default
+  float temperature = 1.0f;           // the model card's recommendation
+  std::optional<uint64_t> seed;       // unset: a fresh seed per request
+  std::vector<std::string> stop;      // stop strings (cut from the visible text)
+};
+
+struct StreamOptions {
+  bool stream = false;
+  bool include_usage = false;  // OpenAI stream_options.include_usage: a final chunk with usage
+};
+
+// Reasoning controls after each API's fields are mapped (see docs/SERVER.md, "Reasoning effort").
+struct ReasoningOptions {
+  std::optional<bool> thinking;         // unset: the server's default mode
+  std::optional<int> effort;            // 1..100; only meaningful in thinking mode
+};
+
+struct ChatRequest {
+  std::string model;
+  std::vector<Message> messages;
+  std::vector<OrderedJson> tools;        // each the function object {"name", "description", "parameters"}
+  std::optional<OrderedJson> response_format;  // passed to the encoder as given
+  ReasoningOptions reasoning;
+  SamplingOptions sampling;
+  StreamOptions stream;
+};
+
+struct CompletionRequest {  // POST /v1/completions: a raw prompt, no chat template
+  std::string model;
+  std::string prompt;
+  SamplingOptions sampling;
+  StreamOptions stream;
+};
+
+struct Usage {
+  int prompt_tokens = 0;
+  int completion_tokens = 0;
+  int cached_tokens = 0;     // prompt tokens served from the prefix cache
+  int reasoning_tokens = 0;  // completion tokens spent before </think>
+};
+
+enum class FinishKind { kStop, kLength, kToolCalls, kCancelled, kError };
+
+// One generated assistant turn, as the parser understood it (never raw DSML in `content`).
+struct Completion {
+  std::string id;        // "chatcmpl-...", "resp_...", "msg_...", "cmpl-..."
+  int64_t created = 0;   // unix seconds
+  std::string model;
+  std::string content;
+  std::string reasoning;
+  std::vector<ToolCall> tool_calls;
+  FinishKind finish = FinishKind::kStop;
+  std::string matched_stop;  // the stop string that ended the output, if one did
+  Usage usage;
+};
+
+// The effort words every API may use, mapped onto V4.1's 1..100 scale relative to its default (50):
+//   minimal 1, low 25, medium 50, high 75, xhigh 90, max 100.
+// "none" means thinking off. Returns nullopt for an unknown word (a 400 at the caller).
+std::optional<int> effort_from_word(const std::string& word);
+
+}  // namespace cedar::serve

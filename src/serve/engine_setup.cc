@@ -1,0 +1,54 @@
+#include "serve/engine_setup.h"
+
+#include "runtime/local_engine.h"
+#include "serve/script_file.h"
+#include "serve/scripted_engine.h"
+
+namespace cedar::serve {
+namespace {
+
+constexpr int kScriptedDefaultContext = 65536;
+
+Result<std::unique_ptr<runtime::Engine>> open_scripted(const EngineSetup& setup, const tokenizer::Tokenizer& tok) {
+  CEDAR_ASSIGN_OR_RETURN(ScriptFile script, load_script(setup.script_path, tok));
+  runtime::EngineInfo info;
+  info.model_id = "cedar-scripted";
+  info.vocab_size = tok.vocab_size();
+  info.bos_id = tok.bos_id().value_or(0);
+  info.eos_id = tok.eos_id().value_or(1);
+  info.max_context = setup.max_context > 0 ? setup.max_context : kScriptedDefaultContext;
+  const tokenizer::Tokenizer* t = &tok;
+  auto detokenize = [t](std::span<const int32_t> ids) {
+    auto text = t->decode(ids, /*skip_special=*/false);
+    return text.ok() ? *text : std::string();
+  };
+  return std::unique_ptr<runtime::Engine>(
+      new ScriptedEngine(std::move(script.replies), info, script.options, std::move(detokenize)));
+}
+
+}  // namespace
+
+Result<ServingEngine> open_serving_engine(const EngineSetup& setup) {
+  if (setup.model_dir.empty() == setup.script_path.empty())
+    return invalid_argument("give exactly one of -m DIR (a checkpoint) or --scripted FILE (a test script)");
+  const std::string tokenizer_dir = setup.tokenizer_dir.empty() ? setup.model_dir : setup.tokenizer_dir;
+  if (tokenizer_dir.empty())
+    return invalid_argument("--scripted needs --tokenizer DIR (a directory holding tokenizer.json)");
+  ServingEngine out;
+  CEDAR_ASSIGN_OR_RETURN(out.tokenizer, tokenizer::Tokenizer::load_dir(tokenizer_dir));
+  if (!setup.model_dir.empty()) {
+    runtime::EngineOptions options;
+    options.max_batch = setup.max_batch;
+    options.max_queue = setup.max_queue;
+    if (setup.max_context > 0) options.max_context = setup.max_context;
+    options.threads = setup.threads;
+    CEDAR_ASSIGN_OR_RETURN(out.engine, runtime::make_engine(setup.model_dir, options));
+    out.description = "model " + setup.model_dir;
+  } else {
+    CEDAR_ASSIGN_OR_RETURN(out.engine, open_scripted(setup, *out.tokenizer));
+    out.description = "scripted engine (" + setup.script_path + ")";
+  }
+  return out;
+}
+
+}  // namespace cedar::serve

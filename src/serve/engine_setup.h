@@ -1,0 +1,34 @@
+// Opens the engine and tokenizer that `cedar serve` and `cedar chat` run over: the real model
+// (runtime::make_engine over a checkpoint directory) or the ScriptedEngine test hook (a script
+// file plus a tokenizer directory). Choosing the engine happens in open_serving_engine() only.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/status.h"
+#include "runtime/engine.h"
+#include "tokenizer/tokenizer.h"
+
+namespace cedar::serve {
+
+struct EngineSetup {
+  std::string model_dir;      // a checkpoint directory: the real engine
+  std::string script_path;    // or a script file: the ScriptedEngine
+  std::string tokenizer_dir;  // tokenizer.json (+ tokenizer_config.json); default: model_dir
+  int max_context = 0;        // 0: the engine's default
+  int max_batch = 16;         // sequences the real engine advances together
+  int max_queue = 64;         // the real engine's own waiting room
+  int threads = 0;            // compute threads of the real engine; 0 = all cores
+};
+
+struct ServingEngine {
+  std::unique_ptr<tokenizer::Tokenizer> tokenizer;
+  std::unique_ptr<runtime::Engine> engine;
+  std::string description;  // for the start-up line: "model /path" or "scripted engine (FILE)"
+};
+
+// Exactly one of model_dir / script_path must be set (InvalidArgument otherwise).
+Result<ServingEngine> open_serving_engine(const EngineSetup& setup);
+
+}  // namespace cedar::serve

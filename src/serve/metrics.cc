@@ -1,0 +1,122 @@
+#include "serve/metrics.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace cedar::serve {
+
+const char* endpoint_name(Endpoint e) {
+  switch (e) {
+    case Endpoint::kChatCompletions: return "chat_completions";
+    case Endpoint::kCompletions: return "completions";
+    case Endpoint::kResponses: return "responses";
+    case Endpoint::kMessages: return "messages";
+    case Endpoint::kModels: return "models";
+    case Endpoint::kHealth: return "health";
+    case Endpoint::kMetrics: return "metrics";
+    case Endpoint::kOther: return "other";
+  }
+  return "other";
+}
+
+size_t ServerMetrics::code_slot(int http_status) {
+  for (size_t i = 0; i + 1 < kCodes.size(); ++i)
+    if (kCodes[i] == http_status) return i;
+  return kCodes.size() - 1;
+}
+
+void ServerMetrics::count_response(Endpoint endpoint, int http_status) {
+  responses_[static_cast<size_t>(endpoint)][code_slot(http_status)].fetch_add(1, std::memory_order_relaxed);
+}
+
+void ServerMetrics::count_turn(const Usage& usage, bool client_gone) {
+  turns_.fetch_add(1, std::memory_order_relaxed);
+  prompt_tokens_.fetch_add(usage.prompt_tokens, std::memory_order_relaxed);
+  completion_tokens_.fetch_add(usage.completion_tokens, std::memory_order_relaxed);
+  cached_tokens_.fetch_add(usage.cached_tokens, std::memory_order_relaxed);
+  reasoning_tokens_.fetch_add(usage.reasoning_tokens, std::memory_order_relaxed);
+  if (client_gone) client_disconnects_.fetch_add(1, std::memory_order_relaxed);
+}
+
+namespace {
+
+void metric(std::string& out, const char* name, const char* type, const char* help) {
+  out += "# HELP ";
+  out += name;
+  out += ' ';
+  out += help;
+  out += "\n# TYPE ";
+  out += name;
+  out += ' ';
+  out += type;
+  out += '\n';
+}
+
+void sample(std::string& out, const char* name, const std::string& labels, double value) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.17g", value);
+  out += name;
+  if (!labels.empty()) out += "{" + labels + "}";
+  out += ' ';
+  out += buf;
+  out += '\n';
+}
+
+double rate(double tokens, double seconds) { return seconds > 0 ? tokens / seconds : 0; }
+
+}  // namespace
+
+std::string ServerMetrics::render(const runtime::EngineStats& engine, const QueueSnapshot& queue) const {
+  std::string out;
+  metric(out, "cedar_http_responses_total", "counter", "HTTP responses by endpoint and status code.");
+  for (size_t e = 0; e < kEndpointCount; ++e) {
+    for (size_t c = 0; c < kCodes.size(); ++c) {
+      const uint64_t n = responses_[e][c].load(std::memory_order_relaxed);
+      if (n == 0) continue;
+      const std::string code = kCodes[c] ? std::to_string(kCodes[c]) : "other";
+      sample(out, "cedar_http_responses_total",
+             std::string("endpoint=\"") + endpoint_name(static_cast<Endpoint>(e)) + "\",code=\"" + code + "\"",
+             static_cast<double>(n));
+    }
+  }
+  metric(out, "cedar_turns_total", "counter", "Generations that produced a response (any API).");
+  sample(out, "cedar_turns_total", "", static_cast<double>(turns_.load()));
+  metric(out, "cedar_client_disconnects_total", "counter", "Streams whose client went away before the end.");
+  sample(out, "cedar_client_disconnects_total", "", static_cast<double>(client_disconnects_.load()));
+  metric(out, "cedar_tokens_total", "counter", "Tokens billed to clients, by kind.");
+  sample(out, "cedar_tokens_total", "kind=\"prompt\"", static_cast<double>(prompt_tokens_.load()));
+  sample(out, "cedar_tokens_total", "kind=\"completion\"", static_cast<double>(completion_tokens_.load()));
+  sample(out, "cedar_tokens_total", "kind=\"cached_prompt\"", static_cast<double>(cached_tokens_.load()));
+  sample(out, "cedar_tokens_total", "kind=\"reasoning\"", static_cast<double>(reasoning_tokens_.load()));
+
+  metric(out, "cedar_engine_requests_total", "counter", "Requests the engine finished.");
+  sample(out, "cedar_engine_requests_total", "", static_cast<double>(engine.requests));
+  metric(out, "cedar_engine_tokens_total", "counter", "Tokens the engine processed, by kind.");
+  sample(out, "cedar_engine_tokens_total", "kind=\"prompt\"", static_cast<double>(engine.prompt_tokens));
+  sample(out, "cedar_engine_tokens_total", "kind=\"output\"", static_cast<double>(engine.output_tokens));
+  sample(out, "cedar_engine_tokens_total", "kind=\"cached\"", static_cast<double>(engine.cached_tokens));
+  metric(out, "cedar_prefill_tokens_per_second", "gauge",
+         "Prompt tokens computed (not served from the cache) per second of prefill, since start.");
+  sample(out, "cedar_prefill_tokens_per_second", "",
+         rate(static_cast<double>(engine.prompt_tokens - std::min(engine.cached_tokens, engine.prompt_tokens)),
+              engine.prefill_seconds));
+  metric(out, "cedar_decode_tokens_per_second", "gauge", "Output tokens per second of decode, since start.");
+  sample(out, "cedar_decode_tokens_per_second", "",
+         rate(static_cast<double>(engine.output_tokens), engine.decode_seconds));
+  metric(out, "cedar_prefix_cache_lookups_total", "counter", "Prefix-cache lookups by result.");
+  sample(out, "cedar_prefix_cache_lookups_total", "result=\"hit\"", static_cast<double>(engine.prefix_hits));
+  sample(out, "cedar_prefix_cache_lookups_total", "result=\"miss\"", static_cast<double>(engine.prefix_misses));
+  metric(out, "cedar_kv_bytes", "gauge", "Bytes of KV cache held, by tier.");
+  sample(out, "cedar_kv_bytes", "tier=\"memory\"", static_cast<double>(engine.kv_bytes_memory));
+  sample(out, "cedar_kv_bytes", "tier=\"disk\"", static_cast<double>(engine.kv_bytes_disk));
+  metric(out, "cedar_queue_depth", "gauge", "Requests waiting: in the server's queue and in the engine's.");
+  sample(out, "cedar_queue_depth", "queue=\"server\"", queue.waiting);
+  sample(out, "cedar_queue_depth", "queue=\"engine\"", engine.queue_depth);
+  metric(out, "cedar_requests_running", "gauge", "Requests inside the engine now.");
+  sample(out, "cedar_requests_running", "", queue.running);
+  metric(out, "cedar_active_sequences", "gauge", "Sequences the engine is advancing now.");
+  sample(out, "cedar_active_sequences", "", engine.active_sequences);
+  return out;
+}
+
+}  // namespace cedar::serve

@@ -1,0 +1,177 @@
+#include "serve/output_assembler.h"
+
+#include <algorithm>
+
+#include "core/log.h"
+#include "serve/schema_util.h"
+#include "tokenizer/chat_encoding.h"
+
+namespace cedar::serve {
+namespace {
+
+// Bytes at the end of `s` that belong to a UTF-8 character whose last byte is not there yet.
+size_t incomplete_utf8_tail(std::string_view s) {
+  for (size_t back = 1; back <= std::min<size_t>(4, s.size()); ++back) {
+    const unsigned char c = static_cast<unsigned char>(s[s.size() - back]);
+    if ((c & 0xC0) == 0x80) continue;  // a continuation byte: keep looking for the lead byte
+    const size_t need = c < 0x80 ? 1 : (c >> 5) == 0x6 ? 2 : (c >> 4) == 0xE ? 3 : (c >> 3) == 0x1E ? 4 : 1;
+    return need > back ? back : 0;
+  }
+  return 0;
+}
+
+}  // namespace
+
+OutputAssembler::OutputAssembler(const tokenizer::Tokenizer& tokenizer, OutputSettings settings, StreamSink* sink)
+    : tokenizer_(tokenizer),
+      settings_(std::move(settings)),
+      sink_(sink),
+      decoder_(tokenizer, /*skip_special=*/settings_.mode == OutputMode::kRaw),
+      parser_(settings_.thinking),
+      think_end_id_(tokenizer.token_to_id(tokenizer::kThinkEnd)) {
+  for (const std::string& s : settings_.stop) longest_stop_ = std::max(longest_stop_, s.size());
+}
+
+void OutputAssembler::push(int32_t token) {
+  if (think_end_id_ && token == *think_end_id_ && !think_end_at_) think_end_at_ = tokens_;
+  ++tokens_;
+  if (wants_stop() || parser_done_) return;
+  auto text = decoder_.push(token);
+  if (!text.ok()) {  // an id outside the vocabulary: an engine bug, reported as a failed turn
+    failure_ = "the engine produced token id " + std::to_string(token) + ": " + text.status().message();
+    return;
+  }
+  if (text->empty()) return;
+  decoded_ += *text;
+  if (settings_.mode == OutputMode::kRaw) {
+    content_text(*text);
+    return;
+  }
+  for (const tokenizer::ParseEvent& e : parser_.feed(*text)) handle(e);
+}
+
+void OutputAssembler::handle(const tokenizer::ParseEvent& event) {
+  if (stop_matched_) return;
+  switch (event.type) {
+    case tokenizer::ParseEvent::Type::kReasoningDelta:
+      turn_.reasoning += event.text;
+      if (sink_) sink_->on_reasoning(event.text);
+      break;
+    case tokenizer::ParseEvent::Type::kContentDelta: content_text(event.text); break;
+    case tokenizer::ParseEvent::Type::kToolCall: {
+      flush_held_content();  // a stop string cannot span a tool call
+      ToolCall call{random_id(settings_.tool_id_prefix), event.tool_call.name, event.tool_call.arguments};
+      if (sink_) sink_->on_tool_call(turn_.tool_calls.size(), call);
+      turn_.tool_calls.push_back(std::move(call));
+      break;
+    }
+    case tokenizer::ParseEvent::Type::kError: failure_ = event.text; break;
+    case tokenizer::ParseEvent::Type::kDone: parser_done_ = true; break;
+  }
+}
+
+void OutputAssembler::content_text(std::string_view text) {
+  if (longest_stop_ == 0) {
+    emit_content(text);
+    return;
+  }
+  held_content_ += text;
+  size_t first = std::string::npos, which = 0;
+  for (size_t i = 0; i < settings_.stop.size(); ++i) {
+    const size_t p = held_content_.find(settings_.stop[i]);
+    if (p < first) first = p, which = i;
+  }
+  if (first != std::string::npos) {
+    emit_content(std::string_view(held_content_).substr(0, first));
+    held_content_.clear();
+    turn_.matched_stop = settings_.stop[which];
+    stop_matched_ = true;
+    return;
+  }
+  // Keep the last longest_stop - 1 bytes (a stop string may begin there), cut on a character
+  // boundary so every delta is valid UTF-8.
+  if (held_content_.size() < longest_stop_) return;
+  size_t release = held_content_.size() - (longest_stop_ - 1);
+  release -= incomplete_utf8_tail(std::string_view(held_content_).substr(0, release));
+  emit_content(std::string_view(held_content_).substr(0, release));
+  held_content_.erase(0, release);
+}
+
+void OutputAssembler::emit_content(std::string_view text) {
+  if (text.empty()) return;
+  turn_.content += text;
+  if (sink_) sink_->on_content(text);
+}
+
+void OutputAssembler::flush_held_content() {
+  std::string held;
+  held.swap(held_content_);
+  emit_content(held);
+}
+
+std::optional<ApiError> OutputAssembler::finish(const runtime::GenerationResult& result, Completion* turn) {
+  const bool truncated = result.finish_reason == runtime::FinishReason::kLength;
+  bool failure_at_end = false;  // the parser's verdict on where the text ended (no EOS, open block)
+  if (!wants_stop() && !parser_done_) {
+    std::string tail = decoder_.finish();
+    if (!tail.empty()) {
+      decoded_ += tail;
+      if (settings_.mode == OutputMode::kRaw) {
+        content_text(tail);
+      } else {
+        for (const tokenizer::ParseEvent& e : parser_.feed(tail)) handle(e);
+      }
+    }
+    if (settings_.mode == OutputMode::kChat && !wants_stop()) {
+      for (const tokenizer::ParseEvent& e : parser_.finish()) handle(e);
+      failure_at_end = failure_.has_value();
+    }
+  }
+  if (!stop_matched_) flush_held_content();
+
+  turn->content = std::move(turn_.content);
+  turn->reasoning = std::move(turn_.reasoning);
+  turn->tool_calls = std::move(turn_.tool_calls);
+  turn->matched_stop = turn_.matched_stop;
+  turn->usage.prompt_tokens = result.prompt_tokens;
+  turn->usage.completion_tokens = static_cast<int>(result.output_ids.size());
+  turn->usage.cached_tokens = result.cached_tokens;
+  if (settings_.mode == OutputMode::kChat && settings_.thinking == tokenizer::ThinkingMode::kThinking)
+    turn->usage.reasoning_tokens = think_end_at_ ? *think_end_at_ : turn->usage.completion_tokens;
+
+  // Malformed output seen mid-stream is an error whatever ended the generation (the assembler
+  // cancels it at once); a complaint about the end of the text only matters when the model itself
+  // ended it (a truncated or cancelled text has no EOS by nature).
+  const bool ended_by_model = !truncated && result.finish_reason != runtime::FinishReason::kCancelled;
+  const bool malformed = failure_ && (!failure_at_end || ended_by_model);
+  if (stop_matched_) {
+    turn->finish = FinishKind::kStop;
+  } else if (malformed && settings_.mode == OutputMode::kChat) {
+    turn->finish = FinishKind::kError;
+    CEDAR_LOG_WARN("serve: model output broke the V4.1 format: %s", failure_->c_str());
+    return ApiError{ErrorKind::kInternal,
+                    "the model's output broke the DeepSeek-V4.1 format (" + *failure_ +
+                        "); the turn was discarded, retry the request",
+                    ""};
+  } else if (truncated) {
+    turn->finish = FinishKind::kLength;
+  } else if (result.finish_reason == runtime::FinishReason::kCancelled) {
+    turn->finish = FinishKind::kCancelled;
+  } else {
+    turn->finish = turn->tool_calls.empty() ? FinishKind::kStop : FinishKind::kToolCalls;
+  }
+  return std::nullopt;
+}
+
+std::string OutputAssembler::raw_after_reasoning() const {
+  std::string_view text = decoded_;
+  if (settings_.thinking == tokenizer::ThinkingMode::kThinking) {
+    const size_t end = text.find(tokenizer::kThinkEnd);
+    text = end == std::string_view::npos ? std::string_view() : text.substr(end + tokenizer::kThinkEnd.size());
+  }
+  const size_t eos = text.find(tokenizer::kEos);
+  if (eos != std::string_view::npos) text = text.substr(0, eos);
+  return std::string(text);
+}
+
+}  // namespace cedar::serve

@@ -1,0 +1,79 @@
+// OutputAssembler: turns the engine's token stream into what a client sees, one token at a time:
+//
+//   ids -> StreamDecoder (whole UTF-8 characters) -> CompletionParser (reasoning / content / DSML
+//   tool calls, control markers never shown) -> stop strings (cut from the visible content, held
+//   back while a match is still possible) -> StreamSink events, and the accumulated Completion.
+//
+// Raw mode (/v1/completions) skips the parser: the decoded text (special tokens dropped) is the
+// content.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "runtime/engine.h"
+#include "serve/api_error.h"
+#include "serve/chat_types.h"
+#include "serve/stream_sink.h"
+#include "tokenizer/completion_parser.h"
+#include "tokenizer/tokenizer.h"
+
+namespace cedar::serve {
+
+enum class OutputMode { kChat, kRaw };
+
+struct OutputSettings {
+  OutputMode mode = OutputMode::kChat;
+  tokenizer::ThinkingMode thinking = tokenizer::ThinkingMode::kChat;
+  std::vector<std::string> stop;       // stop strings on the content
+  std::string tool_id_prefix = "call_";  // ids of the tool calls this turn makes
+};
+
+class OutputAssembler {
+ public:
+  // `sink` may be null (a non-streaming response reads the Completion at the end).
+  OutputAssembler(const tokenizer::Tokenizer& tokenizer, OutputSettings settings, StreamSink* sink);
+
+  // Consumes one generated token. After a stop string matched or the output broke the format,
+  // further tokens are ignored; the caller should cancel the generation (wants_stop()).
+  void push(int32_t token);
+  bool wants_stop() const { return stop_matched_ || failure_.has_value(); }
+  // The parser's complaint when the model's output broke the V4.1 format (malformed DSML, a
+  // control marker in the wrong place), with the generation finished by EOS.
+  const std::optional<std::string>& failure() const { return failure_; }
+
+  // Ends the turn: flushes held-back text, settles the finish reason and usage from the engine's
+  // result. Returns the error to report when the output could not be parsed although it was
+  // complete (a truncated output is not an error: it finishes with "length").
+  std::optional<ApiError> finish(const runtime::GenerationResult& result, Completion* turn);
+
+  // What the model wrote after its reasoning, up to the EOS marker (ReplayTurn::raw).
+  std::string raw_after_reasoning() const;
+
+ private:
+  void handle(const tokenizer::ParseEvent& event);
+  void content_text(std::string_view text);
+  void emit_content(std::string_view text);
+  void flush_held_content();
+
+  const tokenizer::Tokenizer& tokenizer_;
+  const OutputSettings settings_;
+  StreamSink* sink_;
+  tokenizer::StreamDecoder decoder_;
+  tokenizer::CompletionParser parser_;
+  std::optional<int32_t> think_end_id_;  // the </think> token, to count reasoning tokens
+
+  std::string decoded_;        // every decoded character so far
+  std::string held_content_;   // content not yet shown: it may be the start of a stop string
+  size_t longest_stop_ = 0;
+  bool stop_matched_ = false;
+  bool parser_done_ = false;
+  std::optional<std::string> failure_;
+  Completion turn_;            // content, reasoning, tool calls so far
+  int tokens_ = 0;
+  std::optional<int> think_end_at_;  // index of the </think> token in the output
+};
+
+}  // namespace cedar::serve

@@ -1,0 +1,412 @@
+// End to end over loopback HTTP: every endpoint, streaming and not, the two-turn tool call with
+// exact replay (checked through the emulated prefix cache), authentication, limits and errors.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
+
+#include "serve_test_util.h"
+
+namespace cedar::serve {
+namespace {
+
+using test::json;
+using test::post_json;
+using namespace std::chrono_literals;
+
+const std::string kToolCall =
+    "Checking.\n\n<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"get_weather\">\n"
+    "<｜DSML｜ parameter name=\"city\" string=\"true\">Paris</｜DSML｜ parameter>\n"
+    "<｜DSML｜ parameter name=\"days\" string=\"false\">3</｜DSML｜ parameter>\n"
+    "</｜DSML｜ invoke>\n</｜DSML｜ calls>" + std::string(test::kEos);
+const std::string kAnswer = "Rain in Paris." + std::string(test::kEos);
+
+const json kTools = json::parse(R"([{"type": "function", "function": {"name": "get_weather",
+  "description": "Weather of a city", "parameters": {"type": "object",
+  "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}, "required": ["city"]}}}])");
+
+json user(const std::string& text) { return {{"role", "user"}, {"content", text}}; }
+
+// POSTs a streaming request and returns the event-stream body.
+std::string post_stream(httplib::Client& client, const std::string& path, const json& body, int* status = nullptr) {
+  auto res = client.Post(path, body.dump(), "application/json");
+  if (!res) {
+    ADD_FAILURE() << "no response: " << httplib::to_string(res.error());
+    return {};
+  }
+  if (status) *status = res->status;
+  EXPECT_EQ(res->get_header_value("Content-Type"), "text/event-stream");
+  return res->body;
+}
+
+class HttpServerTest : public ::testing::Test {
+ protected:
+  void start(std::vector<std::pair<std::string, std::string>> replies, ServerOptions options = {},
+             ScriptedEngineOptions engine_options = {}, int max_context = 65536) {
+    engine_ = test::make_engine(replies, engine_options, max_context);
+    server_ = std::make_unique<test::TestServer>(*engine_, options);
+    client_ = server_->client();
+  }
+  std::unique_ptr<ScriptedEngine> engine_;
+  std::unique_ptr<test::TestServer> server_;
+  std::unique_ptr<httplib::Client> client_;
+};
+
+TEST_F(HttpServerTest, HealthModelsAndMetrics) {
+  start({{"", kAnswer}});
+  auto health = client_->Get("/health");
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+  EXPECT_EQ(json::parse(health->body)["status"], "ok");
+  auto models = client_->Get("/v1/models");
+  ASSERT_TRUE(models);
+  EXPECT_EQ(json::parse(models->body)["data"][0]["id"], "cedar-test");
+  post_json(*client_, "/v1/chat/completions", {{"messages", {user("hi")}}});
+  auto metrics = client_->Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(metrics->status, 200);
+  for (const char* needle : {"cedar_http_responses_total{endpoint=\"chat_completions\",code=\"200\"} 1",
+                             "cedar_engine_requests_total 1", "cedar_queue_depth{queue=\"server\"} 0",
+                             "cedar_prefix_cache_lookups_total{result=\"miss\"} 1", "cedar_kv_bytes{tier=\"memory\"}",
+                             "cedar_decode_tokens_per_second", "cedar_prefill_tokens_per_second"})
+    EXPECT_NE(metrics->body.find(needle), std::string::npos) << needle << "\n" << metrics->body;
+}
+
+TEST_F(HttpServerTest, ChatCompletionNonStreaming) {
+  start({{"", kAnswer}});
+  int status = 0;
+  const json r = post_json(*client_, "/v1/chat/completions", {{"model", "any"}, {"messages", {user("hi")}}}, &status);
+  EXPECT_EQ(status, 200);
+  EXPECT_EQ(r["model"], "any");
+  EXPECT_EQ(r["choices"][0]["message"]["content"], "Rain in Paris.");
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
+  // Prompt: BOS <User> h i <Assistant> </think> = 6 tokens; output: 14 bytes + EOS.
+  EXPECT_EQ(r["usage"]["prompt_tokens"], 6);
+  EXPECT_EQ(r["usage"]["completion_tokens"], 15);
+}
+
+TEST_F(HttpServerTest, ChatCompletionStreamingNeverLeaksMarkup) {
+  start({{"", kToolCall}});
+  const std::string body = post_stream(
+      *client_, "/v1/chat/completions",
+      {{"messages", {user("weather?")}}, {"tools", kTools}, {"stream", true}, {"stream_options", {{"include_usage", true}}}});
+  EXPECT_EQ(body.find("DSML"), std::string::npos) << body;
+  const auto events = test::parse_sse(body);
+  ASSERT_GE(events.size(), 4u);
+  EXPECT_EQ(events.back().data, "[DONE]");
+  std::string content;
+  json tool_call;
+  std::string finish;
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    const json chunk = json::parse(events[i].data);
+    if (chunk["choices"].empty()) {
+      EXPECT_EQ(chunk["usage"]["completion_tokens"], static_cast<int>(test::ids_of(kToolCall).size()));
+      continue;
+    }
+    const json& delta = chunk["choices"][0]["delta"];
+    if (delta.contains("content")) content += delta["content"].get<std::string>();
+    if (delta.contains("tool_calls")) tool_call = delta["tool_calls"][0];
+    if (!chunk["choices"][0]["finish_reason"].is_null()) finish = chunk["choices"][0]["finish_reason"];
+  }
+  EXPECT_EQ(content, "Checking.");
+  EXPECT_EQ(finish, "tool_calls");
+  EXPECT_EQ(tool_call["function"]["name"], "get_weather");
+  EXPECT_EQ(tool_call["function"]["arguments"], "{\"city\": \"Paris\", \"days\": 3}");
+}
+
+// Turn 2 of a tool conversation must start with exactly the tokens turn 1 saw and generated: the
+// emulated prefix cache then reports all of them as cached.
+TEST_F(HttpServerTest, TwoTurnToolCallReplaysExactly) {
+  start({{"<tool_result>", kAnswer}, {"", kToolCall}});
+  const json first_messages = {{{"role", "system"}, {"content", "You help."}}, user("Weather in Paris?")};
+  const json r1 = post_json(*client_, "/v1/chat/completions", {{"messages", first_messages}, {"tools", kTools}});
+  ASSERT_EQ(r1["choices"][0]["finish_reason"], "tool_calls");
+  const json& message = r1["choices"][0]["message"];
+  const std::string call_id = message["tool_calls"][0]["id"];
+
+  json second_messages = first_messages;
+  second_messages.push_back(message);  // as the SDK hands it back (content, tool_calls)
+  second_messages.push_back({{"role", "tool"}, {"tool_call_id", call_id}, {"content", "rain"}});
+  const json r2 = post_json(*client_, "/v1/chat/completions", {{"messages", second_messages}, {"tools", kTools}});
+  EXPECT_EQ(r2["choices"][0]["message"]["content"], "Rain in Paris.");
+  const int turn1 = r1["usage"]["prompt_tokens"].get<int>() + r1["usage"]["completion_tokens"].get<int>();
+  EXPECT_EQ(r2["usage"]["prompt_tokens_details"]["cached_tokens"], turn1);
+  EXPECT_GT(r2["usage"]["prompt_tokens"].get<int>(), turn1);
+}
+
+// A parameter the model wrote in compact JSON re-renders differently from the arguments the client
+// returns (the encoder prints {"a": 1}); the replay store restores the exact bytes. Thinking mode,
+// and the client drops reasoning_content (most Chat Completions clients do): restored too.
+TEST_F(HttpServerTest, ReplayRestoresNonCanonicalCallsAndDroppedReasoning) {
+  const std::string odd_call =
+      "plan it</think>\n\n<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"search\">\n"
+      "<｜DSML｜ parameter name=\"filters\" string=\"false\">{\"lang\":[\"en\"]}</｜DSML｜ parameter>\n"
+      "</｜DSML｜ invoke>\n</｜DSML｜ calls>" + std::string(test::kEos);
+  const json tools = json::parse(R"([{"type": "function", "function": {"name": "search", "parameters": {}}}])");
+  auto run = [&](bool keep_store) {
+    start({{"<tool_result>", "done</think>ok" + std::string(test::kEos)}, {"", odd_call}});
+    const json first = {{{"role", "system"}, {"content", "s"}}, user("find")};
+    const json request = {{"messages", first}, {"tools", tools}, {"reasoning_effort", "medium"}};
+    const json r1 = post_json(*client_, "/v1/chat/completions", request);
+    json assistant = r1["choices"][0]["message"];
+    EXPECT_EQ(assistant["reasoning_content"], "plan it");
+    EXPECT_EQ(assistant["tool_calls"][0]["function"]["arguments"], "{\"filters\": {\"lang\":[\"en\"]}}");
+    assistant.erase("reasoning_content");
+    if (!keep_store) {  // the same engine (and prefix cache) behind a fresh server
+      server_ = std::make_unique<test::TestServer>(*engine_);
+      client_ = server_->client();
+    }
+    json messages = first;
+    messages.push_back(assistant);
+    messages.push_back({{"role", "tool"}, {"tool_call_id", assistant["tool_calls"][0]["id"]}, {"content", "[]"}});
+    json second = request;
+    second["messages"] = messages;
+    const json r2 = post_json(*client_, "/v1/chat/completions", second);
+    EXPECT_EQ(r2["choices"][0]["message"]["content"], "ok");
+    return std::pair<int, int>(r2["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>(),
+                               r1["usage"]["prompt_tokens"].get<int>() + r1["usage"]["completion_tokens"].get<int>());
+  };
+  const auto [cached, turn1] = run(/*keep_store=*/true);
+  EXPECT_EQ(cached, turn1);
+  // The same conversation through a server that never saw turn 1 (a fresh replay store): the
+  // re-rendered turn differs from what was generated, so the cache stops at the reasoning.
+  const auto [cold_cached, cold_turn1] = run(/*keep_store=*/false);
+  EXPECT_LT(cold_cached, cold_turn1);
+}
+
+TEST_F(HttpServerTest, ResponsesApiRoundTrip) {
+  start({{"<tool_result>", "ok</think>Sunny." + std::string(test::kEos)}, {"", "look</think>" + kToolCall}});
+  const json tools = json::parse(R"([{"type": "function", "name": "get_weather", "parameters": {"type": "object"}}])");
+  const json r1 = post_json(*client_, "/v1/responses",
+                            {{"input", "Weather?"}, {"tools", tools}, {"reasoning", {{"effort", "high"}}}});
+  EXPECT_EQ(r1["object"], "response");
+  ASSERT_EQ(r1["output"].size(), 3u);
+  EXPECT_EQ(r1["output"][0]["type"], "reasoning");
+  EXPECT_EQ(r1["output"][1]["content"][0]["text"], "Checking.");
+  const json& call = r1["output"][2];
+  EXPECT_EQ(call["type"], "function_call");
+  json input = json::array({{{"role", "user"}, {"content", "Weather?"}}});
+  for (const auto& item : r1["output"]) input.push_back(item);
+  input.push_back({{"type", "function_call_output"}, {"call_id", call["call_id"]}, {"output", "sunny"}});
+  const std::string body =
+      post_stream(*client_, "/v1/responses",
+                  {{"input", input}, {"tools", tools}, {"reasoning", {{"effort", "high"}}}, {"stream", true}});
+  const auto events = test::parse_sse(body);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.front().event, "response.created");
+  EXPECT_EQ(events.back().event, "response.completed");
+  const json done = json::parse(events.back().data)["response"];
+  EXPECT_EQ(done["output"].back()["content"][0]["text"], "Sunny.");
+  const int turn1 = r1["usage"]["input_tokens"].get<int>() + r1["usage"]["output_tokens"].get<int>();
+  EXPECT_EQ(done["usage"]["input_tokens_details"]["cached_tokens"], turn1);
+}
+
+TEST_F(HttpServerTest, AnthropicMessagesRoundTrip) {
+  start({{"<tool_result>", "Rain." + std::string(test::kEos)}, {"", kToolCall}});
+  const json tools = json::parse(
+      R"([{"name": "get_weather", "description": "Weather of a city", "input_schema": {"type": "object"}}])");
+  int status = 0;
+  const json r1 = post_json(*client_, "/v1/messages",
+                            {{"model", "m"}, {"max_tokens", 1000}, {"tools", tools}, {"messages", {user("Weather?")}}},
+                            &status);
+  EXPECT_EQ(status, 200);
+  EXPECT_EQ(r1["stop_reason"], "tool_use");
+  ASSERT_EQ(r1["content"].size(), 2u);
+  const json& tool_use = r1["content"][1];
+  EXPECT_EQ(tool_use["input"], json::parse(R"({"city": "Paris", "days": 3})"));
+  EXPECT_EQ(tool_use["id"].get<std::string>().rfind("toolu_", 0), 0u);
+  const json messages = {user("Weather?"),
+                         {{"role", "assistant"}, {"content", r1["content"]}},
+                         {{"role", "user"},
+                          {"content", {{{"type", "tool_result"}, {"tool_use_id", tool_use["id"]}, {"content", "rain"}}}}}};
+  const std::string body = post_stream(
+      *client_, "/v1/messages",
+      {{"model", "m"}, {"max_tokens", 1000}, {"tools", tools}, {"messages", messages}, {"stream", true}});
+  const auto events = test::parse_sse(body);
+  ASSERT_GE(events.size(), 6u);
+  EXPECT_EQ(events.front().event, "message_start");
+  EXPECT_EQ(events.back().event, "message_stop");
+  std::string text;
+  json final_usage;
+  for (const auto& e : events) {
+    const json d = json::parse(e.data);
+    if (e.event == "content_block_delta" && d["delta"]["type"] == "text_delta") text += d["delta"]["text"];
+    if (e.event == "message_delta") final_usage = d["usage"];
+  }
+  EXPECT_EQ(text, "Rain.");
+  const int turn1 = r1["usage"]["input_tokens"].get<int>() + r1["usage"]["output_tokens"].get<int>();
+  EXPECT_EQ(final_usage["cache_read_input_tokens"], turn1);
+
+  const json count = post_json(*client_, "/v1/messages/count_tokens", {{"model", "m"}, {"messages", {user("hi")}}});
+  EXPECT_EQ(count["input_tokens"], 6);
+}
+
+TEST_F(HttpServerTest, LegacyCompletions) {
+  start({{"", " upon a time" + std::string(test::kEos)}});
+  const json r = post_json(*client_, "/v1/completions", {{"prompt", "Once"}, {"max_tokens", 50}});
+  EXPECT_EQ(r["object"], "text_completion");
+  EXPECT_EQ(r["choices"][0]["text"], " upon a time");
+  EXPECT_EQ(r["usage"]["prompt_tokens"], 4);
+  const auto events = test::parse_sse(post_stream(*client_, "/v1/completions", {{"prompt", "Once"}, {"stream", true}}));
+  std::string text;
+  for (size_t i = 0; i + 1 < events.size(); ++i) text += json::parse(events[i].data)["choices"][0]["text"];
+  EXPECT_EQ(text, " upon a time");
+  EXPECT_EQ(events.back().data, "[DONE]");
+}
+
+TEST_F(HttpServerTest, StopStringsAndMaxTokens) {
+  start({{"", "one two three" + std::string(test::kEos)}});
+  const json r = post_json(*client_, "/v1/chat/completions", {{"messages", {user("count")}}, {"stop", {"thr"}}});
+  EXPECT_EQ(r["choices"][0]["message"]["content"], "one two ");
+  EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
+  const json cut = post_json(*client_, "/v1/chat/completions", {{"messages", {user("count")}}, {"max_tokens", 3}});
+  EXPECT_EQ(cut["choices"][0]["message"]["content"], "one");
+  EXPECT_EQ(cut["choices"][0]["finish_reason"], "length");
+  const json a = post_json(*client_, "/v1/messages",
+                           {{"max_tokens", 100}, {"stop_sequences", {"two"}}, {"messages", {user("count")}}});
+  EXPECT_EQ(a["stop_reason"], "stop_sequence");
+  EXPECT_EQ(a["stop_sequence"], "two");
+  EXPECT_EQ(a["content"][0]["text"], "one ");
+}
+
+TEST_F(HttpServerTest, ErrorsAreJsonInTheApisShape) {
+  start({{"", kAnswer}}, {}, {}, /*max_context=*/64);
+  auto bad = client_->Post("/v1/chat/completions", "{not json", "application/json");
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+  EXPECT_EQ(json::parse(bad->body)["error"]["type"], "invalid_request_error");
+  auto bad_anthropic = client_->Post("/v1/messages", "[]", "application/json");
+  ASSERT_TRUE(bad_anthropic);
+  EXPECT_EQ(bad_anthropic->status, 400);
+  EXPECT_EQ(json::parse(bad_anthropic->body)["type"], "error");
+  EXPECT_EQ(json::parse(bad_anthropic->body)["error"]["type"], "invalid_request_error");
+  auto missing = client_->Get("/v1/nothing");
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->status, 404);
+  EXPECT_EQ(json::parse(missing->body)["error"]["type"], "not_found_error");
+  int status = 0;
+  const json too_long =
+      post_json(*client_, "/v1/chat/completions", {{"messages", {user(std::string(100, 'x'))}}}, &status);
+  EXPECT_EQ(status, 400);
+  EXPECT_EQ(too_long["error"]["code"], "context_length_exceeded");
+}
+
+TEST_F(HttpServerTest, OversizeBodyIs413) {
+  ServerOptions options;
+  options.max_body_bytes = 4096;
+  start({{"", kAnswer}}, options);
+  const std::string big = json({{"messages", {user(std::string(10000, 'x'))}}}).dump();
+  auto res = client_->Post("/v1/chat/completions", big, "application/json");
+  ASSERT_TRUE(res) << httplib::to_string(res.error());
+  EXPECT_EQ(res->status, 413);
+  EXPECT_EQ(json::parse(res->body)["error"]["code"], "request_too_large");
+  auto health = server_->client()->Get("/health");  // still serving
+  ASSERT_TRUE(health);
+  EXPECT_EQ(health->status, 200);
+}
+
+TEST_F(HttpServerTest, APortInUseIsRefusedNotShared) {
+  // With SO_REUSEPORT (httplib's default) a second server could bind the same port and take a share
+  // of the first one's connections; cedar must refuse instead.
+  start({{"", kAnswer}});
+  auto engine = test::make_engine({{"", kAnswer}});
+  ServerOptions options;
+  options.port = server_->port();
+  HttpServer second(*engine, test::test_tokenizer(), options);
+  auto bound = second.bind();
+  ASSERT_FALSE(bound.ok());
+  EXPECT_EQ(bound.status().code(), StatusCode::kIo);
+  EXPECT_NE(bound.status().message().find(std::to_string(server_->port())), std::string::npos);
+}
+
+TEST_F(HttpServerTest, ApiKeyIsRequiredWhenSet) {
+  ServerOptions options;
+  options.api_key = "sekret";
+  start({{"", kAnswer}}, options);
+  const std::string body = json({{"messages", {user("hi")}}}).dump();
+  auto none = client_->Post("/v1/chat/completions", body, "application/json");
+  ASSERT_TRUE(none);
+  EXPECT_EQ(none->status, 401);
+  EXPECT_EQ(json::parse(none->body)["error"]["type"], "authentication_error");
+  auto wrong = client_->Post("/v1/chat/completions", {{"Authorization", "Bearer nope"}}, body, "application/json");
+  EXPECT_EQ(wrong->status, 401);
+  auto right = client_->Post("/v1/chat/completions", {{"Authorization", "Bearer sekret"}}, body, "application/json");
+  EXPECT_EQ(right->status, 200);
+  auto anthropic = client_->Post("/v1/messages", {{"x-api-key", "sekret"}},
+                                 json({{"max_tokens", 10}, {"messages", {user("hi")}}}).dump(), "application/json");
+  EXPECT_EQ(anthropic->status, 200);
+  auto anthropic_wrong = client_->Post("/v1/messages", {{"x-api-key", "x"}}, "{}", "application/json");
+  EXPECT_EQ(anthropic_wrong->status, 401);
+  EXPECT_EQ(json::parse(anthropic_wrong->body)["error"]["type"], "authentication_error");
+  EXPECT_EQ(client_->Get("/metrics")->status, 401);
+  EXPECT_EQ(client_->Get("/health")->status, 200);  // liveness probes need no key
+}
+
+TEST_F(HttpServerTest, FullQueueAnswers429WithRetryAfter) {
+  ServerOptions options;
+  options.queue = {/*workers=*/1, /*max_waiting=*/0};
+  ScriptedEngineOptions slow;
+  slow.token_delay = 10ms;
+  start({{"", std::string(100, 'x') + test::kEos}}, options, slow);
+  std::thread busy([&] { post_json(*server_->client(), "/v1/chat/completions", {{"messages", {user("a")}}}); });
+  std::this_thread::sleep_for(200ms);  // the first request is inside the engine (1 s of tokens)
+  auto res = client_->Post("/v1/chat/completions", json({{"messages", {user("b")}}}).dump(), "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 429);
+  EXPECT_FALSE(res->get_header_value("Retry-After").empty());
+  EXPECT_EQ(json::parse(res->body)["error"]["code"], "rate_limit_exceeded");
+  busy.join();
+}
+
+TEST_F(HttpServerTest, ClientDisconnectCancelsTheGeneration) {
+  ScriptedEngineOptions slow;
+  slow.token_delay = 5ms;
+  start({{"", std::string(2000, 'x') + test::kEos}}, {}, slow);  // 10 s if nobody stops it
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/chat/completions";
+  req.body = json({{"messages", {user("go")}}, {"stream", true}}).dump();
+  req.set_header("Content-Type", "application/json");
+  int chunks = 0;
+  req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) { return ++chunks < 5; };
+  const auto t0 = std::chrono::steady_clock::now();
+  client_->send(req);  // ends when the receiver returns false
+  // The engine must stop soon after: its cumulative output stays far below the 2000 tokens.
+  for (int i = 0; i < 200 && engine_->stats().requests == 0; ++i) std::this_thread::sleep_for(10ms);
+  EXPECT_EQ(engine_->stats().requests, 1u);
+  EXPECT_LT(engine_->stats().output_tokens, 1000u);
+  EXPECT_LT(std::chrono::steady_clock::now() - t0, 5s);
+  std::string metrics;
+  for (int i = 0; i < 200 && metrics.find("cedar_client_disconnects_total 1") == std::string::npos; ++i) {
+    std::this_thread::sleep_for(10ms);
+    metrics = server_->client()->Get("/metrics")->body;
+  }
+  EXPECT_NE(metrics.find("cedar_client_disconnects_total 1"), std::string::npos) << metrics;
+}
+
+TEST_F(HttpServerTest, EngineErrorsBecomeApiErrors) {
+  start({{"only this", kAnswer}});  // nothing else matches: the engine answers InvalidArgument
+  int status = 0;
+  const json r = post_json(*client_, "/v1/chat/completions", {{"messages", {user("hi")}}}, &status);
+  EXPECT_EQ(status, 400);
+  EXPECT_NE(r["error"]["message"].get<std::string>().find("no reply"), std::string::npos);
+  const std::string stream =
+      post_stream(*client_, "/v1/chat/completions", {{"messages", {user("hi")}}, {"stream", true}}, &status);
+  EXPECT_EQ(status, 200);  // the stream had begun: the error is its last event
+  const auto events = test::parse_sse(stream);
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_TRUE(json::parse(events[events.size() - 2].data).contains("error"));
+}
+
+TEST_F(HttpServerTest, MalformedModelOutputIsAServerErrorNotLeakedMarkup) {
+  start({{"", "\n\n<｜DSML｜ calls>\n<｜DSML｜ invoke nme=\"x\">\n</｜DSML｜ invoke>\n</｜DSML｜ calls>" +
+                  std::string(test::kEos)}});
+  int status = 0;
+  const json r = post_json(*client_, "/v1/chat/completions", {{"messages", {user("hi")}}}, &status);
+  EXPECT_EQ(status, 500);
+  EXPECT_NE(r["error"]["message"].get<std::string>().find("DeepSeek-V4.1 format"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace cedar::serve

@@ -1,0 +1,195 @@
+// OutputAssembler: the official parser's results on the shared golden completions
+// (shared/encoding/v41-parse-public.jsonl, from DeepSeek's encoding.py) must come out of the token
+// stream one token at a time, through the StreamSink events and the final Completion; stop strings
+// are checked on hand-worked texts.
+#include <gtest/gtest.h>
+
+#include "serve/output_assembler.h"
+#include "serve_test_util.h"
+
+namespace cedar::serve {
+namespace {
+
+// Records the events as one string per kind, to compare against the final Completion.
+class RecordingSink : public StreamSink {
+ public:
+  void on_start(const Completion&) override { ++starts; }
+  void on_reasoning(std::string_view d) override { reasoning += d; }
+  void on_content(std::string_view d) override {
+    content += d;
+    ++content_events;
+  }
+  void on_tool_call(size_t index, const ToolCall& call) override {
+    EXPECT_EQ(index, calls.size());
+    calls.push_back(call);
+  }
+  void on_finish(const Completion&) override { ++finishes; }
+  void on_error(const ApiError&) override { ++errors; }
+  int starts = 0, finishes = 0, errors = 0, content_events = 0;
+  std::string reasoning, content;
+  std::vector<ToolCall> calls;
+};
+
+runtime::GenerationResult result_of(const std::vector<int32_t>& ids, runtime::FinishReason finish) {
+  runtime::GenerationResult r;
+  r.output_ids = ids;
+  r.finish_reason = finish;
+  r.prompt_tokens = 10;
+  r.cached_tokens = 4;
+  return r;
+}
+
+TEST(OutputAssembler, ReproducesTheOfficialParserTokenByToken) {
+  const auto cases = test::read_jsonl(test::shared_dir() + "/encoding/v41-parse-public.jsonl");
+  ASSERT_FALSE(cases.empty());
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c["name"].get<std::string>());
+    const std::string completion = c["completion"];
+    const std::vector<int32_t> ids = test::ids_of(completion);
+    const bool has_eos = completion.find(test::kEos) != std::string::npos;
+    OutputSettings settings;
+    settings.thinking =
+        c["thinking_mode"] == "thinking" ? tokenizer::ThinkingMode::kThinking : tokenizer::ThinkingMode::kChat;
+    RecordingSink sink;
+    OutputAssembler assembler(test::test_tokenizer(), settings, &sink);
+    for (int32_t id : ids) assembler.push(id);
+    Completion turn;
+    // Without EOS the engine stopped on its budget: that is a "length" turn, not an error.
+    const auto error = assembler.finish(
+        result_of(ids, has_eos ? runtime::FinishReason::kStop : runtime::FinishReason::kLength), &turn);
+    if (c.contains("error")) {
+      if (!has_eos) {
+        EXPECT_FALSE(error.has_value());
+        EXPECT_EQ(turn.finish, FinishKind::kLength);
+        continue;
+      }
+      ASSERT_TRUE(error.has_value()) << "the official parser rejects this completion";
+      EXPECT_EQ(error->http_status(), 500);
+      continue;
+    }
+    ASSERT_FALSE(error.has_value()) << error->message;
+    const auto& m = c["message"];
+    EXPECT_EQ(turn.content, m["content"].get<std::string>());
+    EXPECT_EQ(turn.reasoning, m["reasoning_content"].get<std::string>());
+    ASSERT_EQ(turn.tool_calls.size(), m["tool_calls"].size());
+    for (size_t i = 0; i < turn.tool_calls.size(); ++i) {
+      EXPECT_EQ(turn.tool_calls[i].name, m["tool_calls"][i]["function"]["name"].get<std::string>());
+      EXPECT_EQ(turn.tool_calls[i].arguments, m["tool_calls"][i]["function"]["arguments"].get<std::string>());
+      EXPECT_EQ(turn.tool_calls[i].id.rfind("call_", 0), 0u);
+    }
+    EXPECT_EQ(turn.finish, turn.tool_calls.empty() ? FinishKind::kStop : FinishKind::kToolCalls);
+    // The stream told the client exactly what the final turn holds, and never any markup.
+    EXPECT_EQ(sink.content, turn.content);
+    EXPECT_EQ(sink.reasoning, turn.reasoning);
+    EXPECT_EQ(sink.calls.size(), turn.tool_calls.size());
+    EXPECT_EQ(sink.content.find("DSML"), std::string::npos);
+    EXPECT_EQ(turn.usage.prompt_tokens, 10);
+    EXPECT_EQ(turn.usage.cached_tokens, 4);
+    EXPECT_EQ(turn.usage.completion_tokens, static_cast<int>(ids.size()));
+  }
+}
+
+TEST(OutputAssembler, ReasoningTokensCountUpToThinkEnd) {
+  OutputSettings settings;
+  settings.thinking = tokenizer::ThinkingMode::kThinking;
+  OutputAssembler assembler(test::test_tokenizer(), settings, nullptr);
+  // Byte tokens: "abc" = 3 tokens of reasoning, then </think> (one token), then the answer.
+  const auto ids = test::ids_of(std::string("abc</think>Yes") + test::kEos);
+  for (int32_t id : ids) assembler.push(id);
+  Completion turn;
+  ASSERT_FALSE(assembler.finish(result_of(ids, runtime::FinishReason::kStop), &turn).has_value());
+  EXPECT_EQ(turn.usage.reasoning_tokens, 3);
+  EXPECT_EQ(turn.reasoning, "abc");
+  EXPECT_EQ(turn.content, "Yes");
+  EXPECT_EQ(assembler.raw_after_reasoning(), "Yes");
+}
+
+struct StopCase {
+  std::string output;
+  std::vector<std::string> stop;
+  std::string content;
+  std::string matched;
+};
+
+TEST(OutputAssembler, StopStringsCutTheContent) {
+  const StopCase cases[] = {
+      {"Hello world", {"o w"}, "Hell", "o w"},
+      {"Hello world", {"xyz"}, "Hello world", ""},
+      {"Hello world", {"world", "llo"}, "He", "llo"},  // the earliest match wins
+      {"a\xC3\xA9" "bc", {"bc"}, "a\xC3\xA9", "bc"},     // multi-byte text before the match
+      {"abc", {"abc"}, "", "abc"},
+      {"ab", {"abc"}, "ab", ""},                         // a partial match at the end is content
+  };
+  for (const StopCase& c : cases) {
+    SCOPED_TRACE(c.output);
+    OutputSettings settings;
+    settings.stop = c.stop;
+    RecordingSink sink;
+    OutputAssembler assembler(test::test_tokenizer(), settings, &sink);
+    const auto ids = test::ids_of(c.output + test::kEos);
+    size_t pushed = 0;
+    for (int32_t id : ids) {
+      if (assembler.wants_stop()) break;
+      assembler.push(id);
+      ++pushed;
+    }
+    Completion turn;
+    const auto finish = c.matched.empty() ? runtime::FinishReason::kStop : runtime::FinishReason::kCancelled;
+    ASSERT_FALSE(assembler.finish(result_of({ids.begin(), ids.begin() + pushed}, finish), &turn).has_value());
+    EXPECT_EQ(turn.content, c.content);
+    EXPECT_EQ(sink.content, c.content);
+    EXPECT_EQ(turn.matched_stop, c.matched);
+    EXPECT_EQ(turn.finish, FinishKind::kStop);
+  }
+}
+
+TEST(OutputAssembler, HeldBackTextIsValidUtf8InEveryDelta) {
+  OutputSettings settings;
+  settings.stop = {"\xE2\x82\xAC\xE2\x82\xAC"};  // "€€"
+  // Each delta handed to the sink must be whole characters even while text is held back.
+  class Utf8Sink : public RecordingSink {
+   public:
+    void on_content(std::string_view d) override {
+      auto ids = test::test_tokenizer().encode(d);
+      EXPECT_TRUE(ids.ok()) << "a delta split a character";
+      RecordingSink::on_content(d);
+    }
+  } sink;
+  OutputAssembler assembler(test::test_tokenizer(), settings, &sink);
+  const std::string text = "x\xE2\x82\xAC" "y\xE2\x82\xAC" "z\xC3\xA9\xC3\xA9\xC3\xA9";
+  const auto ids = test::ids_of(text + test::kEos);
+  for (int32_t id : ids) assembler.push(id);
+  Completion turn;
+  ASSERT_FALSE(assembler.finish(result_of(ids, runtime::FinishReason::kStop), &turn).has_value());
+  EXPECT_EQ(turn.content, text);
+  EXPECT_EQ(sink.content, text);
+}
+
+TEST(OutputAssembler, RawModeShowsTextWithoutSpecialTokens) {
+  OutputSettings settings;
+  settings.mode = OutputMode::kRaw;
+  OutputAssembler assembler(test::test_tokenizer(), settings, nullptr);
+  const auto ids = test::ids_of(std::string("1 2 3") + test::kEos);
+  for (int32_t id : ids) assembler.push(id);
+  Completion turn;
+  ASSERT_FALSE(assembler.finish(result_of(ids, runtime::FinishReason::kStop), &turn).has_value());
+  EXPECT_EQ(turn.content, "1 2 3");
+  EXPECT_EQ(turn.finish, FinishKind::kStop);
+}
+
+TEST(OutputAssembler, TruncatedToolCallIsNeverShown) {
+  OutputSettings settings;
+  RecordingSink sink;
+  OutputAssembler assembler(test::test_tokenizer(), settings, &sink);
+  const auto ids = test::ids_of("Checking.\n\n<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"get_weather\">\n<｜DSML｜ param");
+  for (int32_t id : ids) assembler.push(id);
+  Completion turn;
+  ASSERT_FALSE(assembler.finish(result_of(ids, runtime::FinishReason::kLength), &turn).has_value());
+  EXPECT_EQ(turn.finish, FinishKind::kLength);
+  EXPECT_EQ(turn.content, "Checking.");
+  EXPECT_TRUE(turn.tool_calls.empty());
+  EXPECT_EQ(sink.content, "Checking.");
+}
+
+}  // namespace
+}  // namespace cedar::serve

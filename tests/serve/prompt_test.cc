@@ -1,0 +1,150 @@
+// The server's prompt path (OpenAI request JSON -> schema -> ChatService::prepare_chat -> token ids)
+// must reproduce the official V4.1 encoder's prompts in shared/encoding/v41-encode-public.jsonl,
+// with the request expressed the way an API client sends it: tools and response_format at the top
+// level, thinking and effort through reasoning_effort / thinking.
+#include <gtest/gtest.h>
+
+#include "serve/chat_service.h"
+#include "serve/openai_schema.h"
+#include "serve_test_util.h"
+
+namespace cedar::serve {
+namespace {
+
+class PromptTest : public ::testing::Test {
+ protected:
+  PromptTest()
+      : engine_(test::make_engine({{"", "x"}})),
+        queue_(*engine_, {1, 1}),
+        service_(test::test_tokenizer(), *engine_, queue_, replay_, ServiceConfig{"cedar-test"}) {}
+
+  // The prompt text of a chat request body, or the error's message.
+  std::string prompt_of(const test::json& body, int* status = nullptr) {
+    OrderedJson parsed = OrderedJson::parse(body.dump());
+    ChatRequest request;
+    if (SchemaError e = parse_chat_completion_request(parsed, &request)) {
+      if (status) *status = e->http_status();
+      return e->message;
+    }
+    auto prepared = service_.prepare_chat(request, "chatcmpl-", "call_");
+    if (const ApiError* e = std::get_if<ApiError>(&prepared)) {
+      if (status) *status = e->http_status();
+      return e->message;
+    }
+    if (status) *status = 200;
+    auto text = test::test_tokenizer().decode(std::get<PreparedGeneration>(prepared).request.prompt_ids);
+    return text.ok() ? *text : text.status().to_string();
+  }
+
+  std::unique_ptr<ScriptedEngine> engine_;
+  ReplayStore replay_;
+  GenerationQueue queue_;
+  ChatService service_;
+};
+
+// V4.1's own effort aliases (spec §6.2), used to express the golden cases numerically: cedar's API
+// words follow OpenAI's scale instead (medium = V4.1's default 50), so the aliases are not passed.
+int v41_alias(const std::string& word) {
+  if (word == "low") return 25;
+  if (word == "high") return 50;
+  if (word == "xhigh") return 75;
+  return 100;  // max
+}
+
+TEST_F(PromptTest, ReproducesTheOfficialEncoderThroughTheApi) {
+  const auto cases = test::read_jsonl(test::shared_dir() + "/encoding/v41-encode-public.jsonl");
+  ASSERT_FALSE(cases.empty());
+  int compared = 0;
+  for (const auto& c : cases) {
+    const std::string name = c["name"];
+    SCOPED_TRACE(name);
+    // Not expressible through the API, by design:
+    //  - drop_thinking=false: the server always uses the encoder's default;
+    //  - tools on a user message: the official encoder ignores them, cedar puts them in the system
+    //    prompt where the model can see them;
+    //  - a final assistant message: cedar continues it (no EOS), the encoder closes it;
+    //  - invalid efforts: cedar's API rejects them before the encoder (checked below).
+    if (!c["drop_thinking"].get<bool>() || name == "tool_args_string_and_json" || name == "assistant_last_no_header" ||
+        c.contains("error"))
+      continue;
+    test::json messages = c["messages"];
+    test::json body = {{"model", "cedar-test"}};
+    for (const char* key : {"tools", "response_format"}) {
+      if (messages[0].contains(key)) {
+        body[key] = messages[0][key];
+        messages[0].erase(key);
+      }
+    }
+    body["messages"] = messages;
+    const bool thinking = c["thinking_mode"] == "thinking";
+    body["thinking"] = {{"type", thinking ? "enabled" : "disabled"}};
+    const auto& effort = c["reasoning_effort"];
+    if (effort.is_number_integer()) body["reasoning_effort"] = effort;
+    if (effort.is_string()) body["reasoning_effort"] = v41_alias(effort);
+    int status = 0;
+    EXPECT_EQ(prompt_of(body, &status), c["prompt"].get<std::string>());
+    EXPECT_EQ(status, 200);
+    ++compared;
+  }
+  EXPECT_GE(compared, 18);
+}
+
+TEST_F(PromptTest, InvalidEffortsAreRejected) {
+  for (const test::json& effort : {test::json(0), test::json(101), test::json("extreme")}) {
+    int status = 0;
+    prompt_of({{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"reasoning_effort", effort}}, &status);
+    EXPECT_EQ(status, 400) << effort.dump();
+  }
+}
+
+TEST_F(PromptTest, ToolsWithoutASystemMessageGetOne) {
+  const test::json body = {
+      {"messages", {{{"role", "user"}, {"content", "hi"}}}},
+      {"tools", {{{"type", "function"}, {"function", {{"name", "f"}, {"parameters", {{"type", "object"}}}}}}}}};
+  const std::string prompt = prompt_of(body);
+  EXPECT_EQ(prompt.rfind("<｜begin▁of▁sentence｜><｜System｜>\n\n## Tools\n", 0), 0u) << prompt;
+  EXPECT_NE(prompt.find("{\"name\": \"f\", \"parameters\": {\"type\": \"object\"}}"), std::string::npos);
+  EXPECT_NE(prompt.find("<｜User｜>hi<｜Assistant｜></think>"), std::string::npos);
+}
+
+TEST_F(PromptTest, ToolChoiceNoneLeavesToolsOut) {
+  const test::json body = {
+      {"messages", {{{"role", "user"}, {"content", "hi"}}}},
+      {"tool_choice", "none"},
+      {"tools", {{{"type", "function"}, {"function", {{"name", "f"}}}}}}};
+  EXPECT_EQ(prompt_of(body), "<｜begin▁of▁sentence｜><｜User｜>hi<｜Assistant｜></think>");
+}
+
+TEST_F(PromptTest, AssistantPrefillContinuesInChatModeOnly) {
+  const test::json body = {
+      {"messages", {{{"role", "user"}, {"content", "Continue:"}}, {{"role", "assistant"}, {"content", "Once"}}}}};
+  EXPECT_EQ(prompt_of(body), "<｜begin▁of▁sentence｜><｜User｜>Continue:<｜Assistant｜></think>Once");
+  test::json thinking = body;
+  thinking["reasoning_effort"] = "high";
+  int status = 0;
+  prompt_of(thinking, &status);
+  EXPECT_EQ(status, 400);
+}
+
+TEST(PromptLimits, TooLongPromptsAndBudgetsAreHandled) {
+  auto engine = test::make_engine({{"", "x"}}, {}, /*max_context=*/64);
+  ReplayStore replay;
+  GenerationQueue queue(*engine, {1, 1});
+  ChatService service(test::test_tokenizer(), *engine, queue, replay, ServiceConfig{"cedar-test"});
+  ChatRequest request;
+  request.messages.push_back({Role::kUser, std::string(100, 'a'), "", {}, ""});
+  auto too_long = service.prepare_chat(request, "x-", "call_");
+  ASSERT_TRUE(std::holds_alternative<ApiError>(too_long));
+  EXPECT_EQ(std::get<ApiError>(too_long).kind, ErrorKind::kContextTooLong);
+  EXPECT_EQ(std::string(std::get<ApiError>(too_long).openai_code()), "context_length_exceeded");
+
+  request.messages[0].content = "hi";  // BOS + <User> + 2 + <Assistant> + </think> = 6 tokens
+  request.sampling.max_tokens = 1000;  // clamped to what the context has left
+  auto fits = service.prepare_chat(request, "x-", "call_");
+  ASSERT_TRUE(std::holds_alternative<PreparedGeneration>(fits));
+  EXPECT_EQ(std::get<PreparedGeneration>(fits).request.prompt_ids.size(), 6u);
+  EXPECT_EQ(std::get<PreparedGeneration>(fits).request.sampling.max_tokens, 64 - 6);
+}
+
+}  // namespace
+}  // namespace cedar::serve

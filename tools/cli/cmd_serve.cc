@@ -1,0 +1,164 @@
+// cedar serve: the OpenAI- and Anthropic-compatible HTTP server (docs/SERVER.md).
+#include <signal.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <thread>
+
+#include "args.h"
+#include "command.h"
+#include "core/log.h"
+#include "serve/engine_setup.h"
+#include "serve/http_server.h"
+
+namespace cedar::cli {
+namespace {
+
+constexpr const char* kUsage =
+    "usage: cedar serve (-m DIR | --scripted FILE --tokenizer DIR) [options]\n"
+    "  -m, --model DIR          checkpoint directory (config.json, safetensors, tokenizer.json)\n"
+    "  --scripted FILE          play the completions of a script file instead of a model (test hook;\n"
+    "                           see docs/SERVER.md)\n"
+    "  --tokenizer DIR          tokenizer.json directory (default: the model directory)\n"
+    "  --host ADDR              address to bind (default 127.0.0.1: this machine only)\n"
+    "  --port N                 TCP port (default 8000; 0 picks a free one)\n"
+    "  --api-key KEY            require this key (Authorization: Bearer / x-api-key); default: the\n"
+    "                           CEDAR_API_KEY environment variable, else no key\n"
+    "  --served-model-name NAME model id reported by /v1/models (default: the checkpoint's name)\n"
+    "  --parallel N             requests handed to the engine at once (default 16)\n"
+    "  --queue N                requests waiting behind them before 429 (default 64)\n"
+    "  --max-context N          prompt + output tokens per request (default: the engine's)\n"
+    "  --max-prompt-tokens N    longest prompt accepted (default: the context)\n"
+    "  --max-tokens N           output budget when a request names none (default 4096)\n"
+    "  --max-body-bytes N       largest request body (default 16777216)\n"
+    "  --thinking on|off        mode when a request does not choose (default off = chat)\n"
+    "  --threads N              engine compute threads (default: all cores)\n";
+
+Result<int> int_flag(const Args& args, const char* flag, long long fallback, long long lo, long long hi) {
+  CEDAR_ASSIGN_OR_RETURN(long long v, args.get_int(flag, fallback));
+  if (v < lo || v > hi)
+    return invalid_argument(std::string(flag) + " must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  return static_cast<int>(v);
+}
+
+struct ServeConfig {
+  serve::EngineSetup engine;
+  serve::ServerOptions server;
+  std::string served_name;
+};
+
+Result<ServeConfig> read_flags(const Args& args) {
+  ServeConfig c;
+  c.engine.model_dir = args.get_or("--model", "");
+  c.engine.script_path = args.get_or("--scripted", "");
+  c.engine.tokenizer_dir = args.get_or("--tokenizer", "");
+  CEDAR_ASSIGN_OR_RETURN(c.engine.max_context, int_flag(args, "--max-context", 0, 0, 1 << 24));
+  CEDAR_ASSIGN_OR_RETURN(c.engine.threads, int_flag(args, "--threads", 0, 0, 4096));
+  CEDAR_ASSIGN_OR_RETURN(c.server.queue.workers, int_flag(args, "--parallel", 16, 1, 4096));
+  CEDAR_ASSIGN_OR_RETURN(c.server.queue.max_waiting, int_flag(args, "--queue", 64, 0, 1 << 20));
+  c.engine.max_batch = c.server.queue.workers;
+  c.engine.max_queue = c.server.queue.max_waiting;
+  c.server.host = args.get_or("--host", "127.0.0.1");
+  CEDAR_ASSIGN_OR_RETURN(c.server.port, int_flag(args, "--port", 8000, 0, 65535));
+  const char* env_key = std::getenv("CEDAR_API_KEY");
+  c.server.api_key = args.get_or("--api-key", env_key ? env_key : "");
+  CEDAR_ASSIGN_OR_RETURN(long long body, args.get_int("--max-body-bytes", 16 << 20));
+  if (body < 1024) return invalid_argument("--max-body-bytes must be at least 1024");
+  c.server.max_body_bytes = static_cast<size_t>(body);
+  CEDAR_ASSIGN_OR_RETURN(c.server.service.max_prompt_tokens, int_flag(args, "--max-prompt-tokens", 0, 0, 1 << 24));
+  CEDAR_ASSIGN_OR_RETURN(c.server.service.default_max_tokens, int_flag(args, "--max-tokens", 4096, 1, 1 << 24));
+  const std::string thinking = args.get_or("--thinking", "off");
+  if (thinking != "on" && thinking != "off") return invalid_argument("--thinking must be on or off");
+  c.server.service.default_thinking = thinking == "on";
+  c.served_name = args.get_or("--served-model-name", "");
+  return c;
+}
+
+bool is_loopback(const std::string& host) {
+  return host == "127.0.0.1" || host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+int cmd_serve(const std::vector<std::string>& argv) {
+  auto args = Args::parse(argv,
+                          {"--model", "--scripted", "--tokenizer", "--host", "--port", "--api-key",
+                           "--served-model-name", "--parallel", "--queue", "--max-context", "--max-prompt-tokens",
+                           "--max-tokens", "--max-body-bytes", "--thinking", "--threads"},
+                          {"--help"}, {{"-m", "--model"}});
+  if (!args.ok()) {
+    std::fprintf(stderr, "cedar serve: %s\n%s", args.status().message().c_str(), kUsage);
+    return 2;
+  }
+  if (args->has("--help")) {
+    std::printf("%s", kUsage);
+    return 0;
+  }
+  auto config = read_flags(*args);
+  if (!config.ok()) {
+    std::fprintf(stderr, "cedar serve: %s\n%s", config.status().message().c_str(), kUsage);
+    return 2;
+  }
+  if (config->engine.model_dir.empty() == config->engine.script_path.empty()) {
+    std::fprintf(stderr, "cedar serve: give exactly one of -m DIR or --scripted FILE\n%s", kUsage);
+    return 2;
+  }
+
+  // SIGINT / SIGTERM are taken by a watcher thread (sigwait) rather than a handler, so shutting the
+  // server down runs as ordinary code. Blocked before any thread starts, so every thread inherits it.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  auto opened = serve::open_serving_engine(config->engine);
+  if (!opened.ok()) {
+    std::fprintf(stderr, "cedar serve: %s\n", opened.status().message().c_str());
+    return 1;
+  }
+  serve::ServerOptions options = config->server;
+  options.service.model_id = config->served_name.empty() ? opened->engine->info().model_id : config->served_name;
+  serve::HttpServer server(*opened->engine, *opened->tokenizer, options);
+  auto port = server.bind();
+  if (!port.ok()) {
+    std::fprintf(stderr, "cedar serve: %s\n", port.status().message().c_str());
+    return 1;
+  }
+  if (!is_loopback(options.host) && options.api_key.empty())
+    CEDAR_LOG_WARN("serve: listening on %s without an API key: anyone who can reach it can use the model",
+                   options.host.c_str());
+  std::printf("cedar serve: %s as '%s' on http://%s:%d (%d in parallel, %d queued; Ctrl-C stops)\n",
+              opened->description.c_str(), options.service.model_id.c_str(), options.host.c_str(), *port,
+              options.queue.workers, options.queue.max_waiting);
+  std::fflush(stdout);
+
+  std::atomic<bool> done{false};
+  std::thread watcher([&] {
+    const timespec tick{0, 200'000'000};
+    while (!done.load()) {
+      if (sigtimedwait(&stop_signals, nullptr, &tick) > 0) {
+        std::printf("cedar serve: stopping\n");
+        std::fflush(stdout);
+        server.stop();
+        return;
+      }
+    }
+  });
+  Status served = server.serve();
+  done.store(true);
+  watcher.join();
+  server.stop();
+  if (!served.ok()) {
+    std::fprintf(stderr, "cedar serve: %s\n", served.message().c_str());
+    return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+CEDAR_COMMAND("serve", "OpenAI / Anthropic compatible HTTP server (chat, responses, messages)", cmd_serve);
+
+}  // namespace cedar::cli
