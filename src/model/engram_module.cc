@@ -7,6 +7,7 @@
 #include "core/check.h"
 #include "core/thread_pool.h"
 #include "ops/dot_canonical.h"
+#include "ops/exact_math.h"
 #include "ops/formats.h"
 #include "ops/norm.h"
 
@@ -54,7 +55,7 @@ float engram_gate_from_dot(float dot) {
   float mag = std::fabs(dot);
   if (mag < clamp_min) mag = clamp_min;  // NaN fails the comparison and stays NaN, as torch.clamp_min
   const float s = std::copysign(std::sqrt(mag), dot);
-  return 1.0f / (1.0f + std::exp(-s));
+  return ops::sigmoid_f32(s);  // numerics contract: in double, rounded once
 }
 
 void engram_gate_update(std::span<float> x, std::span<const float> kv, std::span<const uint16_t> q_weight,
@@ -91,7 +92,9 @@ void engram_gate_update(std::span<float> x, std::span<const float> kv, std::span
         const float* w = weight.data() + j * dim;  // [dim]
         const float rstd = ops::rms_rsqrt(h, dim, eps) * ops::rms_rsqrt(key, dim, eps);
         for (size_t d = 0; d < dim; ++d) hw[d] = h[d] * w[d];
-        const float dot = (ops::dot_canonical(hw.data(), key, dim) * rstd) * inv_sqrt_dim;
+        // The reference sums the fp32 tensor (h*w)*key: fp32 products, the sum in float64 rounded once.
+        const float sum = static_cast<float>(ops::dot_rounded_products_f64(hw.data(), key, dim));
+        const float dot = (sum * rstd) * inv_sqrt_dim;
         // masked_fill(~mask, 0) after the gate is computed: image tokens add 0 * value.
         const float gate = text ? engram_gate_from_dot(dot) : 0.0f;
         if (!gates_out.empty()) gates_out[t * hc + j] = gate;

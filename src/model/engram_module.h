@@ -10,8 +10,9 @@
 //   dot    = ((Σ_d (h_d * w_d) * key_d) * rstd) * f32(dim^-0.5)    (rstd multiplies AFTER the sum)
 //   gate   = sigmoid(copysign(sqrt(max(|dot|, f32(1e-6))), dot)),  0 for image tokens
 //   h_out  = bf16(h + gate * value)
-// The sums use the canonical 64-lane order of ops/dot_canonical.h (torch's order differs by a few
-// f32 ulps; spec §10). rsqrt = 1 / sqrtf as ops::rms_rsqrt; sigmoid = 1 / (1 + expf(-s)).
+// Numerics contract (docs/NUMERICS.md §1): the products are fp32 as above, the sums over d are float64
+// rounded once (ops::dot_rounded_products_f64, ops::rms_rsqrt), the rsqrt and the sigmoid are
+// evaluated in double and rounded once (ops/exact_math.h).
 #pragma once
 
 #include <cstdint>

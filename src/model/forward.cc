@@ -168,6 +168,7 @@ ForwardPass::ForwardPass(Model& m, std::vector<ChunkSpan>& chunks, size_t n_toke
     : m_(m), c_(m.config_), plan_(m.plan_), w_(*m.weights_), ws_(*m.ws_), chunks_(chunks), T_(n_tokens),
       pool_(pool), hc_dim_(static_cast<size_t>(m.config_.hc_mult) * m.config_.dim) {
   ws_.published_topk_layer = -1;
+  for (auto& k : ws_.key_caches) k.seq = nullptr;  // dequantised keys are valid within one pass
   // The candidate pool is kept as one flag per block of candidate_block_size entries, for every row;
   // a row never has more entries than its sequence has positions.
   ws_.candidate_width = 0;

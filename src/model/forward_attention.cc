@@ -10,6 +10,7 @@
 #include "core/check.h"
 #include "model/forward_internal.h"
 #include "ops/attention.h"
+#include "ops/exact_math.h"
 #include "ops/formats.h"
 #include "ops/linear.h"
 #include "ops/norm.h"
@@ -138,16 +139,17 @@ void ForwardPass::produce_latent(int l, const ChunkSpan& ch, size_t row, int64_t
   const KvEntryFormat fmt{c_.head_dim, c_.index_head_dim};
   KvOwnerState& owner = ch.seq->owner(l);
   if (e.compress_ratio > 1) {
-    // Per channel: softmax over the group's scores, weighted sum of its kv rows, in fp32.
-    const float* kvs = owner.kv_state.data();
-    const float* sc = owner.score_state.data();
+    // Per channel: softmax over the group's scores, weighted sum of its kv rows, in fp32 with the
+    // group members added left to right; exp under the numerics contract (double, rounded once).
+    const float* kvs = owner.kv_state.data();    // [ratio, head_dim]
+    const float* sc = owner.score_state.data();  // [ratio, head_dim]
     for (size_t d = 0; d < hd; ++d) {
       float mx = sc[d];
       for (int r = 1; r < e.compress_ratio; ++r) mx = std::max(mx, sc[r * hd + d]);
       float sum = 0;
-      for (int r = 0; r < e.compress_ratio; ++r) sum += std::exp(sc[r * hd + d] - mx);
+      for (int r = 0; r < e.compress_ratio; ++r) sum += ops::exp_f32(sc[r * hd + d] - mx);
       float acc = 0;
-      for (int r = 0; r < e.compress_ratio; ++r) acc += kvs[r * hd + d] * (std::exp(sc[r * hd + d] - mx) / sum);
+      for (int r = 0; r < e.compress_ratio; ++r) acc += kvs[r * hd + d] * (ops::exp_f32(sc[r * hd + d] - mx) / sum);
       latent[d] = ops::round_bf16(acc);
     }
   } else {
@@ -248,13 +250,41 @@ void ForwardPass::decode_token(int l, const ChunkSpan& ch, size_t t) {
   attend(l, ch, row, rows, win, widx, win);
 }
 
+// Index keys are written once and never change, so each (sequence, owner) is dequantised once per
+// forward pass and extended as its entries grow (prefill: one pass for every query of every index layer
+// that reads the owner; decode chunks: one new row per token).
+const float* ForwardPass::dequantized_index_keys(const ChunkSpan& ch, int owner_layer, int64_t n_keys) {
+  const size_t ihd = c_.index_head_dim;
+  const KvEntryFormat fmt{c_.head_dim, c_.index_head_dim};
+  Workspace::KeyCache* kc = nullptr;
+  for (auto& k : ws_.key_caches)
+    if (k.seq == ch.seq && k.owner == owner_layer) kc = &k;
+  if (!kc) {
+    for (auto& k : ws_.key_caches)
+      if (!k.seq) kc = &k;
+    if (!kc) kc = &ws_.key_caches.emplace_back();
+    kc->seq = ch.seq;
+    kc->owner = owner_layer;
+    kc->rows = 0;
+  }
+  const KvOwnerState& owner = ch.seq->owner(owner_layer);
+  if (kc->rows < n_keys) {
+    scratch(kc->data, static_cast<size_t>(n_keys) * ihd);
+    for (int64_t t = kc->rows; t < n_keys; ++t) {
+      const uint8_t* src = owner.index_keys.data() + t * fmt.index_bytes();
+      ops::fp4_dequant_e8m0(src, src + ihd / 2, ihd, kc->data.data() + t * ihd);
+    }
+    kc->rows = n_keys;
+  }
+  return kc->data.data();
+}
+
 // Indexer.forward for one query: bf16 scores against the published index keys, causal mask,
 // candidate pool (build or consume), top-k re-sorted ascending, unreachable -> -1, rest + offset.
 void ForwardPass::run_indexer(int l, const ChunkSpan& ch, size_t row, int64_t query_pos, int64_t n_keys,
                               int64_t visible, int32_t offset) {
   const LayerPlanEntry& e = plan_.layers[l];
   const size_t nih = c_.index_n_heads, ihd = c_.index_head_dim;
-  const KvEntryFormat fmt{c_.head_dim, c_.index_head_dim};
   const size_t topk_width = c_.index_topk;
   if (ws_.published_topk_layer != l) {
     // First query of this layer in this forward: size the published lists for all T rows.
@@ -276,11 +306,7 @@ void ForwardPass::run_indexer(int l, const ChunkSpan& ch, size_t row, int64_t qu
   const KvOwnerState& owner = ch.seq->owner(keys_layer);
   CEDAR_CHECK(owner.n_entries >= n_keys, "layer %d: index-key source %d holds %lld entries, %lld needed", l,
               keys_layer, static_cast<long long>(owner.n_entries), static_cast<long long>(n_keys));
-  float* keys = scratch(ws_.latent, static_cast<size_t>(n_keys) * ihd);  // [n_keys, index_head_dim]
-  for (int64_t t = 0; t < n_keys; ++t) {
-    const uint8_t* src = owner.index_keys.data() + t * fmt.index_bytes();
-    ops::fp4_dequant_e8m0(src, src + ihd / 2, ihd, keys + t * ihd);
-  }
+  const float* keys = dequantized_index_keys(ch, keys_layer, n_keys);  // [n_keys, index_head_dim]
   float* scores = scratch(ws_.scores, n_keys);  // [n_keys]
   ops::indexer_scores(ws_.idx_q.data() + row * nih * ihd, ws_.idx_w.data() + row * nih, nih, ihd, keys, n_keys,
                       scores, nullptr);

@@ -31,6 +31,14 @@ struct Workspace {
   // MoE.
   std::vector<float> logits, expert_w, moe_acc, expert_x, expert_g, expert_u, expert_out;
   std::vector<int32_t> expert_ids, expert_tokens, expert_slot;
+  // Dequantised index keys per (sequence, owner), valid for one forward pass.
+  struct KeyCache {
+    const SequenceState* seq = nullptr;
+    int owner = -1;
+    int64_t rows = 0;
+    std::vector<float> data;  // [rows, index_head_dim]
+  };
+  std::vector<KeyCache> key_caches;
   // Engram.
   std::vector<int64_t> engram_rows, engram_layer_rows;
   std::vector<float> engram_e, engram_kv;
@@ -64,6 +72,7 @@ class ForwardPass {
   void produce_latent(int layer, const ChunkSpan& ch, size_t row, int64_t group, float* latent);
   void run_indexer(int layer, const ChunkSpan& ch, size_t row, int64_t query_pos, int64_t n_keys,
                    int64_t visible, int32_t offset);
+  const float* dequantized_index_keys(const ChunkSpan& ch, int owner_layer, int64_t n_keys);
   void attend(int layer, const ChunkSpan& ch, size_t row, const float* window_rows, size_t n_window_rows,
               const int32_t* window_idx, size_t n_window_idx);
   void moe(int layer, const float* x, float* out);

@@ -1,6 +1,6 @@
-// Fast paths of attention.h (Highway). The q·k and q·key dot products use the canonical 64-lane order
-// (dot_canonical.h) and the P·V sums run element-wise in index order with exact products, so both
-// kernels are bit-identical to their ref:: versions on every target.
+// Fast paths of attention.h (Highway). The q·k and q·key dot products are the canonical float64 dots
+// of dot_canonical.h and the P·V sums run element-wise in float64 in index order with exact products,
+// so both kernels are bit-identical to their ref:: versions on every target.
 #include "ops/attention.h"
 
 #include <algorithm>
@@ -9,6 +9,7 @@
 
 #include "core/check.h"
 #include "core/thread_pool.h"
+#include "ops/exact_math.h"
 #include "ops/formats.h"
 
 #undef HWY_TARGET_INCLUDE
@@ -22,28 +23,31 @@ namespace cedar::ops {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// acc[d] += p * v[d] (p·v exact: bf16 x bf16, so the fused add equals the reference's mul-then-add).
-HWY_INLINE void AxpyExact(float p, const float* v, float* acc, size_t n) {
-  const hn::ScalableTag<float> df;
-  const size_t lanes = hn::Lanes(df);
-  const auto pv = hn::Set(df, p);
+// acc[d] += p * v[d] in float64 (p and v bf16 values: the product is exact, so the fused add equals
+// the scalar product-then-add), d = 0..n-1.
+HWY_INLINE void AxpyF64(double p, const float* v, double* acc, size_t n) {
+  const DotTagD dd;
+  const size_t lanes = hn::Lanes(dd);
+  const auto pv = hn::Set(dd, p);
   size_t d = 0;
   for (; d + lanes <= n; d += lanes) {
-    hn::StoreU(hn::MulAdd(pv, hn::LoadU(df, v + d), hn::LoadU(df, acc + d)), df, acc + d);
+    hn::StoreU(hn::MulAdd(pv, LoadF32AsF64(dd, v + d), hn::LoadU(dd, acc + d)), dd, acc + d);
   }
-  for (; d < n; ++d) acc[d] += p * v[d];
+  for (; d < n; ++d) acc[d] += p * static_cast<double>(v[d]);
 }
 
-// acc[d] = acc[d] * alpha + add[d] (separate roundings, like the reference).
-HWY_INLINE void ScaleAdd(float* acc, float alpha, const float* add, size_t n) {
-  const hn::ScalableTag<float> df;
-  const size_t lanes = hn::Lanes(df);
+// acc[d] = acc[d] * alpha + f32(add[d]) (fp32, separate roundings, like the reference).
+HWY_INLINE void ScaleAddRounded(float* acc, float alpha, const double* add, size_t n) {
+  const DotTagD dd;
+  const DotTagF df;
+  const size_t lanes = hn::Lanes(dd);
   const auto av = hn::Set(df, alpha);
   size_t d = 0;
   for (; d + lanes <= n; d += lanes) {
-    hn::StoreU(hn::Add(hn::Mul(hn::LoadU(df, acc + d), av), hn::LoadU(df, add + d)), df, acc + d);
+    const auto rounded = hn::DemoteTo(df, hn::LoadU(dd, add + d));
+    hn::StoreU(hn::Add(hn::Mul(hn::LoadU(df, acc + d), av), rounded), df, acc + d);
   }
-  for (; d < n; ++d) acc[d] = acc[d] * alpha + add[d];
+  for (; d < n; ++d) acc[d] = acc[d] * alpha + static_cast<float>(add[d]);
 }
 
 void SparseAttnHeads(const float* q, size_t head_dim, const KvRows* kv_ptr, const float* sink,
@@ -51,7 +55,7 @@ void SparseAttnHeads(const float* q, size_t head_dim, const KvRows* kv_ptr, cons
                      size_t h_end) {
   const KvRows& kv = *kv_ptr;
   const float neg_inf = -std::numeric_limits<float>::infinity();
-  HWY_ALIGN float block_pv[kSparseAttnMaxHeadDim];  // [head_dim]
+  HWY_ALIGN double block_pv[kSparseAttnMaxHeadDim];  // [head_dim] this block's exact Σ_j bf16(p_j)·v_j
   for (size_t h = h_begin; h < h_end; ++h) {
     const float* qh = q + h * head_dim;
     float* acc = out + h * head_dim;  // [head_dim] numerator, kept in the output row until the end
@@ -70,24 +74,24 @@ void SparseAttnHeads(const float* q, size_t head_dim, const KvRows* kv_ptr, cons
           score[j] = neg_inf;
         } else {
           rows[j] = kv.row(static_cast<size_t>(r), head_dim);
-          score[j] = DotCanonical<true>(qh, rows[j], head_dim) * scale;
+          score[j] = DotCanonical(qh, rows[j], head_dim) * scale;
         }
         block_max = std::max(block_max, score[j]);
       }
       const float new_max = std::max(running_max, block_max);
-      const float alpha = std::exp(running_max - new_max);
-      float p_sum = 0.0f;
-      std::fill(block_pv, block_pv + head_dim, 0.0f);
+      const float alpha = exp_f32(running_max - new_max);
+      double p_sum = 0.0;
+      std::fill(block_pv, block_pv + head_dim, 0.0);
       for (size_t j = 0; j < nb; ++j) {
-        const float p = std::exp(score[j] - new_max);
-        p_sum += p;
-        if (rows[j] != nullptr) AxpyExact(round_bf16(p), rows[j], block_pv, head_dim);
+        const float p = exp_f32(score[j] - new_max);
+        p_sum += static_cast<double>(p);
+        if (rows[j] != nullptr) AxpyF64(static_cast<double>(round_bf16(p)), rows[j], block_pv, head_dim);
       }
-      den = den * alpha + p_sum;
-      ScaleAdd(acc, alpha, block_pv, head_dim);
+      den = den * alpha + static_cast<float>(p_sum);
+      ScaleAddRounded(acc, alpha, block_pv, head_dim);
       running_max = new_max;
     }
-    den += std::exp(sink[h] - running_max);
+    den += exp_f32(sink[h] - running_max);
     for (size_t d = 0; d < head_dim; ++d) acc[d] = round_bf16(acc[d] / den);
   }
 }
@@ -96,13 +100,13 @@ void IndexerScoresRange(const float* q, const float* w, size_t n_heads, size_t h
                         float* scores, size_t t_begin, size_t t_end) {
   for (size_t t = t_begin; t < t_end; ++t) {
     const float* key = keys + t * head_dim;
-    float sum = 0.0f;
+    double sum = 0.0;
     for (size_t h = 0; h < n_heads; ++h) {
-      const float d = round_bf16(DotCanonical<true>(q + h * head_dim, key, head_dim));
+      const float d = round_bf16(DotCanonical(q + h * head_dim, key, head_dim));
       const float relu = d > 0.0f ? d : 0.0f;
-      sum += round_bf16(relu * w[h]);
+      sum += static_cast<double>(round_bf16(relu * w[h]));
     }
-    scores[t] = round_bf16(sum);
+    scores[t] = round_bf16(static_cast<float>(sum));
   }
 }
 

@@ -33,25 +33,27 @@ struct KvRows {
 //   idx  [n_idx]  int32 row numbers into kv, -1 = masked (contributes nothing); each valid index must
 //        be < kv.rows() (CEDAR_CHECK).
 //   out  [n_heads, head_dim]  bf16 values (must not alias q; head_dim <= kSparseAttnMaxHeadDim)
-// For each head, blocks of 64 indices in the given order:
-//   s_j = f32(q·kv[idx_j]) * scale (dot in f32, scale after);  masked: -inf
+// For each head, blocks of 64 indices in the given order (numerics contract, docs/NUMERICS.md §1):
+//   s_j = f32(q·kv[idx_j]) * scale      exact dot rounded once (dot_canonical.h), then the f32 scale;
+//                                        masked: -inf
 //   m' = max(m, max_j s_j) (m starts at -1e30);  alpha = exp(m - m');  p_j = exp(s_j - m')
-//   den = den*alpha + Σ_j p_j  (f32);  acc = acc*alpha + Σ_j f32(bf16(p_j)) * kv[idx_j]
+//                                        (f32 differences, exp in double rounded once: exact_math.h)
+//   den = den*alpha + f32(Σ_j p_j)       the block sum in float64, rounded once
+//   acc = acc*alpha + f32(Σ_j bf16(p_j) * kv[idx_j])   the block's P·V per element in float64 (exact
+//                                        products, index order), rounded once, then added in f32
 // then den += exp(sink - m); out = bf16(acc / den). All-masked rows give zeros.
-// The q·k dots use the canonical 64-lane order of dot_canonical.h (the GPU kernel's tensor-core order
-// is not reproducible on a CPU); Σ_j p_j and the P·V sums run in index order j. The fast path is
-// bit-identical to ref::sparse_attn on every target. `pool` (may be nullptr) splits the heads.
+// The fast path is bit-identical to ref::sparse_attn on every target. `pool` (may be nullptr) splits
+// the heads.
 void sparse_attn(const float* q, size_t n_heads, size_t head_dim, const KvRows& kv, const float* sink,
                  const int32_t* idx, size_t n_idx, float scale, float* out, ThreadPool* pool);
 
 // Indexer scores for one query token against n_keys index keys (reference einsum "bshd,btd->bsht"
-// on bf16 tensors, then relu, * weights, sum over heads):
-//   d_ht   = bf16( Σ_k q[h,k] * key[t,k] )     f32 accumulation (canonical 64-lane order), one bf16
-//                                              rounding (a bf16 matmul)
-//   p_ht   = bf16( relu(d_ht) * w[h] )         bf16 elementwise multiply (computed in f32, rounded)
-//   score_t = bf16( Σ_h p_ht )                 torch sums a bf16 tensor with an f32 accumulator in
-//                                              head order 0..n_heads-1 and rounds once at the end
-//   q [n_heads, head_dim] (bf16 values, FP4-QDQ'd), w [n_heads] (bf16 values, already × 1/64),
+// on bf16 tensors, then relu, * weights, sum over heads), under the numerics contract:
+//   d_ht   = bf16( f32( Σ_k q[h,k] * key[t,k] ) )   exact dot rounded once, then to bf16 (a bf16 matmul)
+//   p_ht   = bf16( relu(d_ht) * w[h] )              bf16 elementwise multiply (computed in f32, rounded)
+//   score_t = bf16( f32( Σ_h p_ht ) )               the head sum of a bf16 tensor: float64, rounded once
+//                                                   to fp32, then to bf16
+//   q [n_heads, head_dim] (bf16 values, FP4-QDQ'd), w [n_heads] (bf16 values, already scaled),
 //   keys [n_keys, head_dim], scores [n_keys]. Bit-identical to ref::indexer_scores on every target;
 //   `pool` (may be nullptr) splits the keys.
 void indexer_scores(const float* q, const float* w, size_t n_heads, size_t head_dim, const float* keys,

@@ -8,6 +8,7 @@
 #include "core/check.h"
 #include "ops/attention.h"
 #include "ops/dot_canonical.h"
+#include "ops/exact_math.h"
 #include "ops/formats.h"
 
 namespace cedar::ops {
@@ -17,8 +18,8 @@ namespace ref {
 void sparse_attn(const float* q, size_t n_heads, size_t head_dim, const KvRows& kv, const float* sink,
                  const int32_t* idx, size_t n_idx, float scale, float* out) {
   const float neg_inf = -std::numeric_limits<float>::infinity();
-  std::vector<float> acc(head_dim);       // [head_dim] running numerator
-  std::vector<float> block_pv(head_dim);  // [head_dim] this block's Σ p_j v_j
+  std::vector<float> acc(head_dim);        // [head_dim] running numerator (fp32)
+  std::vector<double> block_pv(head_dim);  // [head_dim] this block's exact Σ_j bf16(p_j) v_j
   for (size_t h = 0; h < n_heads; ++h) {
     const float* qh = q + h * head_dim;
     std::fill(acc.begin(), acc.end(), 0.0f);
@@ -40,22 +41,22 @@ void sparse_attn(const float* q, size_t n_heads, size_t head_dim, const KvRows& 
         block_max = std::max(block_max, score[j]);
       }
       const float new_max = std::max(running_max, block_max);
-      const float alpha = std::exp(running_max - new_max);
-      float p_sum = 0.0f;
-      std::fill(block_pv.begin(), block_pv.end(), 0.0f);
+      const float alpha = exp_f32(running_max - new_max);
+      double p_sum = 0.0;  // Σ_j p_j of the block, float64, rounded once below
+      std::fill(block_pv.begin(), block_pv.end(), 0.0);
       for (size_t j = 0; j < nb; ++j) {
-        const float p = std::exp(score[j] - new_max);
+        const float p = exp_f32(score[j] - new_max);
         p_sum += p;
         if (idx[start + j] < 0) continue;  // zero row: adds nothing
-        const float pb = round_bf16(p);    // probabilities enter PV as bf16
+        const double pb = round_bf16(p);   // probabilities enter PV as bf16
         const float* v = kv.row(static_cast<size_t>(idx[start + j]), head_dim);
         for (size_t d = 0; d < head_dim; ++d) block_pv[d] += pb * v[d];
       }
-      den = den * alpha + p_sum;
-      for (size_t d = 0; d < head_dim; ++d) acc[d] = acc[d] * alpha + block_pv[d];
+      den = den * alpha + static_cast<float>(p_sum);
+      for (size_t d = 0; d < head_dim; ++d) acc[d] = acc[d] * alpha + static_cast<float>(block_pv[d]);
       running_max = new_max;
     }
-    den += std::exp(sink[h] - running_max);
+    den += exp_f32(sink[h] - running_max);
     float* oh = out + h * head_dim;
     for (size_t d = 0; d < head_dim; ++d) oh[d] = round_bf16(acc[d] / den);
   }
@@ -64,13 +65,13 @@ void sparse_attn(const float* q, size_t n_heads, size_t head_dim, const KvRows& 
 void indexer_scores(const float* q, const float* w, size_t n_heads, size_t head_dim, const float* keys,
                     size_t n_keys, float* scores) {
   for (size_t t = 0; t < n_keys; ++t) {
-    float sum = 0.0f;
+    double sum = 0.0;  // the head sum, float64, rounded once
     for (size_t h = 0; h < n_heads; ++h) {
       const float d = round_bf16(dot_canonical(q + h * head_dim, keys + t * head_dim, head_dim));
       const float relu = d > 0.0f ? d : 0.0f;
       sum += round_bf16(relu * w[h]);
     }
-    scores[t] = round_bf16(sum);
+    scores[t] = round_bf16(static_cast<float>(sum));
   }
 }
 

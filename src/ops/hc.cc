@@ -1,5 +1,5 @@
 // mHC helpers (hc.h). hc_mixes is the only heavy part (24 dot products of length 20480 per token);
-// it uses the canonical dot order with Highway. The rest is a few dozen f32 operations per token.
+// it uses the canonical float64 dot with Highway. The rest is a few dozen f32 operations per token.
 #include "ops/hc.h"
 
 #include <algorithm>
@@ -8,6 +8,7 @@
 #include "core/check.h"
 #include "core/thread_pool.h"
 #include "ops/dot_canonical.h"
+#include "ops/exact_math.h"
 #include "ops/formats.h"
 #include "ops/norm.h"
 
@@ -21,9 +22,9 @@ HWY_BEFORE_NAMESPACE();
 namespace cedar::ops {
 namespace HWY_NAMESPACE {
 
-// mixes[j] = dot(x, fn_j) for j in [j_begin, j_end): f32 weights, so the products are rounded first.
+// mixes[j] = dot(x, fn_j) for j in [j_begin, j_end): the exact float64 dot rounded once to fp32.
 void HcDots(const float* x, size_t hc_dim, const float* fn, float* mixes, size_t j_begin, size_t j_end) {
-  for (size_t j = j_begin; j < j_end; ++j) mixes[j] = DotCanonical<false>(x, fn + j * hc_dim, hc_dim);
+  for (size_t j = j_begin; j < j_end; ++j) mixes[j] = DotCanonical(x, fn + j * hc_dim, hc_dim);
 }
 
 }  // namespace HWY_NAMESPACE
@@ -33,10 +34,6 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace cedar::ops {
 HWY_EXPORT(HcDots);
-
-namespace {
-inline float sigmoid_f32(float x) { return 1.0f / (1.0f + std::exp(-x)); }
-}  // namespace
 
 void hc_mixes(const float* x, size_t n_tokens, size_t hc_dim, const float* fn, size_t n_mix, float norm_eps,
               float* mixes, ThreadPool* pool) {
@@ -78,7 +75,7 @@ void hc_split_sinkhorn(const float* mixes, const float* scale, const float* base
     for (int k = 1; k < hc; ++k) row_max = std::max(row_max, row[k]);
     float sum = 0.0f;
     for (int k = 0; k < hc; ++k) {
-      row[k] = std::exp(row[k] - row_max);
+      row[k] = exp_f32(row[k] - row_max);
       sum += row[k];
     }
     for (int k = 0; k < hc; ++k) row[k] = row[k] / sum + eps;

@@ -1,6 +1,7 @@
 // Manifold-constrained hyper-connections (mHC) helpers (spec §2.7, §4.2; model.py Block.hc_* and
 // kernel.py hc_split_sinkhorn). V4.1: hc_mult = 4 streams of dim 5120, 24 mixes, 20 Sinkhorn
-// iterations, hc_eps 1e-6, statistic eps = norm_eps = 1e-20. Everything is f32.
+// iterations, hc_eps 1e-6, statistic eps = norm_eps = 1e-20. f32 values under the numerics contract
+// (docs/NUMERICS.md §1).
 #pragma once
 
 #include <cstddef>
@@ -20,9 +21,10 @@ inline constexpr float kHcNormEps = 1e-20f;
 // mixes [n_tokens, n_mix] = (X_t · fnᵀ) * rsqrt(mean(X_t^2) + norm_eps), per token t:
 //   x  [n_tokens, hc_dim]  bf16 values (the hc_mult streams flattened, hc_dim = hc_mult*dim)
 //   fn [n_mix, hc_dim]     f32 (hc_attn_fn / hc_ffn_fn)
-// One statistic per token over all hc_dim values (rms_rsqrt). The dot products have rounded f32
-// products and the canonical 64-lane sum order (dot_canonical.h), so the fast path equals ref::hc_mixes
-// bit for bit on every target. `pool` splits tokens (prefill) or, for one token, the mixes.
+// One statistic per token over all hc_dim values (rms_rsqrt, norm.h). Each X_t · fn_j is the contract's
+// exact dot (float64, canonical order of dot_canonical.h) rounded once to fp32, then multiplied by the
+// statistic in fp32, so the fast path equals ref::hc_mixes bit for bit on every target. `pool` splits
+// tokens (prefill) or, for one token, the mixes.
 void hc_mixes(const float* x, size_t n_tokens, size_t hc_dim, const float* fn, size_t n_mix, float norm_eps,
               float* mixes, ThreadPool* pool);
 
@@ -33,7 +35,8 @@ void hc_mixes(const float* x, size_t n_tokens, size_t hc_dim, const float* fn, s
 //   C = exp(C - rowmax) / rowsum + eps         (softmax over k, then + eps)
 //   C = C / (colsum + eps)
 //   repeat iters-1 times: C = C / (rowsum + eps); C = C / (colsum + eps)
-// sigmoid(x) = 1 / (1 + exp(-x)) in f32. scale [3], base [(2+hc)*hc].
+// Everything in f32 in this order, except sigmoid and exp, which are evaluated in double and rounded
+// once (exact_math.h); row and column sums add left to right. scale [3], base [(2+hc)*hc].
 void hc_split_sinkhorn(const float* mixes, const float* scale, const float* base, int hc_mult, int iters,
                        float eps, float* pre, float* post, float* comb);
 

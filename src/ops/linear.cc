@@ -1,6 +1,7 @@
 // Fast paths of linear.h: Highway kernels compiled for every enabled x86 target and chosen at run
-// time (HWY_DYNAMIC_DISPATCH). The FP8/FP4 kernels are bit-identical to ref::gemm_fp8/gemm_fp4 (same
-// canonical in-block order, exact products, same per-block scale order); see linear.h.
+// time (HWY_DYNAMIC_DISPATCH). The FP8/FP4 kernels are bit-identical to ref::gemm_fp8/gemm_fp4 (exact
+// block partials rounded once, same per-block scale order); the bf16/f32 kernels use the canonical
+// float64 dot of dot_canonical.h. See linear.h.
 #include "ops/linear.h"
 
 #include <algorithm>
@@ -23,129 +24,125 @@ namespace cedar::ops {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-// At most 8 f32 lanes: the canonical block order has 8 lane sums, so wider vectors are not used here
-// (on AVX-512 targets this is a 256-bit vector).
-using DF8 = hn::CappedTag<float, 8>;
-using VF8 = hn::Vec<DF8>;
+// Weights are decoded and multiplied by the activations in fp32 vectors of up to 16 lanes (every
+// product is exact), the products are promoted to f64 in two halves and summed (exact in any order,
+// see linear_internal.h). HWY_SCALAR has one lane and promotes directly.
+using DW = hn::CappedTag<float, 16>;
+using VW = hn::Vec<DW>;
 constexpr size_t kMaxVecPerBlock = 32;  // 32 elements / 1 lane (HWY_SCALAR)
-constexpr size_t kRowTile = 16;         // activation rows sharing one decoded weight block
 
-// The 8 lane sums stored in lane order -> the canonical tree of block_dot32_canonical.
-HWY_INLINE float Reduce8(const float* s) {
-  return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+// N E4M3 codes -> f32 value * 2^-8, exactly: the code's exponent and mantissa bits are moved into the
+// low exponent bits and top mantissa bits of an IEEE half (bias 15 instead of 7, so normal and
+// subnormal codes both become value * 2^-8), which the hardware widens to f32. All results and all
+// products with E4M3 activations stay normal f32 numbers (subnormal operands would cost microcode
+// assists on x86). Codes 0x7F/0xFF (E4M3 NaN) decode as +-480 * 2^-8: checkpoints contain none.
+HWY_INLINE VW DecodeE4m3Over256(DW df, const uint8_t* p) {
+  const hn::Rebind<int8_t, DW> d8;
+  const hn::Rebind<int16_t, DW> d16;
+  const hn::Rebind<hwy::float16_t, DW> dhalf;
+  // Sign-extending the code and shifting left by 7 puts the sign at bit 15 and the 7 value bits at
+  // 13..7; bit 14 (a copy of the sign) is cleared by the mask.
+  const auto code = hn::PromoteTo(d16, hn::LoadU(d8, reinterpret_cast<const int8_t*>(p)));
+  const auto bits = hn::And(hn::ShiftLeft<7>(code), hn::Set(d16, static_cast<int16_t>(0xBF80)));
+  return hn::PromoteTo(df, hn::BitCast(dhalf, bits));
 }
+constexpr double kE4m3Unscale = 256.0;
 
-// N E4M3 codes -> f32 value * 2^-120, by moving the exponent/mantissa bits into f32 position: a normal
-// code gets f32 exponent e (bias 127 instead of 7) and a subnormal code becomes the f32 subnormal
-// m * 2^-129, so every code maps to exactly value * 2^-120 (0x7F/0xFF give 480 * 2^-120, not NaN).
-HWY_INLINE VF8 DecodeE4m3Scaled(DF8 df, const uint8_t* p) {
-  const hn::RebindToSigned<DF8> di;
-  const hn::Rebind<uint8_t, DF8> d8;
-  // code << 24 puts the sign at bit 31 and exponent/mantissa at 30..24; an arithmetic shift by 4 moves
-  // them to 26..20 (sign smeared over 30..27), and the mask keeps sign + 7 value bits.
-  const auto b = hn::BitCast(di, hn::PromoteTo(hn::RebindToUnsigned<DF8>(), hn::LoadU(d8, p)));
-  const auto moved = hn::ShiftRight<4>(hn::ShiftLeft<24>(b));
-  return hn::BitCast(df, hn::And(moved, hn::Set(di, static_cast<int32_t>(0x87F00000u))));
-}
-constexpr float kE4m3Unscale = 0x1p120f;
+// 2 x E2M1 value of every 4-bit code (bit 3 = sign): 0, 1, 2, 3, 4, 6, 8, 12 and their negatives.
+alignas(16) constexpr int8_t kE2m1Twice[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+constexpr double kE2m1Unscale = 0.5;
 
-// N E2M1 codes starting at element `first` (packed two per byte, even element low) -> f32 value *
-// 2^-126: code bits e,m go to f32 exponent/mantissa-top, so normal codes get exponent bias 127 instead
-// of 1 and the subnormal code 1 (0.5) becomes 2^-127. Exact for every code.
-HWY_INLINE VF8 DecodeE2m1Scaled(DF8 df, const uint8_t* packed, size_t first) {
-  const hn::RebindToUnsigned<DF8> du;
-  const hn::RebindToSigned<DF8> di;
-  const size_t n = hn::Lanes(df);
-  hn::Vec<decltype(du)> top;  // the lane's nibble in bits 31..28 (lower bits: other nibbles)
-  if (n >= 2) {
-    uint32_t word = 0;
-    std::memcpy(&word, packed + first / 2, n / 2);  // n/2 <= 4 bytes, little-endian nibble order
-    // Lane l holds nibble l: shift it left by 28 - 4l.
-    const auto shifts = hn::Sub(hn::Set(du, 28u), hn::ShiftLeft<2>(hn::Iota(du, 0)));
-    top = hn::Set(du, word) << shifts;
-  } else {
-    const uint8_t byte = packed[first / 2];
-    top = hn::Set(du, static_cast<uint32_t>((first & 1) ? (byte >> 4) : (byte & 0xF)) << 28);
-  }
-  // Arithmetic shift by 6: sign stays at bit 31, e and m land in bits 24..22; mask off the rest.
-  const auto moved = hn::ShiftRight<6>(hn::BitCast(di, top));
-  return hn::BitCast(df, hn::And(moved, hn::Set(di, static_cast<int32_t>(0x81C00000u))));
-}
-constexpr float kE2m1Unscale = 0x1p126f;
-
-// Folds the 8 canonical lane sums held in acc (8/N vectors) with the canonical tree.
-template <class D>
-HWY_INLINE float ReduceLaneSums(D d, const hn::Vec<D>* acc) {
-#if HWY_TARGET != HWY_SCALAR
-  constexpr size_t kLanes = hn::MaxLanes(D());
-  if constexpr (kLanes == 8 || kLanes == 4) {
-    // t_l = s_l + s_{l+4}; then (t0 + t2) + (t1 + t3) via two shuffles.
-    const auto finish = [](auto t) {
-      const auto u = hn::Add(t, hn::Shuffle1032(t));  // lanes 0, 1: t0 + t2, t1 + t3
-      return hn::GetLane(hn::Add(u, hn::Shuffle2301(u)));
-    };
-    if constexpr (kLanes == 8) {
-      const hn::Half<D> dh;
-      return finish(hn::Add(hn::LowerHalf(dh, acc[0]), hn::UpperHalf(dh, acc[0])));
-    } else {
-      return finish(hn::Add(acc[0], acc[1]));
+// Decodes one 32-weight block (FP8: 32 code bytes; FP4: 16 packed bytes, even element in the low
+// nibble) into 32/N vectors of N lanes, exactly: E4M3 as value * 2^-8, E2M1 as 2 * value.
+template <bool kFp4>
+HWY_INLINE void DecodeBlock(const uint8_t* src, VW* wv) {
+  const DW df;
+  const size_t lanes = hn::Lanes(df);
+  if constexpr (kFp4) {
+    HWY_ALIGN int8_t twice[32];  // [32] 2 * value in element order
+#if HWY_TARGET == HWY_SCALAR
+    for (size_t i = 0; i < 32; ++i) twice[i] = kE2m1Twice[(src[i / 2] >> (4 * (i & 1))) & 0xF];
+#else
+    // Split the 16 bytes into low and high nibbles, interleave them back into element order and look
+    // the codes up in the byte table.
+    const hn::Full128<uint8_t> d16;
+    const hn::Full128<int8_t> di16;
+    const auto packed = hn::LoadU(d16, src);
+    const auto lo = hn::And(packed, hn::Set(d16, uint8_t{0x0F}));
+    const auto hi = hn::ShiftRight<4>(packed);
+    const auto table = hn::Load(di16, kE2m1Twice);
+    const auto first = hn::TableLookupBytes(table, hn::BitCast(di16, hn::InterleaveLower(d16, lo, hi)));
+    const auto second = hn::TableLookupBytes(table, hn::BitCast(di16, hn::InterleaveUpper(d16, lo, hi)));
+#if HWY_TARGET <= HWY_AVX3
+    // 16 lanes: widen the two byte vectors directly.
+    const hn::RebindToSigned<DW> di32;
+    wv[0] = hn::ConvertTo(df, hn::PromoteTo(di32, first));
+    wv[1] = hn::ConvertTo(df, hn::PromoteTo(di32, second));
+    return;
+#else
+    hn::Store(first, di16, twice);
+    hn::Store(second, di16, twice + 16);
+#endif
+#endif
+    const hn::Rebind<int8_t, DW> d8;
+    const hn::RebindToSigned<DW> di;
+    for (size_t g = 0; g < 32 / lanes; ++g) {
+      wv[g] = hn::ConvertTo(df, hn::PromoteTo(di, hn::LoadU(d8, twice + lanes * g)));
     }
+  } else {
+    for (size_t g = 0; g < 32 / lanes; ++g) wv[g] = DecodeE4m3Over256(df, src + lanes * g);
+  }
+}
+
+HWY_INLINE const uint8_t* BlockBytes(bool fp4, const uint8_t* wdata, size_t k, size_t n, size_t kb) {
+  return fp4 ? wdata + n * (k / 2) + kb * 16 : wdata + n * k + kb * 32;
+}
+
+// The block partial of block_dot32_exact: the fp32 products (exact) promoted to f64 and summed (exact
+// in any order), unscaled (a power of two, exact), rounded once to fp32.
+HWY_INLINE float BlockPartial(const float* act, const VW* wv, double unscale) {
+  const DW df;
+  double sum;
+#if HWY_TARGET == HWY_SCALAR
+  sum = 0.0;
+  for (size_t g = 0; g < 32; ++g) sum += static_cast<double>(hn::GetLane(hn::Mul(hn::LoadU(df, act + g), wv[g])));
+#else
+  {
+    const size_t lanes = hn::Lanes(df);
+    const hn::Half<DW> dh;
+    const hn::Rebind<double, decltype(dh)> dd;
+    auto acc0 = hn::Zero(dd);
+    auto acc1 = hn::Zero(dd);
+    for (size_t g = 0; g < 32 / lanes; ++g) {
+      const VW p = hn::Mul(hn::LoadU(df, act + lanes * g), wv[g]);
+      acc0 = hn::Add(acc0, hn::PromoteTo(dd, hn::LowerHalf(dh, p)));
+      acc1 = hn::Add(acc1, hn::PromoteTo(dd, hn::UpperHalf(dh, p)));
+    }
+    sum = hn::GetLane(hn::SumOfLanes(dd, hn::Add(acc0, acc1)));
   }
 #endif
-  const size_t n = hn::Lanes(d);
-  HWY_ALIGN float lanes[8];
-  for (size_t g = 0; g < 8 / n; ++g) hn::Store(acc[g], d, lanes + n * g);
-  return Reduce8(lanes);
-}
-
-// Canonical block dot of 32 activation values with 32 decoded weights held in `wv` (vector v covers
-// elements 8*(v / G) + N*(v % G) .. +N-1, G = 8/N).
-HWY_INLINE float BlockDot(DF8 df, const float* act, const VF8* wv) {
-  const size_t n = hn::Lanes(df);
-  const size_t groups = 8 / n;
-  VF8 acc[8];
-  for (size_t g = 0; g < groups; ++g) acc[g] = hn::Zero(df);
-  for (size_t step = 0; step < 4; ++step) {
-    for (size_t g = 0; g < groups; ++g) {
-      acc[g] = hn::MulAdd(hn::LoadU(df, act + 8 * step + n * g), wv[step * groups + g], acc[g]);
-    }
-  }
-  return ReduceLaneSums(df, acc);
+  return static_cast<float>(sum * unscale);
 }
 
 template <bool kFp4>
 void BlockGemmRows(const Fp8Activations& a, const uint8_t* wdata, const uint8_t* wscales, size_t n_total,
                    size_t k, float* y, size_t n_begin, size_t n_end) {
-  const DF8 df;
-  const size_t lanes = hn::Lanes(df);
-  const size_t groups = 8 / lanes;
   const size_t kblocks = k / 32;
   const float* e8m0 = e8m0_table();
-  VF8 wv[kMaxVecPerBlock];
+  const double unscale = kFp4 ? kE2m1Unscale : kE4m3Unscale;
+  constexpr size_t kRowTile = 16;  // activation rows sharing one decoded weight block
+  VW wv[kMaxVecPerBlock];
   float acc[kRowTile];
   for (size_t m0 = 0; m0 < a.m; m0 += kRowTile) {
     const size_t rows = std::min(kRowTile, a.m - m0);
     for (size_t n = n_begin; n < n_end; ++n) {
       for (size_t r = 0; r < rows; ++r) acc[r] = 0.0f;
       for (size_t kb = 0; kb < kblocks; ++kb) {
-        float sw;
-        if constexpr (kFp4) {
-          const uint8_t* row = wdata + n * (k / 2) + kb * 16;
-          for (size_t step = 0; step < 4; ++step)
-            for (size_t g = 0; g < groups; ++g)
-              wv[step * groups + g] = DecodeE2m1Scaled(df, row, 8 * step + lanes * g);
-          sw = e8m0[wscales[n * kblocks + kb]];
-        } else {
-          const uint8_t* row = wdata + n * k + kb * 32;
-          for (size_t step = 0; step < 4; ++step)
-            for (size_t g = 0; g < groups; ++g)
-              wv[step * groups + g] = DecodeE4m3Scaled(df, row + 8 * step + lanes * g);
-          sw = e8m0[wscales[(n / 32) * kblocks + kb]];
-        }
+        DecodeBlock<kFp4>(BlockBytes(kFp4, wdata, k, n, kb), wv);
+        const float sw = kFp4 ? e8m0[wscales[n * kblocks + kb]] : e8m0[wscales[(n / 32) * kblocks + kb]];
         for (size_t r = 0; r < rows; ++r) {
           const size_t m = m0 + r;
-          float part = BlockDot(df, a.values + m * k + kb * 32, wv);
-          part *= kFp4 ? kE2m1Unscale : kE4m3Unscale;  // exact: back to the unscaled partial
+          const float part = BlockPartial(a.values + m * k + kb * 32, wv, unscale);
           acc[r] += (part * a.scales[m * kblocks + kb]) * sw;
         }
       }
@@ -154,72 +151,62 @@ void BlockGemmRows(const Fp8Activations& a, const uint8_t* wdata, const uint8_t*
   }
 }
 
-// Multi-row path: 16 activation rows per tile, one f32 lane per row, so each lane computes the
-// canonical block dot of its own row (lane chains over l, l+8, l+16, l+24, then the same tree) with
-// the weight broadcast: exactly the order of BlockDot / block_dot32_canonical, without per-row
-// horizontal reductions. Weight rows are processed in chunks that stay in cache across tiles.
-using DT = hn::CappedTag<float, kActTileRows>;
-using VT = hn::Vec<DT>;
+// Multi-row path: 16 activation rows per tile, one f64 lane per row, so each lane sums the exact block
+// products of its own row with the weight broadcast (promoted activation x f64 weight: exact, so the
+// fused add is exact too): no per-row horizontal reduction. Weight rows are processed in chunks that
+// stay in cache across tiles.
+using DD = hn::CappedTag<double, 8>;
+using DH = hn::Rebind<float, DD>;
 constexpr size_t kWeightChunk = 16;
 
 template <bool kFp4>
 void BlockGemmTiles(const Fp8Activations& a, const uint8_t* wdata, const uint8_t* wscales, size_t n_total,
                     size_t k, float* y, size_t n_begin, size_t n_end) {
-  const DF8 df;
-  const DT dt;
-  const size_t lanes8 = hn::Lanes(df);
-  const size_t groups = 8 / lanes8;
-  const size_t nt = hn::Lanes(dt);
-  const size_t nv = kActTileRows / nt;  // vectors per tile row group (1 on AVX-512)
+  const DD dd;
+  const DH dh;
+  const size_t lanes = hn::Lanes(dh);
+  const size_t nv = kActTileRows / lanes;  // vectors per tile (2 on AVX-512, 4 on AVX2)
   const size_t kblocks = k / 32;
   const size_t tiles = (a.m + kActTileRows - 1) / kActTileRows;
   const float* e8m0 = e8m0_table();
-  const float unscale = kFp4 ? kE2m1Unscale : kE4m3Unscale;
-  HWY_ALIGN float w[32];  // one decoded (scaled) weight block
+  const double unscale = kFp4 ? kE2m1Unscale : kE4m3Unscale;
+  const size_t wlanes = hn::Lanes(DW());
+  VW wv[kMaxVecPerBlock];
+  HWY_ALIGN float w[32];    // one decoded (scaled) weight block
+  HWY_ALIGN double wd[32];  // the same, widened once for the f64 broadcasts
   for (size_t n0 = n_begin; n0 < n_end; n0 += kWeightChunk) {
     const size_t n1 = std::min(n_end, n0 + kWeightChunk);
     for (size_t t = 0; t < tiles; ++t) {
       const float* at = a.values_t + t * k * kActTileRows;       // [k, 16]
       const float* st = a.scales_t + t * kblocks * kActTileRows;  // [kblocks, 16]
       for (size_t n = n0; n < n1; ++n) {
-        VT acc[kActTileRows];
-        for (size_t v = 0; v < nv; ++v) acc[v] = hn::Zero(dt);
+        hn::Vec<DH> acc[kActTileRows];  // [16 rows] fp32 K-order accumulators
+        for (size_t v = 0; v < nv; ++v) acc[v] = hn::Zero(dh);
         for (size_t kb = 0; kb < kblocks; ++kb) {
-          float sw;
-          if constexpr (kFp4) {
-            const uint8_t* row = wdata + n * (k / 2) + kb * 16;
-            for (size_t step = 0; step < 4; ++step)
-              for (size_t g = 0; g < groups; ++g)
-                hn::Store(DecodeE2m1Scaled(df, row, 8 * step + lanes8 * g), df, w + 8 * step + lanes8 * g);
-            sw = e8m0[wscales[n * kblocks + kb]];
-          } else {
-            const uint8_t* row = wdata + n * k + kb * 32;
-            for (size_t step = 0; step < 4; ++step)
-              for (size_t g = 0; g < groups; ++g)
-                hn::Store(DecodeE4m3Scaled(df, row + 8 * step + lanes8 * g), df, w + 8 * step + lanes8 * g);
-            sw = e8m0[wscales[(n / 32) * kblocks + kb]];
-          }
+          DecodeBlock<kFp4>(BlockBytes(kFp4, wdata, k, n, kb), wv);
+          for (size_t g = 0; g < 32 / wlanes; ++g) hn::Store(wv[g], DW(), w + wlanes * g);
+          for (size_t e = 0; e < 32; ++e) wd[e] = w[e];
+          const float sw = kFp4 ? e8m0[wscales[n * kblocks + kb]] : e8m0[wscales[(n / 32) * kblocks + kb]];
           const float* ab = at + kb * 32 * kActTileRows;  // [32, 16] this block's activations
-          const auto swv = hn::Set(dt, sw);
-          const auto unv = hn::Set(dt, unscale);
-          for (size_t v = 0; v < nv; ++v) {
-            VT s[8];
-            for (size_t l = 0; l < 8; ++l) {
-              s[l] = hn::Mul(hn::LoadU(dt, ab + l * kActTileRows + v * nt), hn::Set(dt, w[l]));
-              for (size_t step = 1; step < 4; ++step) {
-                const size_t e = l + 8 * step;
-                s[l] = hn::MulAdd(hn::LoadU(dt, ab + e * kActTileRows + v * nt), hn::Set(dt, w[e]), s[l]);
-              }
+          // s[2v + parity]: row vector v, even / odd elements (two chains for latency).
+          hn::Vec<DD> s[2 * kActTileRows];
+          for (size_t v = 0; v < 2 * nv; ++v) s[v] = hn::Zero(dd);
+          for (size_t e = 0; e < 32; ++e) {
+            const auto wb = hn::Set(dd, wd[e]);
+            for (size_t v = 0; v < nv; ++v) {
+              s[2 * v + (e & 1)] =
+                  hn::MulAdd(hn::PromoteTo(dd, hn::LoadU(dh, ab + e * kActTileRows + v * lanes)), wb, s[2 * v + (e & 1)]);
             }
-            VT part = hn::Add(hn::Add(hn::Add(s[0], s[4]), hn::Add(s[2], s[6])),
-                              hn::Add(hn::Add(s[1], s[5]), hn::Add(s[3], s[7])));
-            part = hn::Mul(part, unv);  // exact
-            const VT sa = hn::LoadU(dt, st + kb * kActTileRows + v * nt);
+          }
+          const auto swv = hn::Set(dh, sw);
+          for (size_t v = 0; v < nv; ++v) {
+            const auto part = hn::DemoteTo(dh, hn::Mul(hn::Add(s[2 * v], s[2 * v + 1]), hn::Set(dd, unscale)));
+            const auto sa = hn::LoadU(dh, st + kb * kActTileRows + v * lanes);
             acc[v] = hn::Add(acc[v], hn::Mul(hn::Mul(part, sa), swv));
           }
         }
         HWY_ALIGN float out[kActTileRows];
-        for (size_t v = 0; v < nv; ++v) hn::Store(acc[v], dt, out + v * nt);
+        for (size_t v = 0; v < nv; ++v) hn::Store(acc[v], dh, out + v * lanes);
         for (size_t r = 0; r < kActTileRows && t * kActTileRows + r < a.m; ++r) {
           y[(t * kActTileRows + r) * n_total + n] = round_bf16(out[r]);
         }
@@ -248,7 +235,7 @@ void LinearBf16Rows(const float* x, size_t m, const Bf16Weight& w, float* y, Lin
   for (size_t n = n_begin; n < n_end; ++n) {
     const uint16_t* wrow = w.bits + n * w.k;
     for (size_t i = 0; i < m; ++i) {
-      const float v = DotCanonical<false>(x + i * w.k, wrow, w.k);
+      const float v = static_cast<float>(DotBf16WeightsF64(x + i * w.k, wrow, w.k));
       y[i * w.n + n] = out == LinearOut::kBf16 ? round_bf16(v) : v;
     }
   }
@@ -257,7 +244,7 @@ void LinearBf16Rows(const float* x, size_t m, const Bf16Weight& w, float* y, Lin
 void LinearF32Rows(const float* x, size_t m, const F32Weight& w, float* y, size_t n_begin, size_t n_end) {
   for (size_t n = n_begin; n < n_end; ++n) {
     const float* wrow = w.data + n * w.k;
-    for (size_t i = 0; i < m; ++i) y[i * w.n + n] = DotCanonical<false>(x + i * w.k, wrow, w.k);
+    for (size_t i = 0; i < m; ++i) y[i * w.n + n] = DotCanonical(x + i * w.k, wrow, w.k);
   }
 }
 

@@ -5,28 +5,23 @@
 // never allocate. Work is split over n (output features) on the given pool (nullptr = run inline);
 // the result does not depend on the thread count.
 //
-// FP8 and FP4 (block-scaled) semantics, reference fp8_gemm / fp4_gemm:
+// FP8 and FP4 (block-scaled) semantics, reference fp8_gemm / fp4_gemm under the numerics contract
+// (docs/NUMERICS.md §1, docs/GOLDEN.md §2.2):
 //   a, sA  = act_quant_fp8(x)                         codes [m, k] E4M3, scales [m, k/32] 2^e
-//   part_kb = Σ_{k in block kb} fp32(a[m,k]) · fp32(w[n,k])      (every product is exact in f32)
-//   acc    = 0;  for kb in 0..k/32-1 (in order):  acc += (part_kb · sA[m,kb]) · sW(n,kb)
+//   part_kb = f32( Σ_{k in block kb} a[m,k] · w[n,k] )   the EXACT block sum, rounded once to fp32
+//   acc    = 0;  for kb in 0..k/32-1 (in order):  acc += (part_kb · sA[m,kb]) · sW(n,kb)   (fp32)
 //   y[m,n] = bf16(acc)
 // with sW(n,kb) = scale[n/32, kb] for FP8 weights and scale[n, kb] for FP4 weights.
-// The 32 products of a block are exact, but their f32 sum can round (products span 2^-18..2^17.6), so
-// the order inside a block matters in rare cases. The GPU kernel's order (tensor core) is not
-// reproducible; cedar fixes one canonical order that every SIMD width can produce, and the scalar
-// reference uses it too, so fast path and reference are bit-identical:
-//   lane l = 0..7:  s_l = ((p[l] + p[l+8]) + p[l+16]) + p[l+24]
-//   part   = ((s_0 + s_4) + (s_2 + s_6)) + ((s_1 + s_5) + (s_3 + s_7))
-// (block_dot32_canonical in ops/linear_internal.h). It differs from a sequential sum by at most a
-// few f32 ulps of the block partial, i.e. far below one bf16 ulp of the output except at rounding
-// boundaries.
+// Every product is exact in fp32 and a block's 32-term sum has at most 41 significant bits, so float64
+// holds it exactly in any order (block_dot32_exact, ops/linear_internal.h): the fast paths and the
+// scalar references agree bit for bit by construction, whatever their summation order.
 //
 // The GEMV (m = 1..3) and the multi-row tiled kernel (m >= kActTileMinRows, using the row-interleaved
-// copies in Fp8Activations) evaluate exactly this order; both equal the references bit for bit.
+// copies in Fp8Activations) both compute exactly this; both equal the references bit for bit.
 //
-// bf16 / f32 weights: y = Σ_k x·w with f32 products and f32 sums in the canonical 64-lane order of
-// dot_canonical.h (fast path and reference bit-identical on every target). It differs from torch's
-// own (unspecified) order within the bound derived in NUMERICS.md.
+// bf16 / f32 weights: y = f32( Σ_k x·w ), the exact products summed in float64 in the canonical 32-lane
+// order of dot_canonical.h and rounded once (then to bf16 for LinearOut::kBf16); fast path and
+// reference are bit-identical on every target.
 #pragma once
 
 #include <cstddef>
@@ -91,7 +86,7 @@ inline constexpr size_t kActTileMinRows = 4;
 
 // How a bf16/f32 linear rounds its output.
 enum class LinearOut {
-  kBf16,  // bf16 matmul (torch F.linear on bf16): f32 accumulation, result rounded to bf16
+  kBf16,  // bf16 matmul (torch F.linear on bf16): exact dot rounded to f32, then to bf16
   kF32,   // f32 matmul (weights promoted to fp32, e.g. head, router gate, ratio-2 compressor)
 };
 
@@ -113,7 +108,7 @@ void linear_fp4(const float* x, size_t m, const Fp4Weight& w, float* y, std::spa
 void gemm_fp8(const Fp8Activations& a, const Fp8Weight& w, float* y, ThreadPool* pool);
 void gemm_fp4(const Fp8Activations& a, const Fp4Weight& w, float* y, ThreadPool* pool);
 
-// y [m, n] = x [m, k] · Wᵀ with bf16 weights; f32 accumulation; output rounded per `out`.
+// y [m, n] = x [m, k] · Wᵀ with bf16 weights; exact dots rounded once; output rounded per `out`.
 void linear_bf16(const float* x, size_t m, const Bf16Weight& w, float* y, LinearOut out, ThreadPool* pool);
 // y [m, n] = x [m, k] · Wᵀ with f32 weights, f32 output.
 void linear_f32(const float* x, size_t m, const F32Weight& w, float* y, ThreadPool* pool);
@@ -122,7 +117,7 @@ void linear_f32(const float* x, size_t m, const F32Weight& w, float* y, ThreadPo
 // [n, k], exactly (E4M3 value × 2^e is bf16-representable), as convert.py does for wo_a.
 void dequantize_fp8_weight_to_bf16(const Fp8Weight& w, uint16_t* out_bits);
 
-// Plain scalar references (canonical orders, no SIMD) that the fast paths are tested against.
+// Plain scalar references (the definitions above, no SIMD) that the fast paths are tested against.
 namespace ref {
 void gemm_fp8(const Fp8Activations& a, const Fp8Weight& w, float* y);
 void gemm_fp4(const Fp8Activations& a, const Fp4Weight& w, float* y);

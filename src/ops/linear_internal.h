@@ -5,19 +5,15 @@
 
 namespace cedar::ops {
 
-// The canonical summation order of one 32-element block of exact products (see linear.h):
-// lane l accumulates products l, l+8, l+16, l+24 in that order, then the 8 lanes are added as
-// ((s0+s4)+(s2+s6)) + ((s1+s5)+(s3+s7)). Any SIMD width that divides 8 reproduces it exactly.
-inline float block_dot32_canonical(const float* a, const float* w) {
-  float s[8];
-  for (int l = 0; l < 8; ++l) {
-    float acc = a[l] * w[l];
-    acc += a[l + 8] * w[l + 8];
-    acc += a[l + 16] * w[l + 16];
-    acc += a[l + 24] * w[l + 24];
-    s[l] = acc;
-  }
-  return ((s[0] + s[4]) + (s[2] + s[6])) + ((s[1] + s[5]) + (s[3] + s[7]));
+// The block partial of the FP8 / FP4 GEMMs (see linear.h): the exact sum of the 32 products of one
+// K block, rounded once to fp32. Each product (E4M3 x E4M3 or E4M3 x E2M1 values) is exact in fp32 and
+// a multiple of 2^-18 below 2^17.6, so the 32-term sum is a multiple of 2^-18 below 2^23: at most 41
+// significant bits, exact in float64 whatever the order. Fast paths may therefore add the promoted
+// products in any order and still agree with this definition bit for bit.
+inline float block_dot32_exact(const float* a, const float* w) {
+  double sum = 0.0;
+  for (int i = 0; i < 32; ++i) sum += static_cast<double>(a[i] * w[i]);
+  return static_cast<float>(sum);
 }
 
 }  // namespace cedar::ops

@@ -75,7 +75,7 @@ void gemm_fp8(const Fp8Activations& a, const Fp8Weight& w, float* y) {
       float acc = 0.0f;
       for (size_t kb = 0; kb < kblocks; ++kb) {
         for (size_t j = 0; j < 32; ++j) wblock[j] = table[w.codes[n * w.k + kb * 32 + j]];
-        const float part = block_dot32_canonical(a.values + m * a.k + kb * 32, wblock);
+        const float part = block_dot32_exact(a.values + m * a.k + kb * 32, wblock);
         const float sw = e8m0_to_f32(w.scales[(n / 32) * kblocks + kb]);
         acc += (part * a.scales[m * kblocks + kb]) * sw;
       }
@@ -93,7 +93,7 @@ void gemm_fp4(const Fp8Activations& a, const Fp4Weight& w, float* y) {
       float acc = 0.0f;
       for (size_t kb = 0; kb < kblocks; ++kb) {
         unpack_fp4_values(w.packed + n * (w.k / 2) + kb * 16, 32, wblock);
-        const float part = block_dot32_canonical(a.values + m * a.k + kb * 32, wblock);
+        const float part = block_dot32_exact(a.values + m * a.k + kb * 32, wblock);
         const float sw = e8m0_to_f32(w.scales[n * kblocks + kb]);
         acc += (part * a.scales[m * kblocks + kb]) * sw;
       }
@@ -106,8 +106,9 @@ void linear_bf16(const float* x, size_t m, const Bf16Weight& w, float* y, Linear
   for (size_t i = 0; i < m; ++i) {
     for (size_t n = 0; n < w.n; ++n) {
       const uint16_t* wrow = w.bits + n * w.k;
-      const float acc = dot_canonical(
-          x + i * w.k, [wrow](size_t k) { return bf16_bits_to_f32(wrow[k]); }, w.k);
+      // bf16 activation x bf16 weight: the fp32 product is exact, so this is the exact dot.
+      const float acc = static_cast<float>(dot_rounded_products_f64(
+          x + i * w.k, [wrow](size_t k) { return bf16_bits_to_f32(wrow[k]); }, w.k));
       y[i * w.n + n] = out == LinearOut::kBf16 ? round_bf16(acc) : acc;
     }
   }

@@ -5,14 +5,15 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "ops/exact_math.h"
 #include "ops/formats.h"
 
 namespace cedar::ops {
 
 float sqrt_softplus(float x) {
-  // torch.nn.functional.softplus(beta=1, threshold=20): linear above the threshold.
-  const float sp = x > 20.0f ? x : std::log1p(std::exp(x));
-  return std::sqrt(sp);
+  // torch.nn.functional.softplus(beta=1, threshold=20), in double below the threshold; f32 sqrt
+  // (correctly rounded, like torch's).
+  return std::sqrt(softplus_f32(x));
 }
 
 void route_sqrt_softplus(const float* logits, const float* bias, size_t n_experts, size_t top_k,
@@ -36,14 +37,14 @@ void route_sqrt_softplus(const float* logits, const float* bias, size_t n_expert
     return a < b;
   };
   std::partial_sort(order, order + top_k, order + n_experts, before);
-  float sum = 0.0f;
+  double sum = 0.0;  // a sum feeding a division: float64, rounded once (numerics contract)
   for (size_t i = 0; i < top_k; ++i) {
     expert_ids[i] = order[i];
     weights[i] = score[order[i]];
     sum += weights[i];
   }
   if (top_k > 1) {  // the reference normalises only when more than one expert is active
-    const float den = sum + kRouteNormEps;
+    const float den = static_cast<float>(sum) + kRouteNormEps;
     for (size_t i = 0; i < top_k; ++i) weights[i] /= den;
   }
   for (size_t i = 0; i < top_k; ++i) weights[i] *= route_scale;
@@ -57,7 +58,7 @@ void swiglu_clamped(const float* g, const float* u, size_t n, float limit, float
       up = std::min(std::max(up, -limit), limit);
       gate = std::min(gate, limit);
     }
-    const float silu = gate / (1.0f + std::exp(-gate));
+    const float silu = silu_f32(gate);
     const float a = silu * up;
     out[i] = round_bf16(weight * a);
   }

@@ -8,14 +8,16 @@ namespace cedar::ops {
 
 inline constexpr float kRouteNormEps = 1e-20f;
 
-// sqrt(softplus(x)) in f32 with torch's softplus (beta 1, threshold 20: x > 20 -> x, else log1p(exp(x))).
+// sqrt(softplus(x)) with torch's softplus (beta 1, threshold 20: x > 20 -> x, else log1p(exp(x))
+// evaluated in double and rounded once, exact_math.h), then an f32 sqrt.
 float sqrt_softplus(float x);
 
 // Router for one token. logits [n_experts] = f32(x) · f32(W_gate)ᵀ (use linear_bf16 with LinearOut::kF32).
 //   score_e = sqrt_softplus(logits_e)                          (gate_temp = 1)
 //   select  = top_k of (score_e + bias_e)   (bias = gate.bias, or gate.bias_vl for image tokens)
 //             in descending order of the biased score; ties -> lower expert id first
-//   w_i     = score_{select_i};  w_i /= (Σ_i w_i + 1e-20)  (f32, summed in selection order);
+//   w_i     = score_{select_i};  w_i /= (f32(Σ_i w_i) + 1e-20)  (the sum in float64, rounded once;
+//             the add and the division in f32);
 //   w_i    *= route_scale
 // expert_ids [top_k] / weights [top_k] come out in selection (descending) order, as torch.topk
 // returns them. torch.topk's order among equal values is unspecified; cedar picks the lower expert id
@@ -26,9 +28,10 @@ void route_sqrt_softplus(const float* logits, const float* bias, size_t n_expert
 
 // Clamped SwiGLU activation for n features (Expert.forward):
 //   u = clamp(u, -limit, limit);  g = min(g, limit);  a = silu(g) * u;  a = weight * a;  out = bf16(a)
-// with silu(g) = g / (1 + exp(-g)) in f32. g, u are the (bf16-valued) outputs of w1 and w3. For the
-// shared expert pass weight = 1 (the reference skips the multiply; ×1.0f is exact). limit <= 0
-// disables the clamps (reference: swiglu_limit > 0 check). out may alias g or u.
+// with silu(g) = g / (1 + exp(-g)) evaluated in double and rounded once (exact_math.h), the rest f32.
+// g, u are the (bf16-valued) outputs of w1 and w3. For the shared expert pass weight = 1 (the
+// reference skips the multiply; ×1.0f is exact). limit <= 0 disables the clamps (reference:
+// swiglu_limit > 0 check). out may alias g or u.
 void swiglu_clamped(const float* g, const float* u, size_t n, float limit, float weight, float* out);
 
 }  // namespace cedar::ops

@@ -1,10 +1,9 @@
-// RMSNorm (norm.h). The sum of squares is the only reduction; it uses the canonical 64-lane order
+// RMSNorm (norm.h). The sum of squares is the only reduction; it uses the canonical float64 order
 // (dot_canonical.h), SIMD in the fast path, scalar in ref::.
 #include "ops/norm.h"
 
-#include <cmath>
-
 #include "ops/dot_canonical.h"
+#include "ops/exact_math.h"
 #include "ops/formats.h"
 
 #undef HWY_TARGET_INCLUDE
@@ -16,9 +15,8 @@
 HWY_BEFORE_NAMESPACE();
 namespace cedar::ops {
 namespace HWY_NAMESPACE {
-namespace hn = hwy::HWY_NAMESPACE;
 
-float SumSquares(const float* x, size_t n) { return DotCanonical<false>(x, x, n); }
+double SumSquares(const float* x, size_t n) { return SumRoundedProductsF64(x, x, n); }
 
 }  // namespace HWY_NAMESPACE
 }  // namespace cedar::ops
@@ -29,25 +27,24 @@ namespace cedar::ops {
 HWY_EXPORT(SumSquares);
 
 namespace {
-// rsqrt as torch computes it on CPU for f32: 1 / sqrt(v), both correctly rounded.
-inline float rsqrt_f32(float v) { return 1.0f / std::sqrt(v); }
+
+// r = rsqrt(mean + eps) from the float64 sum of squares of n values.
+inline float rms_rsqrt_from_sum(double sum_of_squares, size_t n, float eps) {
+  return rsqrt_f32(mean_square_f32(sum_of_squares, n) + eps);
+}
 
 template <typename WeightAt>
 void rms_norm_impl(const float* x, size_t rows, size_t dim, WeightAt weight_at, float eps, float* y,
                    bool simd) {
   for (size_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * dim;
-    float* yr = y + r * dim;
-    float ss;
-    if (simd) {
-      ss = HWY_DYNAMIC_DISPATCH(SumSquares)(xr, dim);
-    } else {
-      ss = dot_canonical(xr, xr, dim);
-    }
-    const float inv = rsqrt_f32(ss / static_cast<float>(dim) + eps);
+    const float* xr = x + r * dim;  // [dim]
+    float* yr = y + r * dim;        // [dim]
+    const double ss = simd ? HWY_DYNAMIC_DISPATCH(SumSquares)(xr, dim) : dot_rounded_products_f64(xr, xr, dim);
+    const float inv = rms_rsqrt_from_sum(ss, dim, eps);
     for (size_t i = 0; i < dim; ++i) yr[i] = round_bf16(weight_at(i) * (xr[i] * inv));
   }
 }
+
 }  // namespace
 
 void rms_norm(const float* x, size_t rows, size_t dim, const uint16_t* weight_bf16, float eps, float* y) {
@@ -61,7 +58,7 @@ void rms_norm(const float* x, size_t rows, size_t dim, const float* weight, floa
 }
 
 float rms_rsqrt(const float* x, size_t n, float eps) {
-  return rsqrt_f32(HWY_DYNAMIC_DISPATCH(SumSquares)(x, n) / static_cast<float>(n) + eps);
+  return rms_rsqrt_from_sum(HWY_DYNAMIC_DISPATCH(SumSquares)(x, n), n, eps);
 }
 
 namespace ref {
@@ -70,8 +67,7 @@ void rms_norm(const float* x, size_t rows, size_t dim, const float* weight, floa
       x, rows, dim, [&](size_t i) { return weight[i]; }, eps, y, false);
 }
 float rms_rsqrt(const float* x, size_t n, float eps) {
-  const float ss = dot_canonical(x, x, n);
-  return rsqrt_f32(ss / static_cast<float>(n) + eps);
+  return rms_rsqrt_from_sum(dot_rounded_products_f64(x, x, n), n, eps);
 }
 }  // namespace ref
 

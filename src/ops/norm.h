@@ -1,11 +1,12 @@
-// RMSNorm as the V4.1 reference computes it (spec §2.4; model.py RMSNorm.forward):
-//   var  = (Σ_k fp32(x_k)^2) / dim                 (f32 sum of squares, f32 division)
-//   xn_k = fp32(x_k) * rsqrt(var + eps)            (f32; rsqrt = 1 / sqrtf, correctly rounded sqrt)
-//   y_k  = bf16( fp32(w_k) * xn_k )                (the weight multiplies AFTER normalisation)
-// eps is 1e-20 for every V4.1 norm. Output values are bf16-representable floats.
-// The sum of squares uses the canonical 64-lane order of dot_canonical.h: the SIMD path and the scalar
-// reference (ref::rms_norm) are bit-identical; torch's own order differs by a few f32 ulps of var,
-// which moves y by at most 1 bf16 ulp and only at rounding boundaries (NUMERICS.md).
+// RMSNorm as the V4.1 reference computes it (spec §2.4; model.py RMSNorm.forward), under the numerics
+// contract (docs/NUMERICS.md §1):
+//   var  = f32( (Σ_k f32(x_k^2)) / dim )           fp32 squares (x.square()) summed in float64 (canonical
+//                                                  order of dot_canonical.h), divided in float64, rounded
+//                                                  once (exact squares for bf16 x)
+//   r    = f32( 1 / sqrt(f64(var + eps)) )         var + eps in f32, the rsqrt in double, rounded once
+//   y_k  = bf16( fp32(w_k) * (x_k * r) )           f32 products; the weight multiplies AFTER normalising
+// eps is 1e-20 for every V4.1 norm. Output values are bf16-representable floats. The SIMD path and the
+// scalar reference (ref::rms_norm) are bit-identical (same float64 lane order).
 #pragma once
 
 #include <cstddef>
@@ -20,7 +21,7 @@ void rms_norm(const float* x, size_t rows, size_t dim, const uint16_t* weight_bf
 // Same with an f32 weight (e.g. values already decoded).
 void rms_norm(const float* x, size_t rows, size_t dim, const float* weight, float eps, float* y);
 
-// The statistic alone: rsqrt(mean(x^2) + eps) over n values, f32 (used by hc mixes / Engram).
+// The statistic alone: r = rsqrt(mean(x^2) + eps) over n values as above (used by hc mixes / Engram).
 float rms_rsqrt(const float* x, size_t n, float eps);
 
 namespace ref {

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "ops/exact_math.h"
 #include "ops/formats.h"
 
 namespace cedar::ops {
@@ -55,8 +56,8 @@ RopeTable::RopeTable(int rope_dim, double base, std::optional<YarnParams> yarn, 
   for (int64_t p = 0; p < cached_positions_; ++p) {
     for (size_t i = 0; i < half; ++i) {
       const float angle = static_cast<float>(p) * inv_freq_[i];
-      cos_[p * half + i] = std::cos(angle);
-      sin_[p * half + i] = std::sin(angle);
+      cos_[p * half + i] = cos_f32(angle);
+      sin_[p * half + i] = sin_f32(angle);
     }
   }
 }
@@ -71,8 +72,8 @@ void RopeTable::cos_sin(int64_t pos, float* cos_out, float* sin_out) const {
   }
   for (size_t i = 0; i < half; ++i) {
     const float angle = static_cast<float>(pos) * inv_freq_[i];
-    cos_out[i] = std::cos(angle);
-    sin_out[i] = std::sin(angle);
+    cos_out[i] = cos_f32(angle);
+    sin_out[i] = sin_f32(angle);
   }
 }
 

@@ -10,7 +10,8 @@
 //     ramp_i = clamp(f32(i - low) / f32(max(high - low, 1e-3)), 0, 1),  smooth_i = 1 - ramp_i   (f32)
 //     inv_freq_i <- (inv_freq_i / factor) * (1 - smooth_i) + inv_freq_i * smooth_i               (f32)
 //   angle(pos, i) = f32(pos) * inv_freq_i        (f32 product; no mscale)
-//   cos/sin of the f32 angle, rounded to f32.
+//   cos/sin of the f32 angle, evaluated in double and rounded once to f32 (numerics contract,
+//   exact_math.h).
 //
 // Application (interleaved / GPT-J pairs on the LAST d dims of each head vector, x bf16-valued):
 //   a = x[2i], b = x[2i+1], c = cos, s = sin (inverse: s = -s)

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "ops/exact_math.h"
 
 namespace cedar::ops {
 
@@ -59,13 +60,14 @@ int32_t sample_token(const float* logits, size_t n, float temperature, SampleRng
   const float t = std::max(temperature, 1e-5f);
   float max_v = logits[0] / t;
   for (size_t i = 1; i < n; ++i) max_v = std::max(max_v, logits[i] / t);
-  float sum = 0.0f;
-  for (size_t i = 0; i < n; ++i) sum += std::exp(logits[i] / t - max_v);
+  double sum_exact = 0.0;  // a sum feeding a division: float64, rounded once (numerics contract)
+  for (size_t i = 0; i < n; ++i) sum_exact += exp_f32(logits[i] / t - max_v);
+  const float sum = static_cast<float>(sum_exact);
   // argmax_i (p_i / E_i); the first index wins ties, like torch.argmax.
   size_t best = 0;
   float best_v = -1.0f;
   for (size_t i = 0; i < n; ++i) {
-    const float p = std::exp(logits[i] / t - max_v) / sum;
+    const float p = exp_f32(logits[i] / t - max_v) / sum;
     const float race = p / rng.next_exponential();
     if (race > best_v) {
       best_v = race;

@@ -27,7 +27,8 @@ class SampleRng {
 };
 
 // The reference sampler: temperature == 0 -> argmax(logits); otherwise
-//   p = softmax(logits / max(T, 1e-5)) in f32 (max-subtracted, f32 sum), then argmax_i(p_i / E_i)
+//   p = softmax(logits / max(T, 1e-5)) in f32 (max-subtracted; exp and the sum under the numerics
+//   contract: exp in double rounded once, the sum in float64 rounded once), then argmax_i(p_i / E_i)
 // with E_i ~ Exp(1) drawn in index order from rng (the exponential race, equivalent to sampling from
 // p). No allocation; one pass for the max, one for the sum, one for the race.
 int32_t sample_token(const float* logits, size_t n, float temperature, SampleRng& rng);

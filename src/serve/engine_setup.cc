@@ -42,6 +42,8 @@ Result<ServingEngine> open_serving_engine(const EngineSetup& setup) {
     options.max_queue = setup.max_queue;
     if (setup.max_context > 0) options.max_context = setup.max_context;
     options.threads = setup.threads;
+    options.cache_dir = setup.cache_dir;
+    options.replay_full = setup.replay_full;
     CEDAR_ASSIGN_OR_RETURN(out.engine, runtime::make_engine(setup.model_dir, options));
     out.description = "model " + setup.model_dir;
   } else {

@@ -20,6 +20,8 @@ struct EngineSetup {
   int max_batch = 16;         // sequences the real engine advances together
   int max_queue = 64;         // the real engine's own waiting room
   int threads = 0;            // compute threads of the real engine; 0 = all cores
+  std::string cache_dir;      // durable prefix cache directory (empty: memory only)
+  bool replay_full = false;   // after a prefix hit recompute the whole prompt instead of bounded replay
 };
 
 struct ServingEngine {

@@ -159,16 +159,14 @@ TEST(EngramGate, HandWorkedTokens) {
   EXPECT_EQ(x, expect);
 }
 
-// Independent f32 restatement of the documented order (engram_module.h): 64-lane sums folded by
-// halving, mean as sum / dim, rsqrt as 1 / sqrtf, dot = ((Σ (h*w)*key) * rstd) * f32(dim^-0.5).
-float lane_sum(const std::vector<float>& terms) {
-  float lanes[64] = {};
-  for (size_t i = 0; i < terms.size(); ++i) lanes[i % 64] = lanes[i % 64] + terms[i];
-  for (int w = 32; w >= 1; w /= 2)
-    for (int i = 0; i < w; ++i) lanes[i] = lanes[i] + lanes[i + w];
-  return lanes[0];
+// Independent restatement of the documented numerics contract (engram_module.h, docs/NUMERICS.md §1):
+// fp32 products, sums taken exactly (long double holds these sums of fp32 terms exactly) and rounded
+// once, the mean divided before that rounding, rsqrt and sigmoid from long double rounded once.
+long double exact_sum(const std::vector<float>& terms) {
+  long double s = 0;
+  for (float t : terms) s += t;
+  return s;
 }
-
 struct RandomCase {
   EngramGateShape shape;
   std::vector<float> x, kv;
@@ -191,7 +189,7 @@ RandomCase random_case(uint32_t seed, int64_t n, int hc, int dim) {
   return c;
 }
 
-TEST(EngramGate, MatchesStepByStepF32Restatement) {
+TEST(EngramGate, MatchesStepByStepContractRestatement) {
   const RandomCase c = random_case(11, 6, 4, 320);
   std::vector<float> x = c.x, gates(6 * 4);
   engram_gate_update(x, c.kv, c.q, c.k, c.shape, 1e-20f, c.text, gates);
@@ -209,13 +207,15 @@ TEST(EngramGate, MatchesStepByStepF32Restatement) {
         const float w = ops::bf16_bits_to_f32(c.q[j * dim + d]) * ops::bf16_bits_to_f32(c.k[j * dim + d]);
         prod[d] = (h[d] * w) * key[d];
       }
-      const float rh = 1.0f / std::sqrt(lane_sum(hh) / static_cast<float>(dim) + 1e-20f);
-      const float rk = 1.0f / std::sqrt(lane_sum(kk) / static_cast<float>(dim) + 1e-20f);
-      const float dot = (lane_sum(prod) * (rh * rk)) * scale;
+      const float mean_h = static_cast<float>(exact_sum(hh) / dim);
+      const float mean_k = static_cast<float>(exact_sum(kk) / dim);
+      const float rh = static_cast<float>(1.0L / std::sqrt(static_cast<long double>(mean_h + 1e-20f)));
+      const float rk = static_cast<float>(1.0L / std::sqrt(static_cast<long double>(mean_k + 1e-20f)));
+      const float dot = (static_cast<float>(exact_sum(prod)) * (rh * rk)) * scale;
       float mag = std::fabs(dot);
       if (mag < 1e-6f) mag = 1e-6f;
       const float s = std::copysign(std::sqrt(mag), dot);
-      const float gate = c.text[t] ? 1.0f / (1.0f + std::exp(-s)) : 0.0f;
+      const float gate = c.text[t] ? static_cast<float>(1.0L / (1.0L + std::exp(-static_cast<long double>(s)))) : 0.0f;
       ASSERT_EQ(gates[t * hc + j], gate) << "token " << t << " stream " << j;
       for (int d = 0; d < dim; ++d) {
         const float gv = gate * val[d];

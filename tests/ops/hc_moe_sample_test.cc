@@ -89,6 +89,49 @@ TEST(HcSinkhorn, AgreesWithDoubleAndIsDoublyStochastic) {
   }
 }
 
+// The contract restated step by step (hc.h): f32 arithmetic in the kernel's order with sigmoid and
+// exp evaluated in long double and rounded once; row / column sums left to right in f32.
+TEST(HcSinkhorn, FollowsTheContractStepByStep) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  const auto sigmoid_once = [](float v) {
+    return static_cast<float>(1.0L / (1.0L + std::exp(-static_cast<long double>(v))));
+  };
+  const float eps = 1e-6f;
+  for (int trial = 0; trial < 50; ++trial) {
+    float mixes[24], scale[3], base[24];
+    for (auto& v : mixes) v = normal(rng);
+    for (auto& v : base) v = normal(rng);
+    for (auto& v : scale) v = std::fabs(normal(rng));
+    float pre[4], post[4], comb[16];
+    hc_split_sinkhorn(mixes, scale, base, 4, 20, eps, pre, post, comb);
+    float c[4][4];
+    for (int j = 0; j < 4; ++j) {
+      ASSERT_EQ(bits_of(pre[j]), bits_of(sigmoid_once(mixes[j] * scale[0] + base[j]) + eps)) << trial;
+      ASSERT_EQ(bits_of(post[j]), bits_of(2.0f * sigmoid_once(mixes[4 + j] * scale[1] + base[4 + j]))) << trial;
+      float mx = -INFINITY;
+      for (int k = 0; k < 4; ++k) mx = std::max(mx, c[j][k] = mixes[8 + 4 * j + k] * scale[2] + base[8 + 4 * j + k]);
+      for (int k = 0; k < 4; ++k) c[j][k] = static_cast<float>(std::exp(static_cast<long double>(c[j][k] - mx)));
+      const float sum = ((c[j][0] + c[j][1]) + c[j][2]) + c[j][3];
+      for (int k = 0; k < 4; ++k) c[j][k] = c[j][k] / sum + eps;
+    }
+    for (int it = 0; it < 20; ++it) {
+      if (it > 0) {
+        for (int j = 0; j < 4; ++j) {
+          const float den = (((c[j][0] + c[j][1]) + c[j][2]) + c[j][3]) + eps;
+          for (int k = 0; k < 4; ++k) c[j][k] = c[j][k] / den;
+        }
+      }
+      for (int k = 0; k < 4; ++k) {
+        const float den = (((c[0][k] + c[1][k]) + c[2][k]) + c[3][k]) + eps;
+        for (int j = 0; j < 4; ++j) c[j][k] = c[j][k] / den;
+      }
+    }
+    for (int j = 0; j < 4; ++j)
+      for (int k = 0; k < 4; ++k) ASSERT_EQ(bits_of(comb[j * 4 + k]), bits_of(c[j][k])) << trial << " " << j << k;
+  }
+}
+
 TEST(HcPrePost, HandWorked) {
   // 2 streams of dim 3 (hc_mult 2 keeps the arithmetic small).
   const float x[6] = {1, 2, 3, 10, 20, 30};  // [hc=2, dim=3]
@@ -113,31 +156,34 @@ TEST(HcPrePost, HandWorked) {
   EXPECT_EQ(o2[0], 1.0f);
 }
 
-TEST(HcMixes, SimdBitIdenticalAndCloseToExact) {
+// The contract restated: each X·fn_j is the exact dot (bf16 x f32 products are exact in long double,
+// and with fn on a 2^-30 grid of 20-bit values the 2560-term sums are exact there too) rounded once;
+// the statistic is the exact sum of squares over hc_dim rounded once, the rsqrt rounded once; then an
+// f32 multiply. Every SIMD target gives the same bits.
+TEST(HcMixes, FollowTheContractOnEveryTarget) {
   std::mt19937 rng(2);
   std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int32_t> mant(-(1 << 20) + 1, (1 << 20) - 1);
   const size_t tokens = 3, hc_dim = 4 * 640, n_mix = 24;
   std::vector<float> x(tokens * hc_dim), fn(n_mix * hc_dim);
   for (auto& v : x) v = round_bf16(normal(rng));
-  for (auto& v : fn) v = normal(rng) * 0.01f;
+  for (auto& v : fn) v = std::ldexp(static_cast<float>(mant(rng)), -30);
   std::vector<float> want(tokens * n_mix);
-  ref::hc_mixes(x.data(), tokens, hc_dim, fn.data(), n_mix, 1e-20f, want.data());
   for (size_t t = 0; t < tokens; ++t) {
-    double ss = 0;
-    for (size_t i = 0; i < hc_dim; ++i) ss += double(x[t * hc_dim + i]) * x[t * hc_dim + i];
-    const double r = 1.0 / std::sqrt(ss / hc_dim + 1e-20);
+    const float* xt = x.data() + t * hc_dim;
+    long double ss = 0;
+    for (size_t i = 0; i < hc_dim; ++i) ss += static_cast<long double>(xt[i]) * xt[i];
+    const float mean = static_cast<float>(ss / hc_dim);
+    const float r = static_cast<float>(1.0L / std::sqrt(static_cast<long double>(mean + 1e-20f)));
     for (size_t j = 0; j < n_mix; ++j) {
-      double dot = 0, mag = 0;
-      for (size_t i = 0; i < hc_dim; ++i) {
-        dot += double(x[t * hc_dim + i]) * fn[j * hc_dim + i];
-        mag += std::fabs(double(x[t * hc_dim + i]) * fn[j * hc_dim + i]);
-      }
-      // (ceil(k/64) + 6 + 1) roundings of the canonical sum plus the products, then r and the multiply.
-      const double bound =
-          (std::ceil(hc_dim / 64.0) + 8) * 0x1p-24 * mag * r + 4 * 0x1p-24 * std::fabs(dot * r);
-      EXPECT_NEAR(want[t * n_mix + j], dot * r, bound);
+      long double dot = 0;
+      for (size_t i = 0; i < hc_dim; ++i) dot += static_cast<long double>(xt[i]) * fn[j * hc_dim + i];
+      want[t * n_mix + j] = static_cast<float>(dot) * r;
     }
   }
+  std::vector<float> got_ref(tokens * n_mix);
+  ref::hc_mixes(x.data(), tokens, hc_dim, fn.data(), n_mix, 1e-20f, got_ref.data());
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_EQ(bits_of(got_ref[i]), bits_of(want[i])) << i;
   ThreadPool pool(2);
   for_each_simd_target([&] {
     for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
@@ -151,6 +197,11 @@ TEST(HcMixes, SimdBitIdenticalAndCloseToExact) {
 // ---- MoE ----
 
 TEST(Moe, SqrtSoftplusFollowsTorchThreshold) {
+  // Below the threshold: log1p(exp(x)) evaluated in extended precision and rounded once, then sqrtf.
+  for (float x = -30.0f; x < 20.0f; x += 0.0137f) {
+    const float sp = static_cast<float>(std::log1p(std::exp(static_cast<long double>(x))));
+    ASSERT_EQ(bits_of(sqrt_softplus(x)), bits_of(std::sqrt(sp))) << x;
+  }
   EXPECT_FLOAT_EQ(sqrt_softplus(0.0f), std::sqrt(std::log(2.0f)));
   EXPECT_EQ(sqrt_softplus(25.0f), 5.0f);                    // above 20: softplus(x) = x
   EXPECT_FLOAT_EQ(sqrt_softplus(20.0f), std::sqrt(20.0f));  // log1p(exp(20)) = 20 + 2e-9
@@ -180,12 +231,36 @@ TEST(Moe, RouterSelectsWithBiasWeighsWithoutAndNormalises) {
   EXPECT_EQ(w[0], s1 * 1.5f);
 }
 
+// The weight sum feeds a division, so the contract takes it exactly and rounds once. Scores 5 and two
+// of about 1.5e-7: each small one is below half an fp32 ulp of 5 (2.4e-7), so an fp32 running sum stays
+// at 5, but together they exceed it and the exact sum rounds up to the next float.
+TEST(Moe, RouterWeightSumIsExactThenRounded) {
+  const float logits[3] = {25.0f, -31.4f, -31.4f};
+  const float bias[3] = {0.0f, 0.0f, 0.0f};
+  int32_t ids[3];
+  float w[3];
+  route_sqrt_softplus(logits, bias, 3, 3, 1.5f, ids, w);
+  const float s_big = sqrt_softplus(25.0f), s_small = sqrt_softplus(-31.4f);
+  ASSERT_EQ(s_big, 5.0f);
+  const float fp32_sum = (s_big + s_small) + s_small;
+  const float exact_sum = static_cast<float>(static_cast<long double>(s_big) + s_small + s_small);
+  ASSERT_EQ(fp32_sum, 5.0f);
+  ASSERT_EQ(exact_sum, std::nextafter(5.0f, 10.0f));
+  EXPECT_EQ(ids[0], 0);
+  EXPECT_EQ(w[0], 5.0f / (exact_sum + 1e-20f) * 1.5f);
+  EXPECT_EQ(w[1], s_small / (exact_sum + 1e-20f) * 1.5f);
+}
+
 TEST(Moe, SwigluClampsAndWeights) {
   const float g[4] = {20.0f, -3.0f, 1.0f, 0.0f};
   const float u[4] = {-50.0f, 2.0f, 12.0f, 5.0f};
   float out[4];
   swiglu_clamped(g, u, 4, 10.0f, 0.5f, out);
-  const auto silu = [](float v) { return v / (1.0f + std::exp(-v)); };
+  // silu in extended precision, rounded once (numerics contract)
+  const auto silu = [](float v) {
+    const long double x = v;
+    return static_cast<float>(x / (1.0L + std::exp(-x)));
+  };
   EXPECT_EQ(out[0], round_bf16(0.5f * (silu(10.0f) * -10.0f)));  // g capped at 10, u at -10
   EXPECT_EQ(out[1], round_bf16(0.5f * (silu(-3.0f) * 2.0f)));    // gate only capped from above
   EXPECT_EQ(out[2], round_bf16(0.5f * (silu(1.0f) * 10.0f)));    // u capped at +10

@@ -1,10 +1,13 @@
-// Linear kernels: hand-worked values, the scalar references against exact (double) arithmetic, and
-// every SIMD target bit-identical to the references (same canonical orders).
+// Linear kernels: hand-worked values, the scalar references against the numerics contract restated
+// with exact integer arithmetic (docs/NUMERICS.md §1: exact sums rounded once), and every SIMD target
+// bit-identical to the references.
 #include "ops/linear.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
+#include <cstdint>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -63,12 +66,6 @@ Fp4Data random_fp4(size_t n, size_t k, std::mt19937& rng) {
   return d;
 }
 
-float bf16_ulp(float v) {
-  const float a = std::fabs(v);
-  if (a < 0x1p-126f) return 0x1p-133f;
-  return std::exp2(std::floor(std::log2(a)) - 7);
-}
-
 TEST(LinearFp8, HandWorked) {
   // x = 1 everywhere: act scale 2^ceil(log2(1/448)) = 2^-8, codes 256. Weights 0.5 (code 0x30) with
   // scale 2^3 (E8M0 130) for output 0 and 2^0 for output 1 (rows 0..31 share a scale row, so use
@@ -113,13 +110,35 @@ TEST(LinearFp8, QuantizedActivationsMatchActQuant) {
   for (size_t i = 0; i < m * k / 32; ++i) ASSERT_EQ(a.scales[i], e8m0_to_f32(sc[i]));
 }
 
-// The reference GEMMs against exact double arithmetic on the same quantised operands: the only
-// roundings are the f32 in-block sum, the f32 block accumulation and the final bf16 cast, so the
-// result is within one bf16 ulp (plus the tiny f32 error) of bf16(exact).
-TEST(LinearRef, BlockGemmsAgreeWithExactArithmetic) {
+// Integer multiples of 2^-9 (E4M3 values) and 2^-1 (E2M1 values), exactly.
+int64_t e4m3_units(uint8_t code) { return static_cast<int64_t>(std::ldexp(e4m3_to_f32(code), 9)); }
+int64_t e2m1_units(uint8_t code) { return static_cast<int64_t>(std::ldexp(e2m1_to_f32(code), 1)); }
+
+// The contract for one block-scaled output, restated with integers: the block sum of products is an
+// exact int64 count of 2^-shift units, converted to fp32 with one rounding (int64 -> long double is
+// exact below 2^63, long double -> float rounds once), then scaled by powers of two and accumulated
+// in fp32 in K order, bf16 at the end.
+float contract_block_output(const Fp8Activations& a, size_t row, size_t k, int shift,
+                            const std::function<int64_t(size_t)>& weight_units,
+                            const std::function<float(size_t)>& weight_scale) {
+  float acc = 0.0f;
+  for (size_t kb = 0; kb < k / 32; ++kb) {
+    int64_t units = 0;
+    for (size_t j = kb * 32; j < kb * 32 + 32; ++j) {
+      const int64_t au = static_cast<int64_t>(std::ldexp(a.values[row * k + j], 9));
+      units += au * weight_units(j);
+    }
+    const float part = std::ldexp(static_cast<float>(static_cast<long double>(units)), -shift);
+    acc += (part * a.scales[row * (k / 32) + kb]) * weight_scale(kb);
+  }
+  return round_bf16(acc);
+}
+
+TEST(LinearRef, BlockGemmsFollowTheContractExactly) {
   std::mt19937 rng(2);
   const size_t m = 4, n = 40, k = 256;
   auto x = random_bf16(m * k, rng, 2.0f);
+  for (size_t i = 0; i < x.size(); i += 7) x[i] = round_bf16(x[i] * 0x1p-12f);  // wide in-block spans
   std::vector<float> scratch(fp8_act_scratch_floats(m, k));
   const Fp8Activations a = quantize_activations(x.data(), m, k, scratch);
   const Fp8Data w8 = random_fp8(n, k, rng);
@@ -127,29 +146,49 @@ TEST(LinearRef, BlockGemmsAgreeWithExactArithmetic) {
   std::vector<float> y8(m * n), y4(m * n);
   ref::gemm_fp8(a, w8.view(n, k), y8.data());
   ref::gemm_fp4(a, w4.view(n, k), y4.data());
-  size_t equal = 0;
   for (size_t i = 0; i < m; ++i) {
     for (size_t j = 0; j < n; ++j) {
-      double e8 = 0, e4 = 0, mag8 = 0, mag4 = 0;
-      for (size_t kk = 0; kk < k; ++kk) {
-        const double av = static_cast<double>(a.values[i * k + kk]) * a.scales[i * (k / 32) + kk / 32];
-        const double w8v = static_cast<double>(e4m3_to_f32(w8.codes[j * k + kk])) *
-                           e8m0_to_f32(w8.scales[(j / 32) * (k / 32) + kk / 32]);
-        const uint8_t byte = w4.packed[j * (k / 2) + kk / 2];
-        const double w4v = static_cast<double>(e2m1_to_f32((kk & 1) ? (byte >> 4) : (byte & 0xF))) *
-                           e8m0_to_f32(w4.scales[j * (k / 32) + kk / 32]);
-        e8 += av * w8v;
-        e4 += av * w4v;
-        mag8 += std::fabs(av * w8v);
-        mag4 += std::fabs(av * w4v);
-      }
-      const float r8 = y8[i * n + j], r4 = y4[i * n + j];
-      EXPECT_LE(std::fabs(r8 - e8), bf16_ulp(static_cast<float>(e8)) + mag8 * 40 * 0x1p-24) << i << "," << j;
-      EXPECT_LE(std::fabs(r4 - e4), bf16_ulp(static_cast<float>(e4)) + mag4 * 40 * 0x1p-24) << i << "," << j;
-      equal += (r8 == round_bf16(static_cast<float>(e8))) + (r4 == round_bf16(static_cast<float>(e4)));
+      const float want8 = contract_block_output(
+          a, i, k, 18, [&](size_t kk) { return e4m3_units(w8.codes[j * k + kk]); },
+          [&](size_t kb) { return e8m0_to_f32(w8.scales[(j / 32) * (k / 32) + kb]); });
+      const float want4 = contract_block_output(
+          a, i, k, 10,
+          [&](size_t kk) {
+            const uint8_t byte = w4.packed[j * (k / 2) + kk / 2];
+            return e2m1_units((kk & 1) ? (byte >> 4) : (byte & 0xF));
+          },
+          [&](size_t kb) { return e8m0_to_f32(w4.scales[j * (k / 32) + kb]); });
+      ASSERT_EQ(bits_of(y8[i * n + j]), bits_of(want8)) << i << "," << j;
+      ASSERT_EQ(bits_of(y4[i * n + j]), bits_of(want4)) << i << "," << j;
     }
   }
-  EXPECT_GE(equal, 2 * m * n * 9 / 10);  // nearly always the correctly rounded value
+}
+
+// A block whose fp32 running sum loses the small product in any order that adds it to a large one
+// first: products 448^2 (element 0), 2^-18 (element 8), -448^2 (element 16). The exact sum is 2^-18;
+// a sequential or lane-chained fp32 sum gives 0.
+TEST(LinearFp8, BlockSumIsExactBeforeItsOneRounding) {
+  const size_t k = 32;
+  std::vector<float> values(k, 0.0f), scales(1, 1.0f);
+  values[0] = 448.0f;
+  values[8] = 0x1p-9f;
+  values[16] = 448.0f;
+  Fp8Activations a{values.data(), scales.data(), 1, k};
+  std::vector<uint8_t> codes(k, 0x00), wscale(1, 127);
+  codes[0] = 0x7E;   // +448
+  codes[8] = 0x01;   // 2^-9 (smallest subnormal)
+  codes[16] = 0xFE;  // -448
+  float fp32_chain = 0.0f;
+  for (int e : {0, 8, 16}) fp32_chain += values[e] * e4m3_to_f32(codes[e]);
+  ASSERT_EQ(fp32_chain, 0.0f);  // what an fp32 accumulator would give
+  float want;
+  ref::gemm_fp8(a, Fp8Weight{codes.data(), wscale.data(), 1, k}, &want);
+  EXPECT_EQ(want, 0x1p-18f);
+  for_each_simd_target([&] {
+    float got = -1.0f;
+    gemm_fp8(a, Fp8Weight{codes.data(), wscale.data(), 1, k}, &got, nullptr);
+    EXPECT_EQ(got, 0x1p-18f);
+  });
 }
 
 TEST(LinearSimd, BlockGemmsBitIdenticalToReferenceOnEveryTarget) {
@@ -157,7 +196,8 @@ TEST(LinearSimd, BlockGemmsBitIdenticalToReferenceOnEveryTarget) {
     size_t m, n, k;
   };
   // m = 1..3 take the row-by-row path, m >= 4 the 16-row tiles (with a partial last tile).
-  const Shape shapes[] = {{1, 37, 96}, {1, 100, 256}, {3, 20, 64}, {5, 33, 160}, {17, 70, 128}, {1, 64, 1024}, {40, 50, 96}};
+  const Shape shapes[] = {{1, 37, 96},   {1, 100, 256}, {3, 20, 64}, {5, 33, 160},
+                          {17, 70, 128}, {1, 64, 1024}, {40, 50, 96}};
   std::mt19937 rng(3);
   for (const Shape& s : shapes) {
     auto x = random_bf16(s.m * s.k, rng, 4.0f);
@@ -224,30 +264,55 @@ TEST(LinearSimd, ExtremeCodesAndScalesStayExact) {
   });
 }
 
-TEST(LinearDense, RefWithinCanonicalSumBoundOfExact) {
+// Values m * 2^(exponent + s) with |m| < 2^bits and s in [0, spread]: every product and sum below is an
+// exact integer count of 2^exponent units.
+std::vector<float> grid_values(size_t n, std::mt19937& rng, int bits, int exponent, int spread = 0) {
+  std::uniform_int_distribution<int32_t> mant(-(1 << bits) + 1, (1 << bits) - 1);
+  std::uniform_int_distribution<int> shift(0, spread);
+  std::vector<float> v(n);
+  for (auto& x : v) x = std::ldexp(static_cast<float>(mant(rng)), exponent + shift(rng));
+  return v;
+}
+
+// The contract's dense dot is the exact sum rounded once. Inputs on a fixed grid make the exact sum an
+// integer count of units (__int128, exact), which long double holds exactly below 2^64 and rounds once
+// to fp32. The data spans far more than 24 bits, so an fp32 accumulator would round many times.
+TEST(LinearDense, EqualsCorrectlyRoundedExactDot) {
   std::mt19937 rng(5);
   const size_t m = 3, n = 20, k = 1000;
-  auto x = random_bf16(m * k, rng);
-  auto wf = random_bf16(n * k, rng);
+  // bf16 x bf16: 8-bit mantissas on the grids 2^-4 (spread over 12 binades) and 2^-6, products on
+  // 2^-10, sums up to ~2^44 units.
+  const auto x = grid_values(m * k, rng, 8, -4, 12);
+  const auto wf = grid_values(n * k, rng, 8, -6);
+  // fp32 weights with 20-bit mantissas on 2^-24 (genuinely fp32: the products need 28 bits).
+  const auto w32 = grid_values(n * k, rng, 20, -24);
   std::vector<uint16_t> wb(n * k);
   f32_to_bf16(wf.data(), wb.data(), wb.size());
-  std::vector<float> y32(m * n), y16(m * n);
+  for (size_t i = 0; i < n * k; ++i) ASSERT_EQ(bf16_bits_to_f32(wb[i]), wf[i]);
+  std::vector<float> y32(m * n), y16(m * n), yf(m * n);
   ref::linear_bf16(x.data(), m, Bf16Weight{wb.data(), n, k}, y32.data(), LinearOut::kF32);
   ref::linear_bf16(x.data(), m, Bf16Weight{wb.data(), n, k}, y16.data(), LinearOut::kBf16);
+  ref::linear_f32(x.data(), m, F32Weight{w32.data(), n, k}, yf.data());
+  size_t fp32_accumulator_differs = 0;
   for (size_t i = 0; i < m; ++i) {
     for (size_t j = 0; j < n; ++j) {
-      double exact = 0, mag = 0;
+      __int128 units16 = 0, units32 = 0;
+      float fp32_acc = 0.0f;
       for (size_t kk = 0; kk < k; ++kk) {
-        exact += static_cast<double>(x[i * k + kk]) * wf[j * k + kk];
-        mag += std::fabs(static_cast<double>(x[i * k + kk]) * wf[j * k + kk]);
+        const auto xu = static_cast<int64_t>(std::ldexp(x[i * k + kk], 4));
+        units16 += xu * static_cast<int64_t>(std::ldexp(wf[j * k + kk], 6));
+        units32 += static_cast<__int128>(xu) * static_cast<int64_t>(std::ldexp(w32[j * k + kk], 24));
+        fp32_acc += x[i * k + kk] * wf[j * k + kk];
       }
-      // 64-lane canonical order: each lane adds ceil(k/64) terms, then 6 fold levels; products of
-      // bf16 values are exact. |err| <= (ceil(k/64) + 6) * 2^-24 * Σ|x w|.
-      const double bound = (std::ceil(k / 64.0) + 6) * 0x1p-24 * mag;
-      EXPECT_LE(std::fabs(y32[i * n + j] - exact), bound);
-      EXPECT_EQ(y16[i * n + j], round_bf16(y32[i * n + j]));
+      const float want16 = std::ldexp(static_cast<float>(static_cast<long double>(units16)), -10);
+      const float want32 = std::ldexp(static_cast<float>(static_cast<long double>(units32)), -28);
+      EXPECT_EQ(y32[i * n + j], want16) << i << "," << j;
+      EXPECT_EQ(y16[i * n + j], round_bf16(want16)) << i << "," << j;
+      EXPECT_EQ(yf[i * n + j], want32) << i << "," << j;
+      fp32_accumulator_differs += fp32_acc != want16;
     }
   }
+  EXPECT_GT(fp32_accumulator_differs, 0u);  // the data does discriminate the contract from fp32 sums
 }
 
 TEST(LinearSimd, DenseBitIdenticalToReferenceOnEveryTarget) {
@@ -258,7 +323,7 @@ TEST(LinearSimd, DenseBitIdenticalToReferenceOnEveryTarget) {
     auto wf = random_bf16(n * k, rng);
     std::vector<float> wf32(n * k);
     std::normal_distribution<float> normal;
-    for (auto& v : wf32) v = normal(rng);  // genuine f32 weights: products are not exact
+    for (auto& v : wf32) v = normal(rng);  // genuine f32 weights: products need more than 24 bits
     std::vector<uint16_t> wb(n * k);
     f32_to_bf16(wf.data(), wb.data(), wb.size());
     std::vector<float> want16(m * n), want32(m * n), wantf(m * n);

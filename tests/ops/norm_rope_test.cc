@@ -73,6 +73,30 @@ TEST(RmsNorm, WithinOneBf16UlpOfExactAndWeightFormsAgree) {
   }
 }
 
+// The numerics contract restated independently (docs/NUMERICS.md §1): the squares of bf16 values are
+// exact and their sum fits long double's 64-bit significand, so it is exact; the mean is that sum over
+// dim rounded once; the rsqrt is evaluated in long double and rounded once; then fp32 products.
+TEST(RmsNorm, FollowsTheContractExactly) {
+  const size_t dim = 5120;
+  const auto x = random_bf16(3 * dim, 21, 3.0f);
+  const auto w = random_bf16(dim, 22);
+  std::vector<float> got(3 * dim), got_ref(3 * dim);
+  rms_norm(x.data(), 3, dim, w.data(), kRmsNormEpsV41, got.data());
+  ref::rms_norm(x.data(), 3, dim, w.data(), kRmsNormEpsV41, got_ref.data());
+  for (size_t r = 0; r < 3; ++r) {
+    long double sum = 0;
+    for (size_t i = 0; i < dim; ++i) sum += static_cast<long double>(x[r * dim + i]) * x[r * dim + i];
+    const float mean = static_cast<float>(sum / dim);
+    const float inv = static_cast<float>(1.0L / std::sqrt(static_cast<long double>(mean + kRmsNormEpsV41)));
+    EXPECT_EQ(bits_of(rms_rsqrt(x.data() + r * dim, dim, kRmsNormEpsV41)), bits_of(inv));
+    for (size_t i = 0; i < dim; ++i) {
+      const float want = round_bf16(w[i] * (x[r * dim + i] * inv));
+      ASSERT_EQ(bits_of(got[r * dim + i]), bits_of(want)) << r << " " << i;
+      ASSERT_EQ(bits_of(got_ref[r * dim + i]), bits_of(want)) << r << " " << i;
+    }
+  }
+}
+
 TEST(RmsNorm, SimdBitIdenticalToReferenceOnEveryTarget) {
   for (size_t dim : {7u, 128u, 512u, 1280u, 5120u}) {
     const auto x = random_bf16(3 * dim, 10 + static_cast<uint32_t>(dim));
@@ -156,6 +180,20 @@ TEST(Rope, PositionZeroIsIdentityAndInverseUndoes) {
     const size_t pair = (i % 512 < 448) ? i : (i & ~size_t{1});
     const float mag = std::max(std::fabs(x0[pair]), std::fabs(x0[pair + (i % 512 < 448 ? 0 : 1)]));
     ASSERT_LE(std::fabs(x[i] - x0[i]), 2.5f * bf16_ulp(mag)) << i;
+  }
+}
+
+// cos / sin of the fp32 angle f32(pos) * inv_freq, evaluated in extended precision and rounded once.
+TEST(Rope, CosSinAreRoundedOnceFromTheFp32Angle) {
+  const RopeTable t(64, 160000.0, YarnParams{}, 600);
+  float c[32], sn[32];
+  for (int64_t p : {0, 1, 7, 97, 599, 600, 4095, 100000}) {
+    t.cos_sin(p, c, sn);
+    for (int i = 0; i < 32; ++i) {
+      const long double angle = static_cast<float>(p) * t.inv_freq()[i];  // the fp32 product, widened
+      ASSERT_EQ(bits_of(c[i]), bits_of(static_cast<float>(std::cos(angle)))) << p << " " << i;
+      ASSERT_EQ(bits_of(sn[i]), bits_of(static_cast<float>(std::sin(angle)))) << p << " " << i;
+    }
   }
 }
 

@@ -35,7 +35,9 @@ constexpr const char* kUsage =
     "  --max-tokens N           output budget when a request names none (default 4096)\n"
     "  --max-body-bytes N       largest request body (default 16777216)\n"
     "  --thinking on|off        mode when a request does not choose (default off = chat)\n"
-    "  --threads N              engine compute threads (default: all cores)\n";
+    "  --threads N              engine compute threads (default: all cores)\n"
+    "  --cache-dir DIR          durable prefix cache: conversations survive restarts\n"
+    "  --replay MODE            after a prefix hit: bounded (default) or full (exact recompute)\n";
 
 Result<int> int_flag(const Args& args, const char* flag, long long fallback, long long lo, long long hi) {
   CEDAR_ASSIGN_OR_RETURN(long long v, args.get_int(flag, fallback));
@@ -55,6 +57,10 @@ Result<ServeConfig> read_flags(const Args& args) {
   c.engine.model_dir = args.get_or("--model", "");
   c.engine.script_path = args.get_or("--scripted", "");
   c.engine.tokenizer_dir = args.get_or("--tokenizer", "");
+  c.engine.cache_dir = args.get_or("--cache-dir", "");
+  const std::string replay = args.get_or("--replay", "bounded");
+  if (replay != "bounded" && replay != "full") return invalid_argument("--replay must be 'bounded' or 'full'");
+  c.engine.replay_full = replay == "full";
   CEDAR_ASSIGN_OR_RETURN(c.engine.max_context, int_flag(args, "--max-context", 0, 0, 1 << 24));
   CEDAR_ASSIGN_OR_RETURN(c.engine.threads, int_flag(args, "--threads", 0, 0, 4096));
   CEDAR_ASSIGN_OR_RETURN(c.server.queue.workers, int_flag(args, "--parallel", 16, 1, 4096));
@@ -85,7 +91,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
   auto args = Args::parse(argv,
                           {"--model", "--scripted", "--tokenizer", "--host", "--port", "--api-key",
                            "--served-model-name", "--parallel", "--queue", "--max-context", "--max-prompt-tokens",
-                           "--max-tokens", "--max-body-bytes", "--thinking", "--threads"},
+                           "--max-tokens", "--max-body-bytes", "--thinking", "--threads", "--cache-dir", "--replay"},
                           {"--help"}, {{"-m", "--model"}});
   if (!args.ok()) {
     std::fprintf(stderr, "cedar serve: %s\n%s", args.status().message().c_str(), kUsage);
