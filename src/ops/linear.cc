@@ -188,19 +188,17 @@ void BlockGemmTiles(const Fp8Activations& a, const uint8_t* wdata, const uint8_t
           for (size_t e = 0; e < 32; ++e) wd[e] = w[e];
           const float sw = kFp4 ? e8m0[wscales[n * kblocks + kb]] : e8m0[wscales[(n / 32) * kblocks + kb]];
           const float* ab = at + kb * 32 * kActTileRows;  // [32, 16] this block's activations
-          // s[2v + parity]: row vector v, even / odd elements (two chains for latency).
-          hn::Vec<DD> s[2 * kActTileRows];
-          for (size_t v = 0; v < 2 * nv; ++v) s[v] = hn::Zero(dd);
-          for (size_t e = 0; e < 32; ++e) {
-            const auto wb = hn::Set(dd, wd[e]);
-            for (size_t v = 0; v < nv; ++v) {
-              s[2 * v + (e & 1)] =
-                  hn::MulAdd(hn::PromoteTo(dd, hn::LoadU(dh, ab + e * kActTileRows + v * lanes)), wb, s[2 * v + (e & 1)]);
-            }
-          }
           const auto swv = hn::Set(dh, sw);
           for (size_t v = 0; v < nv; ++v) {
-            const auto part = hn::DemoteTo(dh, hn::Mul(hn::Add(s[2 * v], s[2 * v + 1]), hn::Set(dd, unscale)));
+            auto s0 = hn::Zero(dd);  // even elements
+            auto s1 = hn::Zero(dd);  // odd elements (a second chain for latency)
+            for (size_t e = 0; e < 32; e += 2) {
+              s0 = hn::MulAdd(hn::PromoteTo(dd, hn::LoadU(dh, ab + e * kActTileRows + v * lanes)), hn::Set(dd, wd[e]),
+                              s0);
+              s1 = hn::MulAdd(hn::PromoteTo(dd, hn::LoadU(dh, ab + (e + 1) * kActTileRows + v * lanes)),
+                              hn::Set(dd, wd[e + 1]), s1);
+            }
+            const auto part = hn::DemoteTo(dh, hn::Mul(hn::Add(s0, s1), hn::Set(dd, unscale)));
             const auto sa = hn::LoadU(dh, st + kb * kActTileRows + v * lanes);
             acc[v] = hn::Add(acc[v], hn::Mul(hn::Mul(part, sa), swv));
           }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
 #include <cstdio>
@@ -45,9 +46,19 @@ inline const std::string& shared_tiny_checkpoint() {
   static std::string dir;
   static std::once_flag once;
   std::call_once(once, [] {
-    dir = test_dir("tiny_seed0");
-    RunResult r = run_cedar("make-tiny --out " + dir + " --seed 0");
-    if (r.exit_code != 0) dir = "make-tiny failed: " + r.output;
+    // Test cases run as separate processes in parallel: build privately, then rename into place.
+    dir = std::filesystem::path(CEDAR_BINARY_DIR) / "e2e_data" / "tiny_seed0";
+    if (std::filesystem::exists(dir + "/model.safetensors.index.json")) return;
+    const std::string tmp = dir + ".tmp." + std::to_string(::getpid());
+    std::filesystem::remove_all(tmp);
+    RunResult r = run_cedar("make-tiny --out " + tmp + " --seed 0");
+    if (r.exit_code != 0) {
+      dir = "make-tiny failed: " + r.output;
+      return;
+    }
+    std::error_code ec;
+    std::filesystem::rename(tmp, dir, ec);
+    if (ec) std::filesystem::remove_all(tmp);
   });
   return dir;
 }

@@ -2,6 +2,8 @@
 // helpers to run the model over it.
 #pragma once
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -22,20 +24,28 @@ inline std::string tiny_checkpoint(uint64_t seed) {
   static std::map<uint64_t, std::string> made;
   std::lock_guard<std::mutex> lock(mu);
   if (made.count(seed)) return made[seed];
+  // CTest runs every test case as its own process, two at a time: write into a private folder and
+  // rename it into place, so a process never sees another one's half-written checkpoint.
   const std::string dir = std::string(CEDAR_BINARY_DIR) + "/model_test_data/tiny_seed" + std::to_string(seed);
-  std::filesystem::remove_all(dir);
-  ModelConfig c = tiny_config(TinyPreset::kTiny);
-  auto tok = tokenizer::Tokenizer::load_dir(shared_tokenizer_dir());
-  if (!tok.ok()) throw std::runtime_error(tok.status().to_string());
-  int n_classes = 0;
-  (void)tokenizer::build_engram_token_map(**tok, &n_classes);
-  c.engram_compressed_vocab_size = n_classes;
-  TinyOptions opt;
-  opt.out_dir = dir;
-  opt.seed = seed;
-  opt.tokenizer_dir = shared_tokenizer_dir();
-  Status st = write_tiny_checkpoint(c, opt);
-  if (!st.ok()) throw std::runtime_error(st.to_string());
+  if (!std::filesystem::exists(dir + "/config.json")) {
+    const std::string tmp = dir + ".tmp." + std::to_string(::getpid());
+    std::filesystem::remove_all(tmp);
+    ModelConfig c = tiny_config(TinyPreset::kTiny);
+    auto tok = tokenizer::Tokenizer::load_dir(shared_tokenizer_dir());
+    if (!tok.ok()) throw std::runtime_error(tok.status().to_string());
+    int n_classes = 0;
+    (void)tokenizer::build_engram_token_map(**tok, &n_classes);
+    c.engram_compressed_vocab_size = n_classes;
+    TinyOptions opt;
+    opt.out_dir = tmp;
+    opt.seed = seed;
+    opt.tokenizer_dir = shared_tokenizer_dir();
+    Status st = write_tiny_checkpoint(c, opt);
+    if (!st.ok()) throw std::runtime_error(st.to_string());
+    std::error_code ec;
+    std::filesystem::rename(tmp, dir, ec);  // fails if another process got there first: use theirs
+    if (ec) std::filesystem::remove_all(tmp);
+  }
   made[seed] = dir;
   return dir;
 }
