@@ -21,25 +21,22 @@ class Binder {
     const io::TensorView& s = t(prefix + ".scale");
     return {w.data, s.data, static_cast<size_t>(w.shape[0]), static_cast<size_t>(w.shape[1]) * 2};
   }
-  const uint16_t* bf16_ptr(const std::string& name) {
+  // A typed pointer into the mapping, or into an owned copy when the mapped bytes are misaligned for T
+  // (cedar-written shards pack tensors back to back).
+  template <typename T>
+  const T* typed_ptr(const std::string& name, std::vector<std::unique_ptr<std::vector<T>>>& owned) {
     const io::TensorView& v = t(name);
-    if (reinterpret_cast<uintptr_t>(v.data) % alignof(uint16_t) == 0) return reinterpret_cast<const uint16_t*>(v.data);
-    auto copy = std::make_unique<std::vector<uint16_t>>(v.nbytes / 2);
+    if (reinterpret_cast<uintptr_t>(v.data) % alignof(T) == 0) return reinterpret_cast<const T*>(v.data);
+    auto copy = std::make_unique<std::vector<T>>(v.nbytes / sizeof(T));
     std::memcpy(copy->data(), v.data, v.nbytes);
-    mw_.owned_bf16.push_back(std::move(copy));
-    return mw_.owned_bf16.back()->data();
+    owned.push_back(std::move(copy));
+    return owned.back()->data();
   }
+  const uint16_t* bf16_ptr(const std::string& name) { return typed_ptr(name, mw_.owned_bf16); }
+  const float* f32_ptr(const std::string& name) { return typed_ptr(name, mw_.owned_f32); }
   ops::Bf16Weight bf16(const std::string& name) {
     const io::TensorView& v = t(name);
     return {bf16_ptr(name), static_cast<size_t>(v.shape[0]), static_cast<size_t>(v.shape[1])};
-  }
-  const float* f32_ptr(const std::string& name) {
-    const io::TensorView& v = t(name);
-    if (reinterpret_cast<uintptr_t>(v.data) % alignof(float) == 0) return reinterpret_cast<const float*>(v.data);
-    auto copy = std::make_unique<std::vector<float>>(v.nbytes / 4);
-    std::memcpy(copy->data(), v.data, v.nbytes);
-    mw_.owned_f32.push_back(std::move(copy));
-    return mw_.owned_f32.back()->data();
   }
   // wo_a: FP8 in the checkpoint, bf16 in the reference (convert.py dequantises it).
   ops::Bf16Weight dequantized_bf16(const std::string& prefix) {
