@@ -78,14 +78,16 @@ Status Model::prepare_resume(SequenceState& seq, std::span<const int32_t> tokens
   seq.n_tokens = replay_from;
   seq.replay_until = restored;
   seq.window_floor = replay_from;
-  // The index-key slot as token replay_from - 1's forward left it: the last owner whose group
-  // completed at that position.
+  // The index-key slot as token restored - 1's forward left it (replayed positions publish no
+  // keys): the last owner, in layer order, whose group completed at the latest position q < restored
+  // where any group completed.
   seq.index_key_slot = -1;
-  for (auto it = plan_.kv_owner_layers.rbegin(); it != plan_.kv_owner_layers.rend(); ++it)
-    if (replay_from % plan_.layers[*it].compress_ratio == 0) {
-      seq.index_key_slot = *it;
-      break;
-    }
+  for (int64_t q = restored - 1; q >= 0 && seq.index_key_slot < 0; --q)
+    for (auto it = plan_.kv_owner_layers.rbegin(); it != plan_.kv_owner_layers.rend(); ++it)
+      if ((q + 1) % plan_.layers[*it].compress_ratio == 0) {
+        seq.index_key_slot = *it;
+        break;
+      }
   for (KvOwnerState& o : seq.owners) o.n_entries = restored / o.ratio;
   return {};
 }

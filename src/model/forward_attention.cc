@@ -216,16 +216,18 @@ void ForwardPass::decode_token(int l, const ChunkSpan& ch, size_t t) {
 
   if (e.compress_ratio > 0) {
     const int r = e.compress_ratio;
-    // Replayed positions (bounded replay) keep the restored compressed KV and compressor state.
-    if (e.mode == AttnMode::kFull && i >= ch.seq->replay_until) {
+    // Replayed positions (bounded replay) keep the restored compressed KV; only the members of the
+    // group still pending at replay_until (a resume inside a group) refill the compressor state.
+    const int64_t pending_from = ch.seq->replay_until / r * r;
+    if (e.mode == AttnMode::kFull && i >= pending_from) {
       KvOwnerState& owner = ch.seq->owner(l);
       float* latent = scratch(ws_.gathered_rows, hd);
       if (r > 1) {
         const int s = static_cast<int>(i % r);
         std::memcpy(&owner.kv_state[s * hd], &ws_.c_kv[row * hd], hd * sizeof(float));
         std::memcpy(&owner.score_state[s * hd], &ws_.c_score[row * hd], hd * sizeof(float));
-        if ((i + 1) % r == 0) produce_latent(l, ch, row, i / r, latent);
-      } else {
+        if ((i + 1) % r == 0 && i >= ch.seq->replay_until) produce_latent(l, ch, row, i / r, latent);
+      } else if (i >= ch.seq->replay_until) {
         produce_latent(l, ch, row, i, latent);
       }
     }

@@ -10,10 +10,14 @@
 #include <filesystem>
 #include <map>
 
+#include "core/file.h"
 #include "io/safetensors_writer.h"
 #include "model/engram_layout.h"
 #include "model/weight_inventory.h"
 #include "ops/formats.h"
+#include "tokenizer/engram_token_map.h"
+#include "tokenizer/marker_tokens.h"
+#include "tokenizer/tokenizer.h"
 
 namespace cedar::model {
 namespace fs = std::filesystem;
@@ -269,16 +273,28 @@ int shard_of(const std::string& name, int n_layers, int n_shards) {
   return 0;
 }
 
-Status copy_tokenizer_file(const fs::path& from, const fs::path& to) {
-  std::error_code ec;
-  fs::copy_file(from, to, fs::copy_options::overwrite_existing, ec);
-  if (ec) return io_error("make-tiny: copying " + from.string() + " to " + to.string(), ec.value());
-  // The source may be read-only (a shared folder); the copy belongs to the user.
-  fs::permissions(to, fs::perms::owner_read | fs::perms::owner_write, fs::perm_options::add, ec);
-  return {};
+Status write_text_file(const fs::path& path, const std::string& text) {
+  std::span<const uint8_t> chunk(reinterpret_cast<const uint8_t*>(text.data()), text.size());
+  return io::detail::write_file_atomically(path.string(), std::span<const std::span<const uint8_t>>(&chunk, 1));
 }
 
 }  // namespace
+
+Result<TinyTokenizer> prepare_tiny_tokenizer(const std::string& dir) {
+  TinyTokenizer t;
+  CEDAR_ASSIGN_OR_RETURN(std::string original, read_whole_file((fs::path(dir) / "tokenizer.json").string()));
+  CEDAR_ASSIGN_OR_RETURN(t.tokenizer_json, tokenizer::add_v41_markers(original, &t.added_markers));
+  const fs::path config = fs::path(dir) / "tokenizer_config.json";
+  std::error_code ec;
+  if (fs::exists(config, ec)) {
+    CEDAR_ASSIGN_OR_RETURN(t.config_json, read_whole_file(config.string()));
+  }
+  CEDAR_ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::from_json(t.tokenizer_json, t.config_json,
+                                                                   (fs::path(dir) / "tokenizer.json").string()));
+  t.vocab_size = tok->vocab_size();
+  (void)tokenizer::build_engram_token_map(*tok, &t.engram_classes);
+  return t;
+}
 
 Status write_tiny_checkpoint(const ModelConfig& c, const TinyOptions& opt) {
   CEDAR_RETURN_IF_ERROR(validate_config(c));
@@ -316,23 +332,12 @@ Status write_tiny_checkpoint(const ModelConfig& c, const TinyOptions& opt) {
   CEDAR_RETURN_IF_ERROR(io::write_index_json(opt.out_dir, total, weight_map));
 
   // config.json and the tokenizer files.
-  {
-    const std::string text = config_to_hf_json(c);
-    std::vector<uint8_t> bytes(text.begin(), text.end());
-    std::span<const uint8_t> chunk(bytes);
-    CEDAR_RETURN_IF_ERROR(io::detail::write_file_atomically(
-        (fs::path(opt.out_dir) / "config.json").string(), std::span<const std::span<const uint8_t>>(&chunk, 1)));
-  }
-  if (!opt.tokenizer_dir.empty()) {
-    for (const char* f : {"tokenizer.json", "tokenizer_config.json"}) {
-      fs::path src = fs::path(opt.tokenizer_dir) / f;
-      if (!fs::exists(src)) {
-        if (std::string(f) == "tokenizer.json")
-          return not_found("make-tiny: " + src.string() + " does not exist (pass --tokenizer DIR)");
-        continue;
-      }
-      CEDAR_RETURN_IF_ERROR(copy_tokenizer_file(src, fs::path(opt.out_dir) / f));
-    }
+  CEDAR_RETURN_IF_ERROR(write_text_file(fs::path(opt.out_dir) / "config.json", config_to_hf_json(c)));
+  if (opt.tokenizer) {
+    CEDAR_RETURN_IF_ERROR(write_text_file(fs::path(opt.out_dir) / "tokenizer.json", opt.tokenizer->tokenizer_json));
+    if (!opt.tokenizer->config_json.empty())
+      CEDAR_RETURN_IF_ERROR(
+          write_text_file(fs::path(opt.out_dir) / "tokenizer_config.json", opt.tokenizer->config_json));
   }
   return {};
 }

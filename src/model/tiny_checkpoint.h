@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "core/status.h"
 #include "model/config.h"
@@ -18,11 +19,23 @@ enum class TinyPreset { kTiny, kSmall };
 // that ships with the checkpoint (its class count under the Engram normaliser chain).
 ModelConfig tiny_config(TinyPreset preset);
 
+// The tokenizer a test checkpoint ships: `dir`/tokenizer.json with DeepSeek-V4.1's control markers
+// made single tokens (tokenizer/marker_tokens.h), `dir`/tokenizer_config.json as is, and the facts
+// the checkpoint's config takes from it.
+struct TinyTokenizer {
+  std::string tokenizer_json;
+  std::string config_json;                 // empty when `dir` has no tokenizer_config.json
+  int vocab_size = 0;                      // ids in use (must not exceed the config's vocab_size)
+  int engram_classes = 0;                  // the config's engram_compressed_vocab_size
+  std::vector<std::string> added_markers;  // "marker=id" for each marker given a placeholder
+};
+Result<TinyTokenizer> prepare_tiny_tokenizer(const std::string& dir);
+
 struct TinyOptions {
   std::string out_dir;
   uint64_t seed = 0;
   TinyPreset preset = TinyPreset::kTiny;
-  std::string tokenizer_dir;  // copied into out_dir when non-empty (tokenizer.json, tokenizer_config.json)
+  const TinyTokenizer* tokenizer = nullptr;  // written into out_dir when set
   int n_shards = 0;           // 0 = preset default
   std::function<void(int shard, int n_shards)> progress;
 };

@@ -51,7 +51,12 @@ struct EngineInfo {
 
 struct EngineStats {             // cumulative, for /metrics
   uint64_t requests = 0, prompt_tokens = 0, output_tokens = 0, cached_tokens = 0;
+  // Prompt tokens the model ran (uncached ones plus the replayed window), and of those the replayed.
+  uint64_t computed_prompt_tokens = 0, replayed_tokens = 0;
+  uint64_t decode_tokens = 0;    // tokens run by decode steps
   uint64_t prefix_hits = 0, prefix_misses = 0;
+  // Wall time of the engine's forward steps, split between prefill and decode by the tokens each
+  // (batched) step ran: rates from these are aggregate throughput, not per-request speeds.
   double prefill_seconds = 0, decode_seconds = 0;
   uint64_t kv_bytes_memory = 0, kv_bytes_disk = 0;
   int queue_depth = 0, active_sequences = 0;

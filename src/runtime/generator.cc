@@ -51,7 +51,7 @@ Result<std::vector<int32_t>> generate(model::Model& model, std::span<const int32
   }
   st.decode_seconds = timer.seconds();
   st.new_tokens = static_cast<int>(out.size());
-  if (options.prefix_store) CEDAR_RETURN_IF_ERROR(options.prefix_store->save(seq));
+  if (options.prefix_store) CEDAR_RETURN_IF_ERROR(options.prefix_store->save(seq, static_cast<int64_t>(prompt.size())));
   return out;
 }
 

@@ -92,7 +92,7 @@ class LocalEngine final : public Engine {
     EngineStats s = stats_;
     if (store_) {
       s.kv_bytes_memory = store_->memory_stats().pool.blocks_in_use * store_->block_bytes();
-      s.kv_bytes_disk = store_->disk_stats().bytes;
+      s.kv_bytes_disk = store_->disk_stats().bytes + store_->tail_stats().disk_bytes;
     }
     return s;
   }
@@ -102,15 +102,13 @@ class LocalEngine final : public Engine {
     job->result.finish_reason = reason;
     // Keep the conversation's global KV for the next turn (memory, then disk).
     if (store_ && job->seq && job->request->cache_prefix && reason != FinishReason::kError) {
-      Status saved = store_->save(*job->seq);
+      Status saved = store_->save(*job->seq, static_cast<int64_t>(job->request->prompt_ids.size()));
       if (!saved.ok()) CEDAR_LOG_WARN("prefix cache: %s", saved.to_string().c_str());
     }
     job->result.decode_seconds = job->timer.seconds() - job->result.prefill_seconds - job->result.queue_seconds;
     std::lock_guard<std::mutex> lock(mu_);
     stats_.requests++;
     stats_.output_tokens += job->result.output_ids.size();
-    stats_.prefill_seconds += job->result.prefill_seconds;
-    stats_.decode_seconds += job->result.decode_seconds;
     job->status = std::move(st);
     job->seq.reset();
     job->done = true;
@@ -172,12 +170,26 @@ class LocalEngine final : public Engine {
           std::lock_guard<std::mutex> lock(mu_);
           stats_.prompt_tokens += req.prompt_ids.size();
           stats_.cached_tokens += cached;
+          stats_.replayed_tokens += j->result.replayed_tokens;
           (cached > 0 ? stats_.prefix_hits : stats_.prefix_misses)++;
         }
       chunks.clear();
-      for (Job* j : active) chunks.push_back({j->seq.get(), j->pending});
+      size_t prefill_tokens = 0, decode_tokens = 0;
+      for (Job* j : active) {
+        chunks.push_back({j->seq.get(), j->pending});
+        (j->prefilled ? decode_tokens : prefill_tokens) += j->pending.size();
+      }
       logits.resize(chunks.size() * vocab);
+      Timer step;
       Status st = model_->forward(chunks, logits.data(), &pool_);
+      {
+        const double dt = step.seconds(), total = static_cast<double>(prefill_tokens + decode_tokens);
+        std::lock_guard<std::mutex> lock(mu_);
+        stats_.prefill_seconds += dt * static_cast<double>(prefill_tokens) / total;
+        stats_.decode_seconds += dt * static_cast<double>(decode_tokens) / total;
+        stats_.computed_prompt_tokens += prefill_tokens;
+        stats_.decode_tokens += decode_tokens;
+      }
       if (!st.ok()) {
         CEDAR_LOG_ERROR("forward failed: %s", st.to_string().c_str());
         for (Job* j : active) finish(j, FinishReason::kError, st);
@@ -206,6 +218,8 @@ class LocalEngine final : public Engine {
         }
       }
       active.swap(still);
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_.active_sequences = static_cast<int>(active.size());
     }
   }
 

@@ -33,6 +33,16 @@ Result<std::unique_ptr<PrefixStore>> PrefixStore::create(const model::Model& mod
   copt.capacity_blocks = o.memory_blocks;
   copt.disk = ps->disk_.get();
   CEDAR_ASSIGN_OR_RETURN(ps->cache_, kv::KvCache::create(ps->geometry_, copt));
+  // Tails live next to the block files (the block cache's lock covers them); memory only without.
+  kv::TailCacheOptions topt;
+  if (ps->disk_) topt.dir = o.disk_dir + "/tails";
+  auto tails = kv::TailCache::open(ps->geometry_, topt);
+  if (!tails.ok() && !topt.dir.empty()) {
+    CEDAR_LOG_WARN("prefix cache: tails kept in memory only (%s)", tails.status().to_string().c_str());
+    tails = kv::TailCache::open(ps->geometry_, {});
+  }
+  CEDAR_RETURN_IF_ERROR(tails.status());
+  ps->tails_ = std::move(*tails);
   for (const kv::OwnerGeometry& og : ps->geometry_.owners) ps->owner_index_.push_back(og.layer);
   return ps;
 }
@@ -46,16 +56,21 @@ Result<ResumePlan> PrefixStore::restore(std::span<const int32_t> prompt, ReplayM
     cache_->release(ks);
     return h.status();
   }
+  const int64_t full = *h;
+  // The longest tail after the whole blocks (still leaving one prompt token to run).
+  std::vector<uint8_t> tail;  // [TailCache::payload_bytes(n_tail)]
+  const int64_t n_tail = tails_->lookup(prompt, full, static_cast<int64_t>(prompt.size()) - 1 - full, &tail);
+  const int64_t cached = full + n_tail;
   const int64_t window = model_.config().window_size;
   // A prefix no longer than the window is replayed whole: that is a cold prefill.
-  if (*h <= window) {
+  if (cached <= window) {
     cache_->release(ks);
     return plan;
   }
   for (size_t o = 0; o < owner_index_.size(); ++o) {
     model::KvOwnerState& owner = seq.owner(owner_index_[o]);
     const kv::OwnerGeometry& og = geometry_.owners[o];
-    const int64_t entries = *h / og.ratio;
+    const int64_t entries = full / og.ratio;
     for (int64_t j = 0; j < entries; ++j) {
       std::memcpy(owner.main.data() + j * og.main_entry_bytes, ks->main_entry(static_cast<int>(o), j),
                   og.main_entry_bytes);
@@ -63,17 +78,47 @@ Result<ResumePlan> PrefixStore::restore(std::span<const int32_t> prompt, ReplayM
         std::memcpy(owner.index_keys.data() + j * og.index_entry_bytes, ks->index_key(static_cast<int>(o), j),
                     og.index_entry_bytes);
     }
+    const int64_t tail_entries = n_tail / og.ratio;
+    const uint8_t* mains = tail.data() + kv::TailCache::main_offset(geometry_, n_tail, static_cast<int>(o));
+    const uint8_t* keys = tail.data() + kv::TailCache::index_offset(geometry_, n_tail, static_cast<int>(o));
+    std::memcpy(owner.main.data() + entries * og.main_entry_bytes, mains, tail_entries * og.main_entry_bytes);
+    if (og.index_entry_bytes)
+      std::memcpy(owner.index_keys.data() + entries * og.index_entry_bytes, keys, tail_entries * og.index_entry_bytes);
   }
   cache_->release(ks);
-  plan.cached_tokens = *h;
-  plan.replay_from = *h - window;
+  plan.cached_tokens = cached;
+  // Replay one window, and at least every group still pending at `cached` (its compressor state is
+  // rebuilt from the replayed tokens).
+  plan.replay_from = cached - window;
+  for (const kv::OwnerGeometry& og : geometry_.owners)
+    plan.replay_from = std::min(plan.replay_from, cached / og.ratio * og.ratio);
   CEDAR_RETURN_IF_ERROR(model_.prepare_resume(seq, prompt, plan.cached_tokens, plan.replay_from));
   return plan;
 }
 
-Status PrefixStore::save(const model::SequenceState& seq) {
+Status PrefixStore::save_tail(const model::SequenceState& seq, int64_t end) {
+  const int64_t bt = geometry_.block_tokens;
+  const int64_t start = end / bt * bt, n = end - start;
+  if (n == 0 || end > seq.n_tokens) return {};
+  std::vector<uint8_t> payload(kv::TailCache::payload_bytes(geometry_, n));  // [payload_bytes(n)]
+  for (size_t o = 0; o < owner_index_.size(); ++o) {
+    const model::KvOwnerState& owner = seq.owners[seq.owner_of_layer[owner_index_[o]]];
+    const kv::OwnerGeometry& og = geometry_.owners[o];
+    const int64_t first = start / og.ratio, count = n / og.ratio;
+    std::memcpy(payload.data() + kv::TailCache::main_offset(geometry_, n, static_cast<int>(o)),
+                owner.main.data() + first * og.main_entry_bytes, count * og.main_entry_bytes);
+    if (og.index_entry_bytes)
+      std::memcpy(payload.data() + kv::TailCache::index_offset(geometry_, n, static_cast<int>(o)),
+                  owner.index_keys.data() + first * og.index_entry_bytes, count * og.index_entry_bytes);
+  }
+  return tails_->save(std::span<const int32_t>(seq.tokens.data(), static_cast<size_t>(end)), start, end, payload);
+}
+
+Status PrefixStore::save(const model::SequenceState& seq, int64_t prompt_tokens) {
   const int64_t bt = geometry_.block_tokens;
   const int64_t n_full = (seq.n_tokens / bt) * bt;
+  CEDAR_RETURN_IF_ERROR(save_tail(seq, std::min(prompt_tokens, seq.n_tokens)));
+  if (prompt_tokens < seq.n_tokens) CEDAR_RETURN_IF_ERROR(save_tail(seq, seq.n_tokens));
   if (n_full == 0) return {};
   CEDAR_ASSIGN_OR_RETURN(kv::Sequence * ks, cache_->new_sequence());
   std::span<const int32_t> tokens(seq.tokens.data(), static_cast<size_t>(n_full));
@@ -108,5 +153,6 @@ Status PrefixStore::save(const model::SequenceState& seq) {
 
 kv::KvCacheStats PrefixStore::memory_stats() const { return cache_->stats(); }
 kv::DiskCacheStats PrefixStore::disk_stats() const { return disk_ ? disk_->stats() : kv::DiskCacheStats{}; }
+kv::TailCacheStats PrefixStore::tail_stats() const { return tails_->stats(); }
 
 }  // namespace cedar::runtime

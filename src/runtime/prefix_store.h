@@ -1,8 +1,10 @@
 // PrefixStore: the engine's prefix cache. The forward pass works on one packed SequenceState per
 // request; when a request ends its whole blocks of global KV (compressed main KV + index keys, never
 // the SWA windows) are copied into the kv module's paged pool (shared, content-addressed by the token
-// chain) and persisted to disk. A new request restores the longest cached prefix and then rebuilds the
-// windows by bounded replay (spec §8) or, with ReplayMode::kFull, recomputes everything.
+// chain) and persisted to disk, and the partial last block of the prompt and of the whole sequence go
+// to the tail cache (kv/tail_cache.h). A new request restores the longest cached prefix (whole blocks,
+// then the longest tail after them) and rebuilds the windows and the pending compressor groups by
+// bounded replay (spec §8) or, with ReplayMode::kFull, recomputes everything.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +15,7 @@
 #include "core/status.h"
 #include "kv/disk_cache.h"
 #include "kv/kv_cache.h"
+#include "kv/tail_cache.h"
 #include "model/model.h"
 
 namespace cedar::runtime {
@@ -40,15 +43,19 @@ class PrefixStore {
   static Result<std::unique_ptr<PrefixStore>> create(const model::Model& model, const PrefixStoreOptions& options);
   ~PrefixStore();
 
-  // Fills a fresh `seq` from the longest cached prefix of `prompt` (whole blocks, leaving at least one
-  // prompt token to run) and prepares it for the replay mode. After this, feed prompt[replay_from:].
+  // Fills a fresh `seq` from the longest cached prefix of `prompt` (whole blocks and a tail, leaving
+  // at least one prompt token to run) and prepares it for the replay mode. After this, feed
+  // prompt[replay_from:].
   Result<ResumePlan> restore(std::span<const int32_t> prompt, ReplayMode mode, model::SequenceState& seq);
-  // Stores the whole blocks of `seq` (its tokens and global KV) in memory and on disk.
-  Status save(const model::SequenceState& seq);
+  // Stores `seq` (its tokens and global KV): whole blocks in memory and on disk, and as tails the
+  // prefix [0, prompt_tokens) (the request's prompt, which the next turn usually repeats even when it
+  // re-renders the answer differently) and the whole sequence.
+  Status save(const model::SequenceState& seq, int64_t prompt_tokens);
 
   kv::KvCacheStats memory_stats() const;
   uint64_t block_bytes() const { return geometry_.block_bytes; }
   kv::DiskCacheStats disk_stats() const;
+  kv::TailCacheStats tail_stats() const;
 
  private:
   PrefixStore(const model::Model& m) : model_(m) {}
@@ -56,6 +63,8 @@ class PrefixStore {
   kv::CacheGeometry geometry_;
   std::unique_ptr<kv::DiskPrefixCache> disk_;
   std::unique_ptr<kv::KvCache> cache_;
+  std::unique_ptr<kv::TailCache> tails_;
+  Status save_tail(const model::SequenceState& seq, int64_t end);
   std::vector<int> owner_index_;  // kv owner index -> model layer
 };
 

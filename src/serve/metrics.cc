@@ -95,14 +95,17 @@ std::string ServerMetrics::render(const runtime::EngineStats& engine, const Queu
   sample(out, "cedar_engine_tokens_total", "kind=\"prompt\"", static_cast<double>(engine.prompt_tokens));
   sample(out, "cedar_engine_tokens_total", "kind=\"output\"", static_cast<double>(engine.output_tokens));
   sample(out, "cedar_engine_tokens_total", "kind=\"cached\"", static_cast<double>(engine.cached_tokens));
+  sample(out, "cedar_engine_tokens_total", "kind=\"computed_prompt\"",
+         static_cast<double>(engine.computed_prompt_tokens));
+  sample(out, "cedar_engine_tokens_total", "kind=\"replayed\"", static_cast<double>(engine.replayed_tokens));
   metric(out, "cedar_prefill_tokens_per_second", "gauge",
-         "Prompt tokens computed (not served from the cache) per second of prefill, since start.");
+         "Prompt tokens computed (uncached plus replayed) per second of prefill work, all sequences together, "
+         "since start.");
   sample(out, "cedar_prefill_tokens_per_second", "",
-         rate(static_cast<double>(engine.prompt_tokens - std::min(engine.cached_tokens, engine.prompt_tokens)),
-              engine.prefill_seconds));
-  metric(out, "cedar_decode_tokens_per_second", "gauge", "Output tokens per second of decode, since start.");
-  sample(out, "cedar_decode_tokens_per_second", "",
-         rate(static_cast<double>(engine.output_tokens), engine.decode_seconds));
+         rate(static_cast<double>(engine.computed_prompt_tokens), engine.prefill_seconds));
+  metric(out, "cedar_decode_tokens_per_second", "gauge",
+         "Decode tokens per second of decode work, all sequences together, since start.");
+  sample(out, "cedar_decode_tokens_per_second", "", rate(static_cast<double>(engine.decode_tokens), engine.decode_seconds));
   metric(out, "cedar_prefix_cache_lookups_total", "counter", "Prefix-cache lookups by result.");
   sample(out, "cedar_prefix_cache_lookups_total", "result=\"hit\"", static_cast<double>(engine.prefix_hits));
   sample(out, "cedar_prefix_cache_lookups_total", "result=\"miss\"", static_cast<double>(engine.prefix_misses));

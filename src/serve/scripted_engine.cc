@@ -107,6 +107,8 @@ Result<runtime::GenerationResult> ScriptedEngine::generate(const runtime::Genera
     stats_.prompt_tokens += result.prompt_tokens;
     stats_.output_tokens += result.output_ids.size();
     stats_.cached_tokens += result.cached_tokens;
+    stats_.computed_prompt_tokens += result.prompt_tokens - result.cached_tokens;
+    stats_.decode_tokens += result.output_ids.size();
     stats_.prefill_seconds += result.prefill_seconds;
     stats_.decode_seconds += result.decode_seconds;
   }

@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/file.h"
 #include "tokenizer/bpe.h"
 #include "tokenizer/pipeline.h"
 #include "tokenizer/utf8.h"
@@ -156,19 +157,6 @@ Scratch& thread_scratch(uint64_t owner) {
 }
 
 std::atomic<uint64_t> g_next_instance{1};
-
-Result<std::string> read_file(const std::string& path) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    return invalid_argument(path + " is a directory; expected a file (e.g. " + path + "/tokenizer.json)");
-  }
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return not_found("cannot open " + path + ": check the path (expected a Hugging Face tokenizer file)");
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  if (in.bad()) return io_error("reading " + path, errno);
-  return ss.str();
-}
 
 // The content of a tokenizer_config.json token entry: "text" or {"content": "text", ...}.
 std::optional<std::string> config_token(const json& cfg, const char* key) {
@@ -362,10 +350,10 @@ Tokenizer::~Tokenizer() = default;
 
 Result<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::string& tokenizer_json_path,
                                                    const std::string& config_path) {
-  CEDAR_ASSIGN_OR_RETURN(std::string tj, read_file(tokenizer_json_path));
+  CEDAR_ASSIGN_OR_RETURN(std::string tj, read_whole_file(tokenizer_json_path));
   std::string cj;
   if (!config_path.empty()) {
-    CEDAR_ASSIGN_OR_RETURN(cj, read_file(config_path));
+    CEDAR_ASSIGN_OR_RETURN(cj, read_whole_file(config_path));
   }
   return from_json(tj, cj, tokenizer_json_path);
 }

@@ -12,8 +12,6 @@
 
 #include "model/model.h"
 #include "model/tiny_checkpoint.h"
-#include "tokenizer/engram_token_map.h"
-#include "tokenizer/tokenizer.h"
 
 namespace cedar::model::testing {
 
@@ -30,16 +28,14 @@ inline std::string tiny_checkpoint(uint64_t seed) {
   if (!std::filesystem::exists(dir + "/config.json")) {
     const std::string tmp = dir + ".tmp." + std::to_string(::getpid());
     std::filesystem::remove_all(tmp);
-    ModelConfig c = tiny_config(TinyPreset::kTiny);
-    auto tok = tokenizer::Tokenizer::load_dir(shared_tokenizer_dir());
+    auto tok = prepare_tiny_tokenizer(shared_tokenizer_dir());
     if (!tok.ok()) throw std::runtime_error(tok.status().to_string());
-    int n_classes = 0;
-    (void)tokenizer::build_engram_token_map(**tok, &n_classes);
-    c.engram_compressed_vocab_size = n_classes;
+    ModelConfig c = tiny_config(TinyPreset::kTiny);
+    c.engram_compressed_vocab_size = tok->engram_classes;
     TinyOptions opt;
     opt.out_dir = tmp;
     opt.seed = seed;
-    opt.tokenizer_dir = shared_tokenizer_dir();
+    opt.tokenizer = &*tok;
     Status st = write_tiny_checkpoint(c, opt);
     if (!st.ok()) throw std::runtime_error(st.to_string());
     std::error_code ec;

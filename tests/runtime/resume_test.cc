@@ -61,12 +61,12 @@ TEST(Resume, TwoTurnsAcrossARestart) {
   // Full replay recomputes everything: identical to a run without any cache.
   EXPECT_EQ(full.ids, cold.ids);
   EXPECT_EQ(full.stats.first_logits, cold.stats.first_logits);
-  // Bounded replay: turn 1 stored 160 of its 169 fed tokens (whole 32-token blocks); the resume
-  // restores them, replays one window (16) and computes the 30 + 9 new tokens.
+  // Bounded replay: turn 1 stored its 169 fed tokens (5 whole 32-token blocks and a 9-token tail);
+  // the resume restores them, replays one window (16) and computes the 30 + 1 new tokens.
   const int64_t window = m->config().window_size;
-  EXPECT_EQ(bounded.stats.cached_tokens, 160);
+  EXPECT_EQ(bounded.stats.cached_tokens, 169);
   EXPECT_EQ(bounded.stats.replayed_tokens, window);
-  EXPECT_EQ(bounded.stats.computed_tokens, static_cast<int64_t>(prompt2.size()) - 160 + window);
+  EXPECT_EQ(bounded.stats.computed_tokens, static_cast<int64_t>(prompt2.size()) - 169 + window);
   double max_diff = 0, max_abs = 0;
   for (size_t i = 0; i < cold.stats.first_logits.size(); ++i) {
     ASSERT_TRUE(std::isfinite(bounded.stats.first_logits[i]));
@@ -77,6 +77,56 @@ TEST(Resume, TwoTurnsAcrossARestart) {
   std::printf("bounded replay vs cold: max |logit diff| %.4f (max |logit| %.4f), computed %lld of %zu tokens\n",
               max_diff, max_abs, static_cast<long long>(bounded.stats.computed_tokens), prompt2.size());
   EXPECT_GT(max_diff, 0.0);
+}
+
+}  // namespace
+}  // namespace cedar::runtime
+
+namespace cedar::runtime {
+namespace {
+
+double max_logit_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, std::fabs(double(a[i]) - b[i]));
+  return d;
+}
+
+// The next turn re-renders the previous answer differently from the generated tokens (as after a
+// restart with a random model, a non-canonical tokenization or dropped reasoning): the whole blocks
+// of the previous prompt plus its tail (ending inside a block, and inside a ratio-2 group) are
+// restored, so cached_tokens covers the whole previous prompt.
+TEST(Resume, PreviousPromptIsCachedToItsLastToken) {
+  auto m = model::testing::load_tiny(6);
+  const std::string dir = std::string(CEDAR_BINARY_DIR) + "/runtime_test_data/kv_resume_tail";
+  std::filesystem::remove_all(dir);
+  const auto turn1_prompt = model::testing::test_prompt(151, 31);  // 4 blocks of 32 + 23
+  Turn t1 = run(*m, turn1_prompt, 20, dir, ReplayMode::kBounded);
+  // Turn 1's whole blocks alone (no tails), for a resume at a block boundary below.
+  const std::string blocks_only = dir + "_blocks";
+  std::filesystem::remove_all(blocks_only);
+  std::filesystem::create_directories(blocks_only);
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().extension() == ".kvb") std::filesystem::copy(e.path(), blocks_only);
+  std::vector<int32_t> prompt2 = turn1_prompt;
+  const auto rerendered = model::testing::test_prompt(25, 32);  // not the generated ids
+  prompt2.insert(prompt2.end(), rerendered.begin(), rerendered.end());
+
+  Turn cold = run(*m, prompt2, 8, "", ReplayMode::kFull);
+  Turn bounded = run(*m, prompt2, 8, dir, ReplayMode::kBounded);  // a "new process": only the files
+  const int64_t window = m->config().window_size;
+  EXPECT_EQ(bounded.stats.cached_tokens, 151);
+  EXPECT_EQ(bounded.stats.replayed_tokens, window);
+  EXPECT_EQ(bounded.stats.computed_tokens, static_cast<int64_t>(prompt2.size()) - 151 + window);
+  for (float v : bounded.stats.first_logits) ASSERT_TRUE(std::isfinite(v));
+  // The same turn resumed from the whole blocks only: a resume at a block boundary, the
+  // approximation bounded replay always had.
+  Turn aligned = run(*m, prompt2, 8, blocks_only, ReplayMode::kBounded);
+  EXPECT_EQ(aligned.stats.cached_tokens, 128);
+  const double d_tail = max_logit_diff(bounded.stats.first_logits, cold.stats.first_logits);
+  const double d_aligned = max_logit_diff(aligned.stats.first_logits, cold.stats.first_logits);
+  std::printf("resume inside a block and a group: max |logit diff| vs cold %.4f (at a block boundary: %.4f)\n",
+              d_tail, d_aligned);
+  EXPECT_GT(d_tail, 0.0);
 }
 
 }  // namespace

@@ -6,8 +6,6 @@
 #include "command.h"
 #include "model/tiny_checkpoint.h"
 #include "progress.h"
-#include "tokenizer/engram_token_map.h"
-#include "tokenizer/tokenizer.h"
 
 namespace cedar::cli {
 namespace {
@@ -55,28 +53,30 @@ int cmd_make_tiny(const std::vector<std::string>& argv) {
   opt.out_dir = *args->get("--out");
   opt.seed = static_cast<uint64_t>(*seed);
   opt.preset = preset_name == "tiny" ? model::TinyPreset::kTiny : model::TinyPreset::kSmall;
-  opt.tokenizer_dir = args->get_or("--tokenizer", default_tokenizer_dir());
-  if (opt.tokenizer_dir.empty()) {
+  const std::string tokenizer_dir = args->get_or("--tokenizer", default_tokenizer_dir());
+  if (tokenizer_dir.empty()) {
     std::fprintf(stderr,
                  "cedar make-tiny: no tokenizer found; pass --tokenizer DIR (a folder with tokenizer.json)\n");
     return 1;
   }
-  model::ModelConfig config = model::tiny_config(opt.preset);
-  // The Engram hash multipliers derive from the tokenizer's class count, so the config must carry
-  // the count of the tokenizer that ships with the checkpoint.
-  auto tok = tokenizer::Tokenizer::load_dir(opt.tokenizer_dir);
+  // The checkpoint ships the tokenizer with V4.1's chat markers as single tokens, so the chat
+  // encoder, `cedar chat` and `cedar serve` work on it.
+  auto tok = model::prepare_tiny_tokenizer(tokenizer_dir);
   if (!tok.ok()) {
     std::fprintf(stderr, "cedar make-tiny: %s\n", tok.status().message().c_str());
     return 1;
   }
-  int n_classes = 0;
-  (void)tokenizer::build_engram_token_map(**tok, &n_classes);
-  config.engram_compressed_vocab_size = n_classes;
-  if ((*tok)->vocab_size() > config.vocab_size) {
+  opt.tokenizer = &*tok;
+  model::ModelConfig config = model::tiny_config(opt.preset);
+  // The Engram hash multipliers derive from the tokenizer's class count, so the config must carry
+  // the count of the tokenizer that ships with the checkpoint.
+  config.engram_compressed_vocab_size = tok->engram_classes;
+  if (tok->vocab_size > config.vocab_size) {
     std::fprintf(stderr, "cedar make-tiny: tokenizer has %d ids, more than the preset's vocab_size %d\n",
-                 (*tok)->vocab_size(), config.vocab_size);
+                 tok->vocab_size, config.vocab_size);
     return 1;
   }
+  for (const std::string& m : tok->added_markers) std::printf("tokenizer: added V4.1 marker %s\n", m.c_str());
 
   ProgressBar bar("writing shards");
   opt.progress = [&](int shard, int n) { bar.update(shard, n); };

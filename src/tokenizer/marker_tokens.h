@@ -1,0 +1,28 @@
+// Gives a tokenizer.json the DeepSeek-V4.1 control markers as single tokens.
+//
+// Test checkpoints ship the DeepSeek-V3 vocabulary (the V4.1 file comes only with the released
+// checkpoint). V3 lacks five of V4.1's markers (<｜System｜>, <think>, </think>, ｜DSML｜,
+// <｜latest_reminder｜>), so the V4.1 prompt encoder refuses every chat prompt with it. V3 does have
+// unused added tokens named <｜place▁holder▁no▁N｜>: each missing marker takes over one of them,
+// which keeps the id count, the byte-level vocabulary and the Engram class layout unchanged.
+// <｜System｜> takes id 128799, its V4.1 id; the others take the highest remaining placeholders
+// (V4.1's own ids for them, 128821 and up, lie beyond V3's last id 128814).
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/status.h"
+
+namespace cedar::tokenizer {
+
+// The markers the V4.1 prompt format needs as single tokens (the encoder checks them).
+std::vector<std::string_view> v41_marker_tokens();
+
+// Returns `tokenizer_json` with every V4.1 marker that is not yet a token renamed onto a
+// placeholder; *added (optional) receives "marker=id" for each. A file that already has them all
+// comes back unchanged. Fails when the JSON is not a tokenizer or no placeholder is left.
+Result<std::string> add_v41_markers(std::string_view tokenizer_json, std::vector<std::string>* added = nullptr);
+
+}  // namespace cedar::tokenizer
