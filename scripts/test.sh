@@ -3,6 +3,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
+# The pinned Python SDKs the server tests drive (PyPI). Without network the SDK tests are skipped.
+tests/serve/py/setup_venv.sh || echo "warning: could not create the SDK test venv; serve_python_sdk will be skipped" >&2
 scripts/build.sh
 cd "${CEDAR_BUILD_DIR:-build}"
 ctest --output-on-failure -j "${CEDAR_JOBS:-$(nproc)}" "$@"

@@ -30,4 +30,25 @@ SequenceState make_sequence_state(const ModelConfig& c, const LayerPlan& plan, i
   return s;
 }
 
+uint64_t sequence_state_bytes(const ModelConfig& c, const LayerPlan& plan, int64_t capacity) {
+  const KvEntryFormat f{c.head_dim, c.index_head_dim};
+  const uint64_t cap = static_cast<uint64_t>(capacity);
+  uint64_t b = cap * sizeof(int32_t) * 2;  // tokens, Engram history
+  b += static_cast<uint64_t>(c.n_layers) * static_cast<uint64_t>(c.window_size) * f.window_bytes();
+  for (int l : plan.kv_owner_layers) {
+    const int ratio = plan.layers[l].compress_ratio;
+    b += (cap / static_cast<uint64_t>(ratio) + 1) * (f.main_bytes() + f.index_bytes());
+    if (ratio > 1) b += 2ull * static_cast<uint64_t>(ratio) * static_cast<uint64_t>(c.head_dim) * sizeof(float);
+  }
+  return b;
+}
+
+uint64_t held_bytes(const SequenceState& s) {
+  uint64_t b = s.tokens.capacity() * sizeof(int32_t) + s.engram.compressed.capacity() * sizeof(int32_t);
+  for (const auto& w : s.window) b += w.capacity();
+  for (const KvOwnerState& o : s.owners)
+    b += o.main.capacity() + o.index_keys.capacity() + (o.kv_state.capacity() + o.score_state.capacity()) * sizeof(float);
+  return b;
+}
+
 }  // namespace cedar::model

@@ -58,4 +58,9 @@ struct SequenceState {
 // pass does not allocate per token.
 SequenceState make_sequence_state(const ModelConfig& c, const LayerPlan& plan, int64_t capacity);
 
+// Bytes make_sequence_state allocates for `capacity` positions (what a server reserves per request),
+// and the bytes a state holds (capacities of its buffers).
+uint64_t sequence_state_bytes(const ModelConfig& c, const LayerPlan& plan, int64_t capacity);
+uint64_t held_bytes(const SequenceState& s);
+
 }  // namespace cedar::model

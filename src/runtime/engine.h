@@ -58,7 +58,8 @@ struct EngineStats {             // cumulative, for /metrics
   // Wall time of the engine's forward steps, split between prefill and decode by the tokens each
   // (batched) step ran: rates from these are aggregate throughput, not per-request speeds.
   double prefill_seconds = 0, decode_seconds = 0;
-  uint64_t kv_bytes_memory = 0, kv_bytes_disk = 0;
+  uint64_t kv_bytes_memory = 0, kv_bytes_disk = 0;  // prefix cache
+  uint64_t sequence_bytes = 0;   // working state reserved by running sequences
   int queue_depth = 0, active_sequences = 0;
 };
 

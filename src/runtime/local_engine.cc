@@ -31,6 +31,7 @@ struct Job {
   std::vector<int32_t> pending;  // tokens to feed in the next step
   Timer timer;
   bool prefilled = false;
+  uint64_t state_bytes = 0;      // model::sequence_state_bytes of its capacity (memory limit)
 };
 
 class LocalEngine final : public Engine {
@@ -70,6 +71,14 @@ class LocalEngine final : public Engine {
     if (request.sampling.temperature < 0) return invalid_argument("temperature must be >= 0");
     Job job;
     job.request = &request;
+    job.state_bytes = model::sequence_state_bytes(model_->config(), model_->plan(), total + 1);
+    if (options_.kv_memory_bytes > 0 && job.state_bytes > options_.kv_memory_bytes)
+      return invalid_argument("this request needs " + std::to_string(job.state_bytes >> 20) +
+                              " MiB of sequence state (prompt " + std::to_string(request.prompt_ids.size()) +
+                              " + max_tokens " + std::to_string(request.sampling.max_tokens) +
+                              " tokens), more than the server's KV memory limit of " +
+                              std::to_string(options_.kv_memory_bytes >> 20) +
+                              " MiB: lower max_tokens or shorten the prompt (or raise --kv-memory)");
     {
       std::unique_lock<std::mutex> lock(mu_);
       if (static_cast<int>(waiting_.size()) >= options_.max_queue)
@@ -109,6 +118,7 @@ class LocalEngine final : public Engine {
     std::lock_guard<std::mutex> lock(mu_);
     stats_.requests++;
     stats_.output_tokens += job->result.output_ids.size();
+    stats_.sequence_bytes -= job->state_bytes;
     job->status = std::move(st);
     job->seq.reset();
     job->done = true;
@@ -135,10 +145,15 @@ class LocalEngine final : public Engine {
           for (Job* j : active) finish(j, FinishReason::kError, failed_precondition("the engine is shutting down"));
           return;
         }
-        while (!waiting_.empty() && static_cast<int>(active.size()) < options_.max_batch) {
+        // First come, first served: the head waits (and blocks the others) until the running
+        // sequences leave it room under the memory limit.
+        while (!waiting_.empty() && static_cast<int>(active.size()) < options_.max_batch &&
+               (options_.kv_memory_bytes == 0 ||
+                stats_.sequence_bytes + waiting_.front()->state_bytes <= options_.kv_memory_bytes)) {
           Job* j = waiting_.front();
           waiting_.pop_front();
           --stats_.queue_depth;
+          stats_.sequence_bytes += j->state_bytes;
           active.push_back(j);
         }
         stats_.active_sequences = static_cast<int>(active.size());

@@ -15,6 +15,10 @@ struct EngineOptions {
   int max_queue = 64;           // waiting requests beyond the batch; more -> ResourceExhausted (429)
   int max_context = 8192;       // prompt + output tokens per request
   int threads = 0;              // 0 = all cores
+  // Server-wide limit on the working state of running sequences (packed KV, windows, compressor
+  // state: model::sequence_state_bytes of prompt + max_tokens). 0: none. Requests wait for room;
+  // one that cannot fit even alone is refused with InvalidArgument.
+  uint64_t kv_memory_bytes = 0;
   bool index_keys_owner = false;  // --index-keys owner
   // Prefix cache: sessions survive across requests (memory) and restarts (disk, when cache_dir is set).
   bool prefix_cache = true;

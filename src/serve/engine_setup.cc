@@ -1,5 +1,7 @@
 #include "serve/engine_setup.h"
 
+#include <unistd.h>
+
 #include "runtime/local_engine.h"
 #include "serve/script_file.h"
 #include "serve/scripted_engine.h"
@@ -43,6 +45,11 @@ Result<ServingEngine> open_serving_engine(const EngineSetup& setup) {
     if (setup.max_context > 0) options.max_context = setup.max_context;
     options.threads = setup.threads;
     options.cache_dir = setup.cache_dir;
+    options.kv_memory_bytes = setup.kv_memory_bytes;
+    if (options.kv_memory_bytes == 0) {
+      const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+      if (pages > 0 && page > 0) options.kv_memory_bytes = static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) / 4;
+    }
     options.replay_full = setup.replay_full;
     CEDAR_ASSIGN_OR_RETURN(out.engine, runtime::make_engine(setup.model_dir, options));
     out.description = "model " + setup.model_dir;

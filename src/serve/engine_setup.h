@@ -22,6 +22,7 @@ struct EngineSetup {
   int threads = 0;            // compute threads of the real engine; 0 = all cores
   std::string cache_dir;      // durable prefix cache directory (empty: memory only)
   bool replay_full = false;   // after a prefix hit recompute the whole prompt instead of bounded replay
+  uint64_t kv_memory_bytes = 0;  // running sequences' working state limit; 0: a quarter of the RAM
 };
 
 struct ServingEngine {

@@ -109,9 +109,10 @@ std::string ServerMetrics::render(const runtime::EngineStats& engine, const Queu
   metric(out, "cedar_prefix_cache_lookups_total", "counter", "Prefix-cache lookups by result.");
   sample(out, "cedar_prefix_cache_lookups_total", "result=\"hit\"", static_cast<double>(engine.prefix_hits));
   sample(out, "cedar_prefix_cache_lookups_total", "result=\"miss\"", static_cast<double>(engine.prefix_misses));
-  metric(out, "cedar_kv_bytes", "gauge", "Bytes of KV cache held, by tier.");
+  metric(out, "cedar_kv_bytes", "gauge", "Bytes of KV held: prefix cache in memory and on disk, running sequences.");
   sample(out, "cedar_kv_bytes", "tier=\"memory\"", static_cast<double>(engine.kv_bytes_memory));
   sample(out, "cedar_kv_bytes", "tier=\"disk\"", static_cast<double>(engine.kv_bytes_disk));
+  sample(out, "cedar_kv_bytes", "tier=\"sequences\"", static_cast<double>(engine.sequence_bytes));
   metric(out, "cedar_queue_depth", "gauge", "Requests waiting: in the server's queue and in the engine's.");
   sample(out, "cedar_queue_depth", "queue=\"server\"", queue.waiting);
   sample(out, "cedar_queue_depth", "queue=\"engine\"", engine.queue_depth);

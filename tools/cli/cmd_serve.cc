@@ -37,7 +37,28 @@ constexpr const char* kUsage =
     "  --thinking on|off        mode when a request does not choose (default off = chat)\n"
     "  --threads N              engine compute threads (default: all cores)\n"
     "  --cache-dir DIR          durable prefix cache: conversations survive restarts\n"
-    "  --replay MODE            after a prefix hit: bounded (default) or full (exact recompute)\n";
+    "  --replay MODE            after a prefix hit: bounded (default) or full (exact recompute)\n"
+    "  --kv-memory SIZE         limit on running sequences' KV state, e.g. 8G, 512M or bytes (default:\n"
+    "                           a quarter of the RAM); requests wait for room, larger ones get 400\n";
+
+// "8G", "512M", "64K" or plain bytes.
+Result<uint64_t> size_flag(const Args& args, const char* flag) {
+  const std::string v = args.get_or(flag, "");
+  if (v.empty()) return uint64_t{0};
+  size_t used = 0;
+  unsigned long long n = 0;
+  try {
+    n = std::stoull(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  const std::string unit = v.substr(used);
+  const uint64_t mult = unit.empty() ? 1 : unit == "K" || unit == "k" ? 1ull << 10 : unit == "M" || unit == "m" ? 1ull << 20
+                        : unit == "G" || unit == "g" ? 1ull << 30 : unit == "T" || unit == "t" ? 1ull << 40 : 0;
+  if (used == 0 || mult == 0 || n == 0 || n > (UINT64_MAX / mult))
+    return invalid_argument(std::string(flag) + " must be a positive size such as 8G, 512M or 1048576, got '" + v + "'");
+  return static_cast<uint64_t>(n) * mult;
+}
 
 Result<int> int_flag(const Args& args, const char* flag, long long fallback, long long lo, long long hi) {
   CEDAR_ASSIGN_OR_RETURN(long long v, args.get_int(flag, fallback));
@@ -61,6 +82,7 @@ Result<ServeConfig> read_flags(const Args& args) {
   const std::string replay = args.get_or("--replay", "bounded");
   if (replay != "bounded" && replay != "full") return invalid_argument("--replay must be 'bounded' or 'full'");
   c.engine.replay_full = replay == "full";
+  CEDAR_ASSIGN_OR_RETURN(c.engine.kv_memory_bytes, size_flag(args, "--kv-memory"));
   CEDAR_ASSIGN_OR_RETURN(c.engine.max_context, int_flag(args, "--max-context", 0, 0, 1 << 24));
   CEDAR_ASSIGN_OR_RETURN(c.engine.threads, int_flag(args, "--threads", 0, 0, 4096));
   CEDAR_ASSIGN_OR_RETURN(c.server.queue.workers, int_flag(args, "--parallel", 16, 1, 4096));
@@ -91,7 +113,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
   auto args = Args::parse(argv,
                           {"--model", "--scripted", "--tokenizer", "--host", "--port", "--api-key",
                            "--served-model-name", "--parallel", "--queue", "--max-context", "--max-prompt-tokens",
-                           "--max-tokens", "--max-body-bytes", "--thinking", "--threads", "--cache-dir", "--replay"},
+                           "--max-tokens", "--max-body-bytes", "--thinking", "--threads", "--cache-dir", "--replay", "--kv-memory"},
                           {"--help"}, {{"-m", "--model"}});
   if (!args.ok()) {
     std::fprintf(stderr, "cedar serve: %s\n%s", args.status().message().c_str(), kUsage);
