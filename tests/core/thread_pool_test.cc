@@ -28,7 +28,9 @@ TEST(ThreadPool, ChunksRespectGrain) {
   pool.parallel_for(100, 16, [&](size_t b, size_t e, int t) { ranges[t] = {b, e}; });
   for (auto [b, e] : ranges) {
     EXPECT_EQ(b % 16, 0u);
-    if (e != 100) EXPECT_EQ(e % 16, 0u);
+    if (e != 100) {
+      EXPECT_EQ(e % 16, 0u);
+    }
   }
 }
 
