@@ -79,6 +79,7 @@ Result<ResumePlan> PrefixStore::restore(std::span<const int32_t> prompt, ReplayM
                     og.index_entry_bytes);
     }
     const int64_t tail_entries = n_tail / og.ratio;
+    if (tail_entries == 0) continue;
     const uint8_t* mains = tail.data() + kv::TailCache::main_offset(geometry_, n_tail, static_cast<int>(o));
     const uint8_t* keys = tail.data() + kv::TailCache::index_offset(geometry_, n_tail, static_cast<int>(o));
     std::memcpy(owner.main.data() + entries * og.main_entry_bytes, mains, tail_entries * og.main_entry_bytes);
