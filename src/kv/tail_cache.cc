@@ -201,6 +201,7 @@ Status TailCache::scan() {
   std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) { return a.mtime < b.mtime; });
   for (Found& f : found) {
     f.tail.tick = next_tick();
+    disk_bytes_ += f.tail.bytes;
     disk_[f.digest].push_back(std::move(f.tail));
     ++n_disk_;
   }
@@ -214,6 +215,7 @@ void TailCache::remove_file(TailMap::iterator it, size_t index, uint64_t* counte
   if (counter) ++*counter;
   if (!why.empty()) CEDAR_LOG_WARN("kv tail cache: removed %s: %s", path.c_str(), why.c_str());
   ::unlink(path.c_str());
+  disk_bytes_ -= t.bytes;
   it->second.erase(it->second.begin() + static_cast<ptrdiff_t>(index));
   if (it->second.empty()) disk_.erase(it);
   --n_disk_;
@@ -315,6 +317,7 @@ void TailCache::write_file(const Digest& d, int64_t start, std::span<const int32
   t.file = name;
   t.bytes = bytes.size();
   t.tick = next_tick();
+  disk_bytes_ += t.bytes;
   disk_[d].push_back(std::move(t));
   ++n_disk_;
   evict(disk_, &n_disk_, opt_.disk_tails, /*disk=*/true);
@@ -418,8 +421,7 @@ TailCacheStats TailCache::stats() const {
   TailCacheStats s = stats_;
   s.memory_tails = n_memory_;
   s.disk_tails = n_disk_;
-  for (const auto& [d, v] : disk_)
-    for (const Tail& t : v) s.disk_bytes += t.bytes;
+  s.disk_bytes = disk_bytes_;
   return s;
 }
 

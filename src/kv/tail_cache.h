@@ -110,7 +110,7 @@ class TailCache {
   int dir_fd_ = -1;
   mutable std::mutex mu_;
   TailMap memory_, disk_;
-  uint64_t n_memory_ = 0, n_disk_ = 0;
+  uint64_t n_memory_ = 0, n_disk_ = 0, disk_bytes_ = 0;
   uint64_t tick_ = 0;
   TailCacheStats stats_;
 };

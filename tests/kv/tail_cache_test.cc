@@ -149,7 +149,11 @@ TEST(TailCache, KeepsTheMostRecentlyUsed) {
   EXPECT_EQ((*c)->lookup(y, 0, 5, &got), 0);
   EXPECT_EQ((*c)->lookup(x, 0, 5, &got), 5);
   EXPECT_EQ((*c)->lookup(z, 0, 5, &got), 5);
-  EXPECT_EQ(files_in(dir, ".kvt").size(), 2u);
+  const auto files = files_in(dir, ".kvt");
+  EXPECT_EQ(files.size(), 2u);
+  uint64_t on_disk = 0;
+  for (const std::string& f : files) on_disk += fs::file_size(f);
+  EXPECT_EQ((*c)->stats().disk_bytes, on_disk);
 }
 
 // Writes fail with ENOSPC: one warning, nothing half-written, memory tails still work.
