@@ -11,6 +11,7 @@
 #include "core/thread_pool.h"
 #include "ops/attention.h"
 #include "ops/formats.h"
+#include "ops/kernel_set.h"
 #include "ops/linear.h"
 
 namespace cedar::ops {
@@ -49,24 +50,28 @@ void BM_OpsLinearFp8(benchmark::State& state) {
     codes.push_back(random_bytes(n * k, 1 + c, 0x7E));  // no NaN codes
     scales.push_back(std::vector<uint8_t>(((n + 31) / 32) * (k / 32), 120));
   }
+  const KernelSet& ks = kernel_set(state.range(4) ? Numerics::kFast : Numerics::kExact);
   const auto x = random_bf16(m * k, 9);
-  std::vector<float> y(m * n), scratch(fp8_act_scratch_floats(m, k));
+  std::vector<float> y(m * n), scratch(ks.act_scratch_floats(m, k));
   size_t c = 0;
   for (auto _ : state) {
-    linear_fp8(x.data(), m, Fp8Weight{codes[c].data(), scales[c].data(), n, k}, y.data(), scratch, pool);
+    ks.linear_fp8(x.data(), m, Fp8Weight{codes[c].data(), scales[c].data(), n, k}, y.data(), scratch, pool);
     benchmark::DoNotOptimize(y.data());
     c = (c + 1) % kCopies;
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * (codes[0].size() + scales[0].size())));
 }
-BENCHMARK(BM_OpsLinearFp8)
-    ->Args({5120, 5120, 1, 1})
-    ->Args({5120, 5120, 1, 0})
-    ->Args({2304, 5120, 1, 0})
-    ->Args({5120, 5120, 16, 0})
-    ->Args({5120, 5120, 64, 1})
-    ->Unit(benchmark::kMicrosecond)
-    ->UseRealTime();
+// Args: n, k, m, threads, numerics (0 exact, 1 fast). The issue-13 GEMV shapes with 1 and 2 threads,
+// and prefill-sized GEMMs.
+void LinearArgs(benchmark::internal::Benchmark* b, std::initializer_list<std::pair<int64_t, int64_t>> gemv) {
+  for (int64_t mode : {0, 1}) {
+    for (const auto& [n, k] : gemv)
+      for (int64_t t : {1, 2}) b->Args({n, k, 1, t, mode});
+    b->Args({2304, 5120, 64, 2, mode});
+  }
+  b->Unit(benchmark::kMicrosecond)->UseRealTime();
+}
+BENCHMARK(BM_OpsLinearFp8)->Apply([](auto* b) { LinearArgs(b, {{2304, 5120}, {32768, 1280}}); });
 
 void BM_OpsLinearFp4(benchmark::State& state) {
   const size_t n = state.range(0), k = state.range(1), m = state.range(2);
@@ -76,24 +81,18 @@ void BM_OpsLinearFp4(benchmark::State& state) {
     packed.push_back(random_bytes(n * k / 2, 20 + c));
     scales.push_back(std::vector<uint8_t>(n * (k / 32), 120));
   }
+  const KernelSet& ks = kernel_set(state.range(4) ? Numerics::kFast : Numerics::kExact);
   const auto x = random_bf16(m * k, 9);
-  std::vector<float> y(m * n), scratch(fp8_act_scratch_floats(m, k));
+  std::vector<float> y(m * n), scratch(ks.act_scratch_floats(m, k));
   size_t c = 0;
   for (auto _ : state) {
-    linear_fp4(x.data(), m, Fp4Weight{packed[c].data(), scales[c].data(), n, k}, y.data(), scratch, pool);
+    ks.linear_fp4(x.data(), m, Fp4Weight{packed[c].data(), scales[c].data(), n, k}, y.data(), scratch, pool);
     benchmark::DoNotOptimize(y.data());
     c = (c + 1) % kCopies;
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * (packed[0].size() + scales[0].size())));
 }
-BENCHMARK(BM_OpsLinearFp4)
-    ->Args({5120, 5120, 1, 1})
-    ->Args({5120, 5120, 1, 0})
-    ->Args({2304, 5120, 1, 0})
-    ->Args({5120, 5120, 16, 0})
-    ->Args({5120, 5120, 64, 1})
-    ->Unit(benchmark::kMicrosecond)
-    ->UseRealTime();
+BENCHMARK(BM_OpsLinearFp4)->Apply([](auto* b) { LinearArgs(b, {{2304, 5120}, {32768, 5120}}); });
 
 void BM_OpsLinearBf16(benchmark::State& state) {
   const size_t n = state.range(0), k = state.range(1);
@@ -106,19 +105,22 @@ void BM_OpsLinearBf16(benchmark::State& state) {
     w.emplace_back(n * k);
     for (size_t i = 0; i < n * k; ++i) w.back()[i] = f32_to_bf16_bits(values[i] * 0.02f);
   }
+  const KernelSet& ks = kernel_set(state.range(3) ? Numerics::kFast : Numerics::kExact);
   const auto x = random_bf16(k, 9);
   std::vector<float> y(n);
   size_t c = 0;
   for (auto _ : state) {
-    linear_bf16(x.data(), 1, Bf16Weight{w[c].data(), n, k}, y.data(), LinearOut::kF32, pool);
+    ks.linear_bf16(x.data(), 1, Bf16Weight{w[c].data(), n, k}, y.data(), LinearOut::kF32, pool);
     benchmark::DoNotOptimize(y.data());
     c = (c + 1) % w.size();
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * n * k * 2));
 }
 BENCHMARK(BM_OpsLinearBf16)
-    ->Args({16384, 5120, 1})
-    ->Args({16384, 5120, 0})
+    ->Args({16384, 5120, 1, 0})
+    ->Args({16384, 5120, 2, 0})
+    ->Args({16384, 5120, 1, 1})
+    ->Args({16384, 5120, 2, 1})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 

@@ -3,12 +3,42 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <memory>
 
 #include "core/check.h"
 
 namespace cedar {
+
+namespace {
+
+// How long a worker (or the waiting caller) spins before it sleeps: longer than the serial gaps
+// between the parallel regions of one decode step, short enough that an idle pool costs nothing.
+constexpr auto kSpin = std::chrono::microseconds(200);
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// Spins until done() or kSpin elapsed; true when done() became true.
+template <typename Done>
+bool spin_until(Done&& done) {
+  const auto deadline = std::chrono::steady_clock::now() + kSpin;
+  for (;;) {
+    for (int i = 0; i < 64; ++i) {
+      if (done()) return true;
+      cpu_relax();
+    }
+    if (std::chrono::steady_clock::now() >= deadline) return done();
+  }
+}
+
+}  // namespace
 
 int hardware_threads() {
   cpu_set_t set;
@@ -23,8 +53,8 @@ ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
 ThreadPool::~ThreadPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-    ++generation_;
+    stop_.store(true);
+    generation_.fetch_add(1);
   }
   cv_start_.notify_all();
   for (auto& t : workers_) t.join();
@@ -46,34 +76,42 @@ void ThreadPool::run(size_t n, size_t grain, TaskFn fn, void* ctx) {
     fn(ctx, 0, n, 0);
     return;
   }
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    fn_ = fn;
-    ctx_ = ctx;
-    n_ = n;
-    grain_ = std::max<size_t>(1, grain);
-    pending_ = n_threads_ - 1;
-    ++generation_;
+  fn_ = fn;
+  ctx_ = ctx;
+  n_ = n;
+  grain_ = std::max<size_t>(1, grain);
+  pending_.store(n_threads_ - 1);
+  generation_.fetch_add(1);  // seq_cst: publishes the job, ordered before the sleeper check
+  if (sleeping_workers_.load() > 0) {
+    // A worker that counted itself as sleeping either still holds the mutex (and will see the new
+    // generation when it checks) or waits on the condition variable (and gets this notification).
+    { std::lock_guard<std::mutex> lock(mu_); }
+    cv_start_.notify_all();
   }
-  cv_start_.notify_all();
   run_chunk(0);
+  if (spin_until([this] { return pending_.load(std::memory_order_acquire) == 0; })) return;
   std::unique_lock<std::mutex> lock(mu_);
-  cv_done_.wait(lock, [this] { return pending_ == 0; });
+  caller_sleeping_.store(true);
+  cv_done_.wait(lock, [this] { return pending_.load() == 0; });
+  caller_sleeping_.store(false);
 }
 
 void ThreadPool::worker_main(int index) {
-  size_t seen = 0;
+  uint64_t seen = 0;
   for (;;) {
-    {
+    const auto has_job = [&] { return generation_.load(std::memory_order_acquire) != seen; };
+    if (!spin_until(has_job)) {
       std::unique_lock<std::mutex> lock(mu_);
-      cv_start_.wait(lock, [&] { return generation_ != seen; });
-      seen = generation_;
-      if (stop_) return;
+      sleeping_workers_.fetch_add(1);
+      cv_start_.wait(lock, [&] { return generation_.load() != seen; });
+      sleeping_workers_.fetch_sub(1);
     }
+    seen = generation_.load(std::memory_order_acquire);
+    if (stop_.load()) return;
     run_chunk(index);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (--pending_ == 0) cv_done_.notify_one();
+    if (pending_.fetch_sub(1) == 1 && caller_sleeping_.load()) {
+      { std::lock_guard<std::mutex> lock(mu_); }
+      cv_done_.notify_one();
     }
   }
 }

@@ -1,10 +1,18 @@
 // A persistent thread pool for data-parallel loops. Threads are created once; a parallel_for
 // call hands each worker a contiguous range of [0, n) and waits for all of them. No allocation
 // per call (the callable is passed by pointer), so it is safe to use inside the decode loop.
+//
+// A decode step issues hundreds of short parallel regions per token, often tens of microseconds
+// apart. Waking sleeping threads through a futex for each costs more than the region itself, so
+// workers (and the caller, waiting for them) spin on atomics for a short while before they sleep on
+// a condition variable; the mutex and the wake-up system call are only used when someone sleeps.
+// One thread at a time may call parallel_for.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstddef>
+#include <cstdint>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -47,10 +55,12 @@ class ThreadPool {
   std::mutex mu_;
   std::condition_variable cv_start_;
   std::condition_variable cv_done_;
-  size_t generation_ = 0;
-  int pending_ = 0;
-  bool stop_ = false;
-  // The current job.
+  std::atomic<uint64_t> generation_{0};  // bumped once per job (and at shutdown)
+  std::atomic<int> pending_{0};          // workers still running the current job
+  std::atomic<int> sleeping_workers_{0};
+  std::atomic<bool> caller_sleeping_{false};
+  std::atomic<bool> stop_{false};
+  // The current job: written before generation_ is bumped, read after it is seen.
   TaskFn fn_ = nullptr;
   void* ctx_ = nullptr;
   size_t n_ = 0;

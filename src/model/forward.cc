@@ -168,7 +168,7 @@ Status Model::forward_round(std::span<const SeqChunk> chunks, float* logits, Thr
 
 ForwardPass::ForwardPass(Model& m, std::vector<ChunkSpan>& chunks, size_t n_tokens, ThreadPool* pool)
     : m_(m), c_(m.config_), plan_(m.plan_), w_(*m.weights_), ws_(*m.ws_), chunks_(chunks), T_(n_tokens),
-      pool_(pool), hc_dim_(static_cast<size_t>(m.config_.hc_mult) * m.config_.dim) {
+      pool_(pool), k_(m.kernels()), hc_dim_(static_cast<size_t>(m.config_.hc_mult) * m.config_.dim) {
   ws_.published_topk_layer = -1;
   for (auto& k : ws_.key_caches) k.seq = nullptr;  // dequantised keys are valid within one pass
   // The candidate pool is kept as one flag per block of candidate_block_size entries, for every row;
@@ -320,7 +320,7 @@ void ForwardPass::head(float* logits) {
     float* x = scratch(xv, dim);  // [dim]
     ops::hc_pre(ws_.streams.data() + row * hc_dim_, ws_.pre_mix.data() + row * c_.hc_mult, 1, c_.hc_mult, dim, x);
     ops::rms_norm(x, 1, dim, w_.norm, static_cast<float>(c_.norm_eps), x);
-    ops::linear_bf16(x, 1, w_.head, logits + i * static_cast<size_t>(c_.vocab_size), ops::LinearOut::kF32, pool_);
+    k_.linear_bf16(x, 1, w_.head, logits + i * static_cast<size_t>(c_.vocab_size), ops::LinearOut::kF32, pool_);
   }
 }
 

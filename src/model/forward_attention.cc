@@ -32,18 +32,18 @@ void ForwardPass::attention(int l, const float* x, float* out) {
   const size_t H = c_.n_heads, hd = c_.head_dim, ql = c_.q_lora_rank;
   const float eps = static_cast<float>(c_.norm_eps);
   const size_t max_k = std::max({static_cast<size_t>(c_.dim), ql, static_cast<size_t>(c_.o_groups) * c_.o_lora_rank});
-  float* act = scratch(ws_.act_scratch, ops::fp8_act_scratch_floats(T_, max_k));
+  float* act = scratch(ws_.act_scratch, k_.act_scratch_floats(T_, max_k));
   std::span<float> act_span(act, ws_.act_scratch.size());
 
   // Query: qr = q_norm(wq_a(x)); q = wq_b(qr) with RoPE on the last rope_head_dim dims.
   float* qr = scratch(ws_.qr, T_ * ql);      // [T, q_lora]
-  ops::linear_fp8(x, T_, a.wq_a, qr, act_span, pool_);
+  k_.linear_fp8(x, T_, a.wq_a, qr, act_span, pool_);
   ops::rms_norm(qr, T_, ql, a.q_norm, eps, qr);
   float* q = scratch(ws_.q, T_ * H * hd);    // [T, H, head_dim]
-  ops::linear_fp8(qr, T_, a.wq_b, q, act_span, pool_);
+  k_.linear_fp8(qr, T_, a.wq_b, q, act_span, pool_);
   // Window KV: kv_norm(wkv(x)), RoPE, FP8 QDQ of all head_dim dims (block 32).
   float* kv = scratch(ws_.kv, T_ * hd);      // [T, head_dim]
-  ops::linear_fp8(x, T_, a.wkv, kv, act_span, pool_);
+  k_.linear_fp8(x, T_, a.wkv, kv, act_span, pool_);
   ops::rms_norm(kv, T_, hd, a.kv_norm, eps, kv);
   for (const ChunkSpan& ch : chunks_) {
     ops::apply_rope(rope, q + ch.offset * H * hd, ch.n, H, hd, ch.p0);
@@ -56,21 +56,21 @@ void ForwardPass::attention(int l, const float* x, float* out) {
     if (e.mode == AttnMode::kFull) {
       float* ckv = scratch(ws_.c_kv, T_ * hd);  // [T, head_dim]
       if (e.compress_ratio > 1) {
-        ops::linear_bf16(x, T_, a.comp_wkv, ckv, ops::LinearOut::kF32, pool_);
-        ops::linear_bf16(x, T_, a.comp_wgate, scratch(ws_.c_score, T_ * hd), ops::LinearOut::kF32, pool_);
+        k_.linear_bf16(x, T_, a.comp_wkv, ckv, ops::LinearOut::kF32, pool_);
+        k_.linear_bf16(x, T_, a.comp_wgate, scratch(ws_.c_score, T_ * hd), ops::LinearOut::kF32, pool_);
       } else {
-        ops::linear_bf16(x, T_, a.comp_wkv, ckv, ops::LinearOut::kBf16, pool_);
+        k_.linear_bf16(x, T_, a.comp_wkv, ckv, ops::LinearOut::kBf16, pool_);
       }
     }
     // Indexer query: FP4-QDQ'd wq_b(qr) with RoPE, and the per-head weights.
     if (e.mode == AttnMode::kFull || e.mode == AttnMode::kReindex) {
       const size_t nih = c_.index_n_heads, ihd = c_.index_head_dim;
       float* iq = scratch(ws_.idx_q, T_ * nih * ihd);  // [T, index_heads, index_head_dim]
-      ops::linear_fp8(qr, T_, a.idx_wq_b, iq, act_span, pool_);
+      k_.linear_fp8(qr, T_, a.idx_wq_b, iq, act_span, pool_);
       for (const ChunkSpan& ch : chunks_) ops::apply_rope(rope, iq + ch.offset * nih * ihd, ch.n, nih, ihd, ch.p0);
       ops::fp4_qdq_e8m0_inplace(iq, T_ * nih * ihd);
       float* iw = scratch(ws_.idx_w, T_ * nih);        // [T, index_heads]
-      ops::linear_bf16(x, T_, a.idx_weights_proj, iw, ops::LinearOut::kBf16, pool_);
+      k_.linear_bf16(x, T_, a.idx_weights_proj, iw, ops::LinearOut::kBf16, pool_);
       const float scale = static_cast<float>(std::pow(static_cast<double>(ihd), -0.5) *
                                              std::pow(static_cast<double>(nih), -0.5));
       for (size_t i = 0; i < T_ * nih; ++i) iw[i] = ops::round_bf16(iw[i] * scale);
@@ -91,10 +91,10 @@ void ForwardPass::attention(int l, const float* x, float* out) {
   for (size_t g = 0; g < G; ++g) {
     for (size_t t = 0; t < T_; ++t) std::memcpy(group_in + t * K, o + t * H * hd + g * K, K * sizeof(float));
     ops::Bf16Weight wg{a.wo_a.bits + g * R * K, R, K};
-    ops::linear_bf16(group_in, T_, wg, group_out, ops::LinearOut::kBf16, pool_);
+    k_.linear_bf16(group_in, T_, wg, group_out, ops::LinearOut::kBf16, pool_);
     for (size_t t = 0; t < T_; ++t) std::memcpy(wo_in + t * G * R + g * R, group_out + t * R, R * sizeof(float));
   }
-  ops::linear_fp8(wo_in, T_, a.wo_b, out, act_span, pool_);
+  k_.linear_fp8(wo_in, T_, a.wo_b, out, act_span, pool_);
 }
 
 void ForwardPass::attention_chunk(int l, const ChunkSpan& ch) {
@@ -159,7 +159,7 @@ void ForwardPass::produce_latent(int l, const ChunkSpan& ch, size_t row, int64_t
   const int64_t pos = group * e.compress_ratio;
   // Index key from the RoPE-free latent: k_norm(wk(latent)), RoPE, FP4 (E8M0, block 32).
   float* key = scratch(ws_.index_key, ihd);  // [index_head_dim]
-  ops::linear_bf16(latent, 1, a.idx_wk, key, ops::LinearOut::kBf16, nullptr);
+  k_.linear_bf16(latent, 1, a.idx_wk, key, ops::LinearOut::kBf16, nullptr);
   ops::rms_norm(key, 1, ihd, a.idx_k_norm, eps, key);
   ops::apply_rope(rope, key, 1, 1, ihd, pos);
   uint8_t* ik = owner.index_keys.data() + group * fmt.index_bytes();

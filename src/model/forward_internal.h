@@ -90,6 +90,7 @@ class ForwardPass {
   std::vector<ChunkSpan>& chunks_;
   size_t T_;
   ThreadPool* pool_;
+  const ops::KernelSet& k_;  // exact or fast, chosen when the model loaded
   size_t hc_dim_;
 };
 

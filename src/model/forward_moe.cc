@@ -18,11 +18,11 @@ void ForwardPass::moe(int l, const float* x, float* out) {
   const BlockWeights& bw = w_.blocks[l];
   const size_t dim = c_.dim, inter = c_.moe_inter_dim, E = e.n_routed_experts, K = e.n_activated_experts;
   const float limit = static_cast<float>(c_.swiglu_limit);
-  float* act = scratch(ws_.act_scratch, ops::fp8_act_scratch_floats(T_, std::max(dim, inter)));
+  float* act = scratch(ws_.act_scratch, k_.act_scratch_floats(T_, std::max(dim, inter)));
   std::span<float> act_span(act, ws_.act_scratch.size());
 
   float* logits = scratch(ws_.logits, T_ * E);  // [T, E] fp32
-  ops::linear_bf16(x, T_, bw.gate, logits, ops::LinearOut::kF32, pool_);
+  k_.linear_bf16(x, T_, bw.gate, logits, ops::LinearOut::kF32, pool_);
   int32_t* ids = scratch(ws_.expert_ids, T_ * K);  // [T, K]
   float* weights = scratch(ws_.expert_w, T_ * K);  // [T, K]
   for (size_t t = 0; t < T_; ++t)
@@ -49,11 +49,12 @@ void ForwardPass::moe(int l, const float* x, float* out) {
     if (m == 0) continue;
     for (size_t i = 0; i < m; ++i) std::memcpy(xe + i * dim, x + tokens[i] * dim, dim * sizeof(float));
     const ExpertWeights& we = bw.experts[ex];
-    ops::linear_fp4(xe, m, we.w1, g, act_span, pool_);
-    ops::linear_fp4(xe, m, we.w3, u, act_span, pool_);
+    const ops::Fp8Activations xa = k_.quantize_activations(xe, m, dim, act_span);  // once for w1 and w3
+    k_.gemm_fp4(xa, we.w1, g, pool_);
+    k_.gemm_fp4(xa, we.w3, u, pool_);
     for (size_t i = 0; i < m; ++i)
       ops::swiglu_clamped(g + i * inter, u + i * inter, inter, limit, weights[tokens[i] * K + slots[i]], g + i * inter);
-    ops::linear_fp4(g, m, we.w2, ye, act_span, pool_);
+    k_.linear_fp4(g, m, we.w2, ye, act_span, pool_);
     for (size_t i = 0; i < m; ++i) {
       float* dst = acc + tokens[i] * dim;
       const float* src = ye + i * dim;
@@ -61,10 +62,11 @@ void ForwardPass::moe(int l, const float* x, float* out) {
     }
   }
   // Shared expert (FP8, same clamped SwiGLU, no routing weight), added last.
-  ops::linear_fp8(x, T_, bw.shared.w1, g, act_span, pool_);
-  ops::linear_fp8(x, T_, bw.shared.w3, u, act_span, pool_);
+  const ops::Fp8Activations xa = k_.quantize_activations(x, T_, dim, act_span);
+  k_.gemm_fp8(xa, bw.shared.w1, g, pool_);
+  k_.gemm_fp8(xa, bw.shared.w3, u, pool_);
   for (size_t t = 0; t < T_; ++t) ops::swiglu_clamped(g + t * inter, u + t * inter, inter, limit, 1.0f, g + t * inter);
-  ops::linear_fp8(g, T_, bw.shared.w2, ye, act_span, pool_);
+  k_.linear_fp8(g, T_, bw.shared.w2, ye, act_span, pool_);
   for (size_t i = 0; i < T_ * dim; ++i) out[i] = ops::round_bf16(acc[i] + ye[i]);
 }
 
@@ -85,8 +87,8 @@ void ForwardPass::engram(int l) {
                                   static_cast<int>(hdim), {layer_rows, T_ * n_cols}, {E, T_ * n_cols * hdim});
   CEDAR_CHECK(st.ok(), "engram layer %d: %s", l, st.message().c_str());
   float* kv = scratch(ws_.engram_kv, T_ * (hc + 1) * dim);  // [T, (hc+1)*dim]
-  float* act = scratch(ws_.act_scratch, ops::fp8_act_scratch_floats(T_, n_cols * hdim));
-  ops::linear_fp8(E, T_, ew.wkv, kv, {act, ws_.act_scratch.size()}, pool_);
+  float* act = scratch(ws_.act_scratch, k_.act_scratch_floats(T_, n_cols * hdim));
+  k_.linear_fp8(E, T_, ew.wkv, kv, {act, ws_.act_scratch.size()}, pool_);
   engram_gate_update({ws_.streams.data(), T_ * hc * dim}, {kv, T_ * (hc + 1) * dim}, {ew.q_weight, hc * dim},
                      {ew.k_weight, hc * dim}, {static_cast<int64_t>(T_), static_cast<int>(hc), static_cast<int>(dim)},
                      static_cast<float>(c_.norm_eps), {}, {});

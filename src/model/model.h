@@ -25,6 +25,7 @@
 #include "model/model_weights.h"
 #include "model/sequence_state.h"
 #include "model/weight_map.h"
+#include "ops/kernel_set.h"
 #include "ops/rope.h"
 
 namespace cedar::model {
@@ -41,6 +42,10 @@ struct ModelOptions {
   // CED decoder narrowing (spec §8, off by default: an approximation): in a prefill chunk, layers
   // after the last KV source run only on the last window_size tokens.
   bool decoder_narrowing = false;
+  // The kernel set (ops/kernel_set.h). The library defaults to the exact contract, which the goldens and
+  // the engine's equivalence tests rely on (chunked == token by token, resume == full run); the
+  // commands and the server default to fast.
+  ops::Numerics numerics = ops::Numerics::kExact;
   std::function<void(const io::CheckpointProgress&)> progress;
 };
 
@@ -66,6 +71,8 @@ class Model {
   const ModelOptions& options() const { return options_; }
   void set_index_key_mode(IndexKeyMode m) { options_.index_keys = m; }
   void set_decoder_narrowing(bool on) { options_.decoder_narrowing = on; }
+  void set_numerics(ops::Numerics n) { options_.numerics = n; }
+  const ops::KernelSet& kernels() const { return ops::kernel_set(options_.numerics); }
   void set_layer_observer(LayerObserver obs) { observer_ = std::move(obs); }
 
   SequenceState new_sequence(int64_t capacity) const;

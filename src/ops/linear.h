@@ -79,6 +79,9 @@ struct Fp8Activations {
   // (the kernels then use the row-by-row path; results are identical either way).
   const float* values_t = nullptr;
   const float* scales_t = nullptr;
+  // Set by fast::quantize_activations: `values` hold the dequantised activations q·s (exact in f32)
+  // and `scales` is unused. Only the fast kernels (ops/linear_fast.h) accept this form.
+  bool dequantized = false;
 };
 
 inline constexpr size_t kActTileRows = 16;

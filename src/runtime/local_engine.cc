@@ -257,6 +257,7 @@ Result<std::unique_ptr<Engine>> make_engine(const std::string& model_dir, const 
   model::ModelOptions mopts;
   if (options.index_keys_owner) mopts.index_keys = model::IndexKeyMode::kOwner;
   mopts.decoder_narrowing = options.decoder_narrowing;
+  mopts.numerics = options.numerics;
   CEDAR_ASSIGN_OR_RETURN(auto model, model::Model::load(model_dir, mopts));
   std::unique_ptr<PrefixStore> store;
   if (options.prefix_cache) {

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "ops/kernel_set.h"
 #include "runtime/engine.h"
 
 namespace cedar::runtime {
@@ -27,6 +28,9 @@ struct EngineOptions {
   uint32_t kv_block_tokens = 64;
   bool replay_full = false;       // recompute whole prompts after a hit (exact) instead of bounded replay
   bool decoder_narrowing = false;
+  // Kernel set (ops/kernel_set.h). The library default is exact; `cedar serve` and `cedar chat`
+  // default to fast (serve::EngineSetup).
+  ops::Numerics numerics = ops::Numerics::kExact;
 };
 
 // Loads the checkpoint in `model_dir` and starts the scheduler.

@@ -51,6 +51,7 @@ Result<ServingEngine> open_serving_engine(const EngineSetup& setup) {
       if (pages > 0 && page > 0) options.kv_memory_bytes = static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) / 4;
     }
     options.replay_full = setup.replay_full;
+    options.numerics = setup.numerics;
     CEDAR_ASSIGN_OR_RETURN(out.engine, runtime::make_engine(setup.model_dir, options));
     out.description = "model " + setup.model_dir;
   } else {

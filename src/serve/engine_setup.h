@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "ops/kernel_set.h"
 #include "runtime/engine.h"
 #include "tokenizer/tokenizer.h"
 
@@ -23,6 +24,7 @@ struct EngineSetup {
   std::string cache_dir;      // durable prefix cache directory (empty: memory only)
   bool replay_full = false;   // after a prefix hit recompute the whole prompt instead of bounded replay
   uint64_t kv_memory_bytes = 0;  // running sequences' working state limit; 0: a quarter of the RAM
+  ops::Numerics numerics = ops::Numerics::kFast;  // --numerics: the commands default to fast
 };
 
 struct ServingEngine {

@@ -1,10 +1,15 @@
-// cedar bench: the machine's memory read bandwidth, then prefill and decode speed of a checkpoint,
-// reported as tokens/s and as the fraction of the measured bandwidth that decode achieves on the
-// weight bytes it must read per token (decode is bandwidth bound: that ratio is the figure of merit).
+// cedar bench: prefill (pp) and decode (tg) speed of a checkpoint in the manner of llama-bench, at
+// several context depths, thread counts and both numerics modes, beside the machine's own limits:
+// its measured memory read bandwidth (decode reads every active weight once per token, so the
+// fraction of that bandwidth decode achieves is the figure of merit) and its measured fp32/bf16
+// GEMM peak (prefill is compute bound: its matmul FLOP/s are reported as a fraction of the peak).
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -16,19 +21,39 @@
 #include "model/model.h"
 #include "model/model_summary.h"
 #include "model/weight_inventory.h"
+#include "ops/formats.h"
+#include "ops/kernel_set.h"
 #include "ops/sample.h"
 
 namespace cedar::cli {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: cedar bench -m DIR [-p N] [-n N] [--threads K] [--repeat R] [--json]\n"
-    "  -m, --model DIR   checkpoint directory\n"
-    "  -p N              prompt tokens to prefill (default 128)\n"
-    "  -n N              tokens to decode (default 32)\n"
-    "  --threads K       worker threads (default: all cores)\n"
-    "  --repeat R        repetitions; the best is reported (default 3)\n"
-    "  --json            machine-readable output\n";
+    "usage: cedar bench -m DIR [-p LIST] [-n LIST] [-d LIST] [-t LIST] [-r N] [--numerics LIST] [-o md|json]\n"
+    "  -m, --model DIR      checkpoint directory\n"
+    "  -p, --n-prompt LIST  prompt lengths to prefill, e.g. 512 or 128,512 (default 512; 0 = none)\n"
+    "  -n, --n-gen LIST     tokens to decode (default 128; 0 = none)\n"
+    "  -d, --depth LIST     tokens already in the context before each test (default 0), e.g. 0,4096,32768\n"
+    "  -t, --threads LIST   thread counts (default: all cores)\n"
+    "  -r, --repetitions N  runs per test; mean and standard deviation are reported (default 3)\n"
+    "  --numerics LIST      fast and/or exact (default fast)\n"
+    "  -o, --output FMT     md (default, a Markdown table) or json\n"
+    "Each test starts a fresh sequence, prefills `depth` tokens (not timed), then times a prefill of\n"
+    "`p` tokens (ppP) or `n` single-token decode steps (tgN).\n";
+
+Result<std::vector<long long>> parse_list(const std::string& flag, const std::string& text) {
+  std::vector<long long> out;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    char* end = nullptr;
+    const long long v = std::strtoll(item.c_str(), &end, 10);
+    if (item.empty() || *end != '\0' || v < 0) return invalid_argument(flag + ": expected non-negative integers, got '" + text + "'");
+    out.push_back(v);
+  }
+  if (out.empty()) return invalid_argument(flag + ": empty list");
+  return out;
+}
 
 // Best-of-`repeat` multi-threaded read bandwidth over a buffer much larger than the caches.
 double measure_read_bandwidth(ThreadPool& pool, size_t bytes, int repeat) {
@@ -60,9 +85,59 @@ double measure_read_bandwidth(ThreadPool& pool, size_t bytes, int repeat) {
   return best;
 }
 
+// Best-of-`repeat` FLOP/s of the fast bf16-weight GEMM on operands that stay in cache: the machine's
+// practical matmul peak for cedar's kernels (prefill FLOP/s are reported against it).
+double measure_gemm_peak(ThreadPool& pool, int repeat) {
+  const size_t m = 96, n = 512 * static_cast<size_t>(pool.size()), k = 512;
+  std::vector<float> x(m * k), y(m * n);
+  std::vector<uint16_t> w(n * k);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = ops::round_bf16(static_cast<float>((i * 37) % 17) / 16.0f - 0.5f);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = ops::f32_to_bf16_bits(static_cast<float>((i * 53) % 13) / 64.0f);
+  const ops::KernelSet& ks = ops::kernel_set(ops::Numerics::kFast);
+  const ops::Bf16Weight wt{w.data(), n, k};
+  double best = 0;
+  for (int r = 0; r < repeat; ++r) {
+    Timer t;
+    constexpr int kCalls = 20;
+    for (int c = 0; c < kCalls; ++c) ks.linear_bf16(x.data(), m, wt, y.data(), ops::LinearOut::kF32, &pool);
+    best = std::max(best, 2.0 * m * n * k * kCalls / t.seconds());
+  }
+  return best;
+}
+
+struct Stats {
+  double mean = 0, sd = 0;
+};
+Stats stats(const std::vector<double>& v) {
+  Stats s;
+  for (double x : v) s.mean += x;
+  s.mean /= static_cast<double>(v.size());
+  for (double x : v) s.sd += (x - s.mean) * (x - s.mean);
+  s.sd = v.size() > 1 ? std::sqrt(s.sd / static_cast<double>(v.size() - 1)) : 0.0;
+  return s;
+}
+
+// A fixed prompt inside the tokenizer's range (the bench measures speed, not text).
+std::vector<int32_t> bench_ids(size_t n, size_t offset, size_t vocab) {
+  std::vector<int32_t> ids(n);
+  for (size_t i = 0; i < n; ++i) ids[i] = static_cast<int32_t>(((offset + i) * 7919 + 17) % vocab);
+  return ids;
+}
+
+struct Result1 {
+  std::string numerics, test;
+  int threads = 0;
+  long long depth = 0, tokens = 0;
+  Stats tok_s;
+  double gb_s = 0, bw_fraction = 0, gflop_s = 0, peak_fraction = 0;
+};
+
 int cmd_bench(const std::vector<std::string>& argv) {
-  auto args = Args::parse(argv, {"--model", "-p", "-n", "--threads", "--repeat"}, {"--json", "--help"},
-                          {{"-m", "--model"}});
+  auto args = Args::parse(argv, {"--model", "--n-prompt", "--n-gen", "--depth", "--threads", "--repetitions",
+                                 "--numerics", "--output"},
+                          {"--help"},
+                          {{"-m", "--model"}, {"-p", "--n-prompt"}, {"-n", "--n-gen"}, {"-d", "--depth"},
+                           {"-t", "--threads"}, {"-r", "--repetitions"}, {"-o", "--output"}});
   if (!args.ok()) {
     std::fprintf(stderr, "cedar bench: %s\n%s", args.status().message().c_str(), kUsage);
     return 2;
@@ -71,71 +146,172 @@ int cmd_bench(const std::vector<std::string>& argv) {
     std::printf("%s", kUsage);
     return args->has("--help") ? 0 : 2;
   }
-  auto n_prompt = args->get_int("-p", 128), n_decode = args->get_int("-n", 32);
-  auto threads = args->get_int("--threads", 0), repeat = args->get_int("--repeat", 3);
-  if (!n_prompt.ok() || !n_decode.ok() || !threads.ok() || !repeat.ok() || *n_prompt < 1 || *n_decode < 1 ||
-      *repeat < 1 || *threads < 0) {
-    std::fprintf(stderr, "cedar bench: -p, -n, --repeat must be >= 1 and --threads >= 0\n");
+  auto prompts = parse_list("-p", args->get_or("--n-prompt", "512"));
+  auto gens = parse_list("-n", args->get_or("--n-gen", "128"));
+  auto depths = parse_list("-d", args->get_or("--depth", "0"));
+  auto threads = parse_list("-t", args->get_or("--threads", std::to_string(hardware_threads())));
+  auto reps = args->get_int("--repetitions", 3);
+  const std::string format = args->get_or("--output", "md");
+  for (const Status* st : {&prompts.status(), &gens.status(), &depths.status(), &threads.status(), &reps.status()}) {
+    if (!st->ok()) {
+      std::fprintf(stderr, "cedar bench: %s\n", st->message().c_str());
+      return 2;
+    }
+  }
+  if (*reps < 1 || (format != "md" && format != "json")) {
+    std::fprintf(stderr, "cedar bench: -r must be >= 1 and -o md or json\n");
     return 2;
   }
+  std::vector<ops::Numerics> modes;
+  {
+    std::stringstream ss(args->get_or("--numerics", "fast"));
+    std::string item;
+    while (std::getline(ss, item, ',')) {
+      auto m = ops::parse_numerics(item);
+      if (!m) {
+        std::fprintf(stderr, "cedar bench: --numerics takes fast and/or exact, got '%s'\n", item.c_str());
+        return 2;
+      }
+      modes.push_back(*m);
+    }
+  }
+  for (long long t : *threads)
+    if (t < 1) {
+      std::fprintf(stderr, "cedar bench: -t: thread counts must be >= 1\n");
+      return 2;
+    }
+
   auto model = model::Model::load(*args->get("--model"));
   if (!model.ok()) {
     std::fprintf(stderr, "cedar bench: %s\n", model.status().message().c_str());
     return 1;
   }
   model::Model& m = **model;
-  ThreadPool pool(*threads > 0 ? static_cast<int>(*threads) : hardware_threads());
-  const double bandwidth = measure_read_bandwidth(pool, size_t{1} << 30, static_cast<int>(*repeat));
+  const model::ModelConfig& c = m.config();
+  const auto counts = model::count_params(model::weight_inventory(c));
+  const auto plan = model::memory_plan(c, m.plan(), counts);
+  // Matmul FLOPs of one prefill token: every active weight once (embedding lookup excluded).
+  const double active_params =
+      static_cast<double>(counts.backbone - counts.routed_expert_params) - static_cast<double>(c.vocab_size) * c.dim +
+      static_cast<double>(counts.routed_expert_params) * c.n_activated_experts / std::max(1, c.n_routed_experts);
+  const double flop_per_token = 2.0 * active_params;
+  const size_t vocab = m.sampleable_vocab();
+  std::vector<float> logits(c.vocab_size);
 
-  const auto counts = model::count_params(model::weight_inventory(m.config()));
-  const auto plan = model::memory_plan(m.config(), m.plan(), counts);
-  // Prompt: a fixed id sequence inside the tokenizer's range (the bench measures speed, not text).
-  std::vector<int32_t> prompt(*n_prompt);
-  for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 7919 + 17) % 100000);
-  const size_t V = m.config().vocab_size;
-  std::vector<float> logits(V);
-  double best_prefill = 1e30, best_decode = 1e30;
-  for (int r = 0; r < *repeat; ++r) {
-    model::SequenceState seq = m.new_sequence(*n_prompt + *n_decode + 1);
-    Timer t;
-    model::SeqChunk c{&seq, prompt};
-    if (Status st = m.forward({&c, 1}, logits.data(), &pool); !st.ok()) {
-      std::fprintf(stderr, "cedar bench: %s\n", st.message().c_str());
-      return 1;
-    }
-    best_prefill = std::min(best_prefill, t.seconds());
-    int32_t next = ops::argmax(logits.data(), V);
-    t.reset();
-    for (int i = 0; i < *n_decode; ++i) {
-      model::SeqChunk d{&seq, {&next, 1}};
-      if (Status st = m.forward({&d, 1}, logits.data(), &pool); !st.ok()) {
-        std::fprintf(stderr, "cedar bench: %s\n", st.message().c_str());
-        return 1;
+  std::vector<Result1> results;
+  nlohmann::json machine = nlohmann::json::array();
+  for (long long t : *threads) {
+    ThreadPool pool(static_cast<int>(t));
+    const double bandwidth = measure_read_bandwidth(pool, size_t{1} << 30, 3);
+    const double peak = measure_gemm_peak(pool, 3);
+    machine.push_back({{"threads", t}, {"read_bandwidth_gb_s", bandwidth / 1e9}, {"gemm_peak_gflop_s", peak / 1e9}});
+    if (format == "md")
+      std::fprintf(stderr, "threads %lld: memory read %.2f GB/s, fast bf16 GEMM peak %.1f GFLOP/s\n", t, bandwidth / 1e9,
+                   peak / 1e9);
+    for (ops::Numerics mode : modes) {
+      m.set_numerics(mode);
+      for (long long depth : *depths) {
+        const auto run = [&](bool prefill, long long n) -> Status {
+          std::vector<double> rates;
+          for (long long r = 0; r < *reps; ++r) {
+            model::SequenceState seq = m.new_sequence(depth + n + 1);
+            if (depth > 0) {
+              const auto ctx = bench_ids(static_cast<size_t>(depth), 0, vocab);
+              model::SeqChunk ch{&seq, ctx};
+              CEDAR_RETURN_IF_ERROR(m.forward({&ch, 1}, logits.data(), &pool));
+            }
+            Timer timer;
+            if (prefill) {
+              const auto ids = bench_ids(static_cast<size_t>(n), static_cast<size_t>(depth), vocab);
+              model::SeqChunk ch{&seq, ids};
+              CEDAR_RETURN_IF_ERROR(m.forward({&ch, 1}, logits.data(), &pool));
+            } else {
+              int32_t next = static_cast<int32_t>((depth * 31 + 5) % static_cast<long long>(vocab));
+              for (long long i = 0; i < n; ++i) {
+                model::SeqChunk ch{&seq, {&next, 1}};
+                CEDAR_RETURN_IF_ERROR(m.forward({&ch, 1}, logits.data(), &pool));
+                next = ops::argmax(logits.data(), vocab);
+              }
+            }
+            rates.push_back(static_cast<double>(n) / timer.seconds());
+          }
+          Result1 res;
+          res.numerics = ops::numerics_name(mode);
+          res.test = (prefill ? "pp" : "tg") + std::to_string(n);
+          res.threads = static_cast<int>(t);
+          res.depth = depth;
+          res.tokens = n;
+          res.tok_s = stats(rates);
+          if (prefill) {
+            res.gflop_s = res.tok_s.mean * flop_per_token / 1e9;
+            res.peak_fraction = res.gflop_s * 1e9 / peak;
+          } else {
+            res.gb_s = res.tok_s.mean * static_cast<double>(plan.decode_bytes_per_token) / 1e9;
+            res.bw_fraction = res.gb_s * 1e9 / bandwidth;
+          }
+          results.push_back(res);
+          if (format == "md")
+            std::fprintf(stderr, "  %s %s @ d%lld, %lld threads: %.2f tok/s\n", res.numerics.c_str(), res.test.c_str(),
+                         depth, t, res.tok_s.mean);
+          return Status();
+        };
+        for (long long p : *prompts)
+          if (p > 0)
+            if (Status st = run(true, p); !st.ok()) {
+              std::fprintf(stderr, "cedar bench: %s\n", st.message().c_str());
+              return 1;
+            }
+        for (long long n : *gens)
+          if (n > 0)
+            if (Status st = run(false, n); !st.ok()) {
+              std::fprintf(stderr, "cedar bench: %s\n", st.message().c_str());
+              return 1;
+            }
       }
-      next = ops::argmax(logits.data(), V) % 100000;
     }
-    best_decode = std::min(best_decode, t.seconds());
   }
-  const double prefill_tps = *n_prompt / best_prefill, decode_tps = *n_decode / best_decode;
-  const double decode_bytes_s = decode_tps * static_cast<double>(plan.decode_bytes_per_token);
-  if (args->has("--json")) {
-    nlohmann::json j = {{"threads", pool.size()}, {"prompt_tokens", *n_prompt}, {"decode_tokens", *n_decode},
-                        {"read_bandwidth_gb_s", bandwidth / 1e9}, {"prefill_tok_s", prefill_tps},
-                        {"decode_tok_s", decode_tps}, {"decode_weight_bytes_per_token", plan.decode_bytes_per_token},
-                        {"decode_weight_gb_s", decode_bytes_s / 1e9}, {"bandwidth_ratio", decode_bytes_s / bandwidth}};
+
+  if (format == "json") {
+    nlohmann::json j = {{"model", *args->get("--model")},
+                        {"weight_bytes_read_per_decoded_token", plan.decode_bytes_per_token},
+                        {"matmul_flop_per_prefill_token", flop_per_token},
+                        {"machine", machine},
+                        {"results", nlohmann::json::array()}};
+    for (const Result1& r : results) {
+      nlohmann::json e = {{"numerics", r.numerics}, {"test", r.test},      {"threads", r.threads},
+                          {"depth", r.depth},       {"tokens", r.tokens},  {"tok_s_mean", r.tok_s.mean},
+                          {"tok_s_sd", r.tok_s.sd}, {"repetitions", *reps}};
+      if (r.test[0] == 't') {
+        e["weight_gb_s"] = r.gb_s;
+        e["bandwidth_fraction"] = r.bw_fraction;
+      } else {
+        e["gflop_s"] = r.gflop_s;
+        e["gemm_peak_fraction"] = r.peak_fraction;
+      }
+      j["results"].push_back(e);
+    }
     std::printf("%s\n", j.dump(2).c_str());
-  } else {
-    std::printf("threads %d | memory read %.2f GB/s | prefill %lld tok: %.2f tok/s | decode %lld tok: %.2f tok/s\n",
-                pool.size(), bandwidth / 1e9, static_cast<long long>(*n_prompt), prefill_tps,
-                static_cast<long long>(*n_decode), decode_tps);
-    std::printf("decode reads %.1f MB of weights per token -> %.2f GB/s = %.1f%% of measured read bandwidth\n",
-                plan.decode_bytes_per_token / 1e6, decode_bytes_s / 1e9, 100.0 * decode_bytes_s / bandwidth);
+    return 0;
+  }
+  std::printf("decode reads %.1f MB of weights per token; prefill does %.2f GFLOP of matmuls per token\n\n",
+              plan.decode_bytes_per_token / 1e6, flop_per_token / 1e9);
+  std::printf("| numerics | threads | test | depth | tok/s | weights GB/s | %% of read bw | GFLOP/s | %% of GEMM peak |\n");
+  std::printf("|---|---:|---|---:|---:|---:|---:|---:|---:|\n");
+  for (const Result1& r : results) {
+    const bool tg = r.test[0] == 't';
+    char a[32], b[32], cc[32], d[32];
+    std::snprintf(a, sizeof a, "%.2f", r.gb_s);
+    std::snprintf(b, sizeof b, "%.1f%%", 100.0 * r.bw_fraction);
+    std::snprintf(cc, sizeof cc, "%.1f", r.gflop_s);
+    std::snprintf(d, sizeof d, "%.1f%%", 100.0 * r.peak_fraction);
+    std::printf("| %s | %d | %s | %lld | %.2f ± %.2f | %s | %s | %s | %s |\n", r.numerics.c_str(), r.threads,
+                r.test.c_str(), r.depth, r.tok_s.mean, r.tok_s.sd, tg ? a : "", tg ? b : "", tg ? "" : cc, tg ? "" : d);
   }
   return 0;
 }
 
 }  // namespace
 
-CEDAR_COMMAND("bench", "measure memory bandwidth, prefill and decode speed of a checkpoint", cmd_bench);
+CEDAR_COMMAND("bench", "llama-bench style prefill/decode speed vs measured bandwidth and GEMM peak", cmd_bench);
 
 }  // namespace cedar::cli

@@ -30,6 +30,7 @@ constexpr const char* kUsage =
     "  --max-tokens N       output budget per turn (default 4096)\n"
     "  --temperature T      sampling temperature (default 1.0; 0 = greedy)\n"
     "  --max-context N      context tokens (default: the engine's)\n"
+    "  --numerics MODE      fast (default) or exact (the bit-exact numerics contract)\n"
     "\n"
     "In the chat: /think on|off, /effort E, /system TEXT, /reset, /help, /quit. Ctrl-C stops the\n"
     "answer being written; Ctrl-D (end of input) leaves.\n";
@@ -115,7 +116,7 @@ bool run_command(const std::string& line, ChatState* state) {
 int cmd_chat(const std::vector<std::string>& argv) {
   auto args = Args::parse(argv,
                           {"--model", "--scripted", "--tokenizer", "--system", "--thinking", "--effort",
-                           "--max-tokens", "--temperature", "--max-context"},
+                           "--max-tokens", "--temperature", "--max-context", "--numerics"},
                           {"--help"}, {{"-m", "--model"}});
   if (!args.ok()) {
     std::fprintf(stderr, "cedar chat: %s\n%s", args.status().message().c_str(), kUsage);
@@ -146,6 +147,12 @@ int cmd_chat(const std::vector<std::string>& argv) {
     return 2;
   }
   setup.max_context = static_cast<int>(*max_context);
+  const auto numerics = ops::parse_numerics(args->get_or("--numerics", "fast"));
+  if (!numerics) {
+    std::fprintf(stderr, "cedar chat: --numerics must be 'fast' or 'exact'\n");
+    return 2;
+  }
+  setup.numerics = *numerics;
 
   ChatState state;
   state.request.reasoning.thinking = thinking == "on";

@@ -24,6 +24,8 @@ constexpr const char* kUsage =
     "  --temperature T        0 = greedy (default 0)\n"
     "  --seed S               sampler seed (default 0)\n"
     "  --threads K            worker threads (default: all cores)\n"
+    "  --numerics MODE        fast (default: fp32 sums in registers, bounded difference) or exact\n"
+    "                         (the numerics contract, bit-identical to the golden reference)\n"
     "  --index-keys MODE      reference (default: the official code's index-key slot) or owner\n"
     "  --prefill-chunk N      prefill in chunks of N tokens (default: one call)\n"
     "  --ignore-eos           keep generating after the end-of-sequence token\n"
@@ -55,7 +57,7 @@ int fail(const Status& st) {
 int cmd_generate(const std::vector<std::string>& argv) {
   auto args = Args::parse(argv,
                           {"--model", "--prompt", "--prompt-ids", "--n-predict", "--temperature", "--seed",
-                           "--threads", "--index-keys", "--prefill-chunk", "--cache-dir", "--replay"},
+                           "--threads", "--numerics", "--index-keys", "--prefill-chunk", "--cache-dir", "--replay"},
                           {"--json", "--ignore-eos", "--decoder-narrowing", "--help"},
                           {{"-m", "--model"}, {"-p", "--prompt"}, {"-n", "--n-predict"}});
   if (!args.ok()) {
@@ -92,6 +94,12 @@ int cmd_generate(const std::vector<std::string>& argv) {
     return 2;
   }
   mopts.decoder_narrowing = args->has("--decoder-narrowing");
+  const auto numerics = ops::parse_numerics(args->get_or("--numerics", "fast"));
+  if (!numerics) {
+    std::fprintf(stderr, "cedar generate: --numerics must be 'fast' or 'exact'\n");
+    return 2;
+  }
+  mopts.numerics = *numerics;
   const std::string replay = args->get_or("--replay", "bounded");
   if (replay != "bounded" && replay != "full") {
     std::fprintf(stderr, "cedar generate: --replay must be 'bounded' or 'full'\n");

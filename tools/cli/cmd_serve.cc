@@ -38,6 +38,7 @@ constexpr const char* kUsage =
     "  --threads N              engine compute threads (default: all cores)\n"
     "  --cache-dir DIR          durable prefix cache: conversations survive restarts\n"
     "  --replay MODE            after a prefix hit: bounded (default) or full (exact recompute)\n"
+    "  --numerics MODE          fast (default) or exact (the bit-exact numerics contract)\n"
     "  --kv-memory SIZE         limit on running sequences' KV state, e.g. 8G, 512M or bytes (default:\n"
     "                           a quarter of the RAM); requests wait for room, larger ones get 400\n";
 
@@ -82,6 +83,9 @@ Result<ServeConfig> read_flags(const Args& args) {
   const std::string replay = args.get_or("--replay", "bounded");
   if (replay != "bounded" && replay != "full") return invalid_argument("--replay must be 'bounded' or 'full'");
   c.engine.replay_full = replay == "full";
+  const auto numerics = ops::parse_numerics(args.get_or("--numerics", "fast"));
+  if (!numerics) return invalid_argument("--numerics must be 'fast' or 'exact'");
+  c.engine.numerics = *numerics;
   CEDAR_ASSIGN_OR_RETURN(c.engine.kv_memory_bytes, size_flag(args, "--kv-memory"));
   CEDAR_ASSIGN_OR_RETURN(c.engine.max_context, int_flag(args, "--max-context", 0, 0, 1 << 24));
   CEDAR_ASSIGN_OR_RETURN(c.engine.threads, int_flag(args, "--threads", 0, 0, 4096));
@@ -113,7 +117,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
   auto args = Args::parse(argv,
                           {"--model", "--scripted", "--tokenizer", "--host", "--port", "--api-key",
                            "--served-model-name", "--parallel", "--queue", "--max-context", "--max-prompt-tokens",
-                           "--max-tokens", "--max-body-bytes", "--thinking", "--threads", "--cache-dir", "--replay", "--kv-memory"},
+                           "--max-tokens", "--max-body-bytes", "--thinking", "--threads", "--cache-dir", "--replay", "--kv-memory", "--numerics"},
                           {"--help"}, {{"-m", "--model"}});
   if (!args.ok()) {
     std::fprintf(stderr, "cedar serve: %s\n%s", args.status().message().c_str(), kUsage);

@@ -1,0 +1,43 @@
+// The kernel set a model runs with, chosen once when it loads (`--numerics exact|fast`), so the forward
+// pass calls one set of ops and never branches on the mode.
+//
+//   exact: the numerics contract (docs/NUMERICS.md §1): exact sums rounded once; bit-identical to the
+//          golden reference. The speed of float64 accumulation.
+//   fast:  the same model semantics (FP8 activations with E8M0 scales, exact weight decoding) with fp32
+//          summation in registers (ops/linear_fast.h); bounded difference from exact, tested per op.
+#pragma once
+
+#include <cstddef>
+#include <optional>
+#include <span>
+#include <string_view>
+
+#include "ops/linear.h"
+
+namespace cedar::ops {
+
+enum class Numerics { kExact, kFast };
+
+const char* numerics_name(Numerics n);
+// "exact" or "fast"; nullopt otherwise.
+std::optional<Numerics> parse_numerics(std::string_view s);
+
+struct KernelSet {
+  Numerics numerics;
+  // Activation quantisation for the FP8/FP4 GEMMs: scratch floats, then the quantiser.
+  size_t (*act_scratch_floats)(size_t m, size_t k);
+  Fp8Activations (*quantize_activations)(const float* x, size_t m, size_t k, std::span<float> scratch);
+  void (*gemm_fp8)(const Fp8Activations& a, const Fp8Weight& w, float* y, ThreadPool* pool);
+  void (*gemm_fp4)(const Fp8Activations& a, const Fp4Weight& w, float* y, ThreadPool* pool);
+  void (*linear_fp8)(const float* x, size_t m, const Fp8Weight& w, float* y, std::span<float> scratch,
+                     ThreadPool* pool);
+  void (*linear_fp4)(const float* x, size_t m, const Fp4Weight& w, float* y, std::span<float> scratch,
+                     ThreadPool* pool);
+  void (*linear_bf16)(const float* x, size_t m, const Bf16Weight& w, float* y, LinearOut out, ThreadPool* pool);
+  void (*linear_f32)(const float* x, size_t m, const F32Weight& w, float* y, ThreadPool* pool);
+};
+
+// The process-wide kernel set of a mode (static storage).
+const KernelSet& kernel_set(Numerics n);
+
+}  // namespace cedar::ops

@@ -1,0 +1,357 @@
+// The fast linear kernels of linear_fast.h: Highway kernels compiled for every enabled target and
+// chosen at run time. Two shapes:
+//   * GEMV (m < kFastGemmMinRows, decode): each weight block is decoded once into registers and
+//     multiplied with up to four activation rows; per-block fp32 partials are scaled by the block's
+//     power-of-two scale and accumulated in vector lanes, reduced once per output.
+//   * GEMM (prefill): per thread, 16 weight rows x 256 K are decoded (scale applied, exact) into a
+//     K-major panel that stays in L1, and a 6-row x 16-column register tile of fp32 accumulators
+//     runs over it with one broadcast activation per row and K step (no horizontal reductions).
+#include "ops/linear_fast.h"
+
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "core/check.h"
+#include "core/thread_pool.h"
+#include "ops/formats.h"
+#include "ops/quant.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/linear_fast.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "ops/weight_decode-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace cedar::ops {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// ---- block-scaled weights (FP8 E4M3 32x32 scales, FP4 E2M1 1x32 scales) -------------------------
+
+template <bool kFp4>
+HWY_INLINE const uint8_t* FastBlockBytes(const uint8_t* wdata, size_t k, size_t n, size_t kb) {
+  return kFp4 ? wdata + n * (k / 2) + kb * 16 : wdata + n * k + kb * 32;
+}
+
+// The block's scale with the decoder's power-of-two unscale folded in (a product of powers of two:
+// exact for every scale a checkpoint can hold, 2^-127..2^127 times 2^-1 or 2^8).
+template <bool kFp4>
+HWY_INLINE float FastBlockScale(const float* e8m0, const uint8_t* wscales, size_t n, size_t kblocks, size_t kb) {
+  if constexpr (kFp4) {
+    return e8m0[wscales[n * kblocks + kb]] * 0.5f;
+  } else {
+    return e8m0[wscales[(n / 32) * kblocks + kb]] * 256.0f;
+  }
+}
+
+constexpr size_t kGemvRows = 4;  // activation rows sharing one decoded weight block
+
+// R activation rows (dequantised, [R, k] with stride k) against weight rows [n_begin, n_end).
+template <bool kFp4, size_t R>
+HWY_NOINLINE void FastGemvTile(const float* act, const uint8_t* wdata, const uint8_t* wscales, size_t n_total,
+                               size_t k, float* y, size_t n_begin, size_t n_end) {
+  const DW df;
+  const size_t lanes = hn::Lanes(df);
+  const size_t nv = 32 / lanes;
+  const size_t kblocks = k / 32;
+  const float* e8m0 = e8m0_table();
+  VW wv[kMaxVecPerBlock];
+  for (size_t n = n_begin; n < n_end; ++n) {
+    VW acc0[R], acc1[R];  // even and odd blocks: two independent accumulation chains
+    for (size_t r = 0; r < R; ++r) acc0[r] = acc1[r] = hn::Zero(df);
+    for (size_t kb = 0; kb < kblocks; ++kb) {
+      DecodeBlock<kFp4>(FastBlockBytes<kFp4>(wdata, k, n, kb), wv);
+      const VW sw = hn::Set(df, FastBlockScale<kFp4>(e8m0, wscales, n, kblocks, kb));
+      for (size_t r = 0; r < R; ++r) {
+        const float* ab = act + r * k + kb * 32;
+        VW t = hn::Mul(hn::LoadU(df, ab), wv[0]);
+        for (size_t g = 1; g < nv; ++g) t = hn::MulAdd(hn::LoadU(df, ab + g * lanes), wv[g], t);
+        if (kb & 1) {
+          acc1[r] = hn::MulAdd(t, sw, acc1[r]);
+        } else {
+          acc0[r] = hn::MulAdd(t, sw, acc0[r]);
+        }
+      }
+    }
+    for (size_t r = 0; r < R; ++r) {
+      y[r * n_total + n] = round_bf16(hn::GetLane(hn::SumOfLanes(df, hn::Add(acc0[r], acc1[r]))));
+    }
+  }
+}
+
+// ---- the tiled GEMM over decoded panels ----------------------------------------------------------
+
+constexpr size_t kPanelCols = 16;  // weight rows per panel
+constexpr size_t kPanelK = 256;    // K per panel (a multiple of 32)
+constexpr size_t kTileRows = 6;    // activation rows per register tile
+using DP = hn::CappedTag<float, kPanelCols>;
+constexpr size_t kPanelVecs = kPanelCols / hn::MaxLanes(DP());
+
+// acc[MR, 16] (+)= act[MR, kc] (row stride lda) x panel[kc, 16]; `first` starts from zero.
+template <size_t MR>
+HWY_INLINE void PanelTile(const float* HWY_RESTRICT act, size_t lda, const float* HWY_RESTRICT panel, size_t kc,
+                          float* HWY_RESTRICT acc_out, bool first) {
+  const DP d;
+  const size_t L = hn::Lanes(d);
+  hn::Vec<DP> acc[MR][kPanelVecs];
+  for (size_t r = 0; r < MR; ++r)
+    for (size_t v = 0; v < kPanelVecs; ++v)
+      acc[r][v] = first ? hn::Zero(d) : hn::Load(d, acc_out + r * kPanelCols + v * L);
+  for (size_t kk = 0; kk < kc; ++kk) {
+    hn::Vec<DP> w[kPanelVecs];
+    for (size_t v = 0; v < kPanelVecs; ++v) w[v] = hn::Load(d, panel + kk * kPanelCols + v * L);
+    for (size_t r = 0; r < MR; ++r) {
+      const auto a = hn::Set(d, act[r * lda + kk]);
+      for (size_t v = 0; v < kPanelVecs; ++v) acc[r][v] = hn::MulAdd(a, w[v], acc[r][v]);
+    }
+  }
+  for (size_t r = 0; r < MR; ++r)
+    for (size_t v = 0; v < kPanelVecs; ++v) hn::Store(acc[r][v], d, acc_out + r * kPanelCols + v * L);
+}
+
+HWY_INLINE void PanelTileRows(size_t mr, const float* act, size_t lda, const float* panel, size_t kc, float* acc,
+                              bool first) {
+  switch (mr) {
+    case 6: return PanelTile<6>(act, lda, panel, kc, acc, first);
+    case 5: return PanelTile<5>(act, lda, panel, kc, acc, first);
+    case 4: return PanelTile<4>(act, lda, panel, kc, acc, first);
+    case 3: return PanelTile<3>(act, lda, panel, kc, acc, first);
+    case 2: return PanelTile<2>(act, lda, panel, kc, acc, first);
+    default: return PanelTile<1>(act, lda, panel, kc, acc, first);
+  }
+}
+
+// y[m, n_begin..n_end) = out(act[m, k] · decoded weight rows). decode_row(n, k0, kc, dst) writes the
+// exact fp32 values of weight row n, columns [k0, k0 + kc), to dst.
+template <typename DecodeRow, typename Out>
+void PanelGemm(const float* act, size_t m, size_t k, size_t n_total, float* y, size_t n_begin, size_t n_end,
+               const DecodeRow& decode_row, const Out& out) {
+  thread_local std::vector<float> acc_storage;  // [m, 16] per thread; grows to the largest m once
+  const size_t acc_floats = ((m + kTileRows - 1) / kTileRows) * kTileRows * kPanelCols;
+  if (acc_storage.size() < acc_floats + 16) acc_storage.resize(acc_floats + 16);
+  float* acc = acc_storage.data();
+  acc += (16 - (reinterpret_cast<uintptr_t>(acc) / sizeof(float)) % 16) % 16;  // 64-byte aligned
+  HWY_ALIGN float panel[kPanelK * kPanelCols];
+  HWY_ALIGN float row[kPanelK];
+  for (size_t n0 = n_begin; n0 < n_end; n0 += kPanelCols) {
+    const size_t nr = std::min(kPanelCols, n_end - n0);
+    for (size_t k0 = 0; k0 < k; k0 += kPanelK) {
+      const size_t kc = std::min(kPanelK, k - k0);
+      for (size_t c = 0; c < kPanelCols; ++c) {
+        if (c < nr) {
+          decode_row(n0 + c, k0, kc, row);
+          for (size_t kk = 0; kk < kc; ++kk) panel[kk * kPanelCols + c] = row[kk];
+        } else {
+          for (size_t kk = 0; kk < kc; ++kk) panel[kk * kPanelCols + c] = 0.0f;
+        }
+      }
+      for (size_t m0 = 0; m0 < m; m0 += kTileRows) {
+        PanelTileRows(std::min(kTileRows, m - m0), act + m0 * k + k0, k, panel, kc, acc + m0 * kPanelCols, k0 == 0);
+      }
+    }
+    for (size_t r = 0; r < m; ++r)
+      for (size_t c = 0; c < nr; ++c) y[r * n_total + n0 + c] = out(acc[r * kPanelCols + c]);
+  }
+}
+
+template <bool kFp4>
+void FastBlockGemm(const Fp8Activations& a, const uint8_t* wdata, const uint8_t* wscales, size_t n_total, size_t k,
+                   float* y, size_t n_begin, size_t n_end) {
+  if (a.m < fast::kFastGemmMinRows) {
+    size_t m0 = 0;
+    for (; m0 + kGemvRows <= a.m; m0 += kGemvRows)
+      FastGemvTile<kFp4, kGemvRows>(a.values + m0 * k, wdata, wscales, n_total, k, y + m0 * n_total, n_begin, n_end);
+    float* ym = y + m0 * n_total;
+    const float* am = a.values + m0 * k;
+    switch (a.m - m0) {
+      case 3: FastGemvTile<kFp4, 3>(am, wdata, wscales, n_total, k, ym, n_begin, n_end); break;
+      case 2: FastGemvTile<kFp4, 2>(am, wdata, wscales, n_total, k, ym, n_begin, n_end); break;
+      case 1: FastGemvTile<kFp4, 1>(am, wdata, wscales, n_total, k, ym, n_begin, n_end); break;
+      default: break;
+    }
+    return;
+  }
+  const DW df;
+  const size_t lanes = hn::Lanes(df);
+  const size_t kblocks = k / 32;
+  const float* e8m0 = e8m0_table();
+  const auto decode_row = [&](size_t n, size_t k0, size_t kc, float* dst) {
+    VW wv[kMaxVecPerBlock];
+    for (size_t kb = k0 / 32; kb < (k0 + kc) / 32; ++kb) {
+      DecodeBlock<kFp4>(FastBlockBytes<kFp4>(wdata, k, n, kb), wv);
+      const VW sw = hn::Set(df, FastBlockScale<kFp4>(e8m0, wscales, n, kblocks, kb));
+      for (size_t g = 0; g < 32 / lanes; ++g) hn::StoreU(hn::Mul(wv[g], sw), df, dst + kb * 32 - k0 + g * lanes);
+    }
+  };
+  PanelGemm(a.values, a.m, k, n_total, y, n_begin, n_end, decode_row, [](float v) { return round_bf16(v); });
+}
+
+void FastGemmFp8(const Fp8Activations& a, const Fp8Weight& w, float* y, size_t n_begin, size_t n_end) {
+  FastBlockGemm<false>(a, w.codes, w.scales, w.n, w.k, y, n_begin, n_end);
+}
+void FastGemmFp4(const Fp8Activations& a, const Fp4Weight& w, float* y, size_t n_begin, size_t n_end) {
+  FastBlockGemm<true>(a, w.packed, w.scales, w.n, w.k, y, n_begin, n_end);
+}
+
+// ---- dense weights (bf16 bits, f32) --------------------------------------------------------------
+
+HWY_INLINE VW LoadWeights(DW df, const uint16_t* p) {
+  const hn::RebindToUnsigned<DW> du;
+  const hn::Rebind<uint16_t, DW> d16;
+  return hn::BitCast(df, hn::ShiftLeft<16>(hn::PromoteTo(du, hn::LoadU(d16, p))));
+}
+HWY_INLINE VW LoadWeights(DW df, const float* p) { return hn::LoadU(df, p); }
+HWY_INLINE float WeightAt(const uint16_t* p, size_t i) { return bf16_bits_to_f32(p[i]); }
+HWY_INLINE float WeightAt(const float* p, size_t i) { return p[i]; }
+
+template <size_t R, typename W>
+HWY_NOINLINE void DenseGemvTile(const float* x, size_t k, const W* w, size_t n_total, float* y, bool bf16_out,
+                                size_t n_begin, size_t n_end) {
+  const DW df;
+  const size_t lanes = hn::Lanes(df);
+  for (size_t n = n_begin; n < n_end; ++n) {
+    const W* wrow = w + n * k;
+    VW acc0[R], acc1[R];
+    for (size_t r = 0; r < R; ++r) acc0[r] = acc1[r] = hn::Zero(df);
+    size_t i = 0;
+    for (; i + 2 * lanes <= k; i += 2 * lanes) {
+      const VW w0 = LoadWeights(df, wrow + i);
+      const VW w1 = LoadWeights(df, wrow + i + lanes);
+      for (size_t r = 0; r < R; ++r) {
+        acc0[r] = hn::MulAdd(hn::LoadU(df, x + r * k + i), w0, acc0[r]);
+        acc1[r] = hn::MulAdd(hn::LoadU(df, x + r * k + i + lanes), w1, acc1[r]);
+      }
+    }
+    for (size_t r = 0; r < R; ++r) {
+      float s = hn::GetLane(hn::SumOfLanes(df, hn::Add(acc0[r], acc1[r])));
+      for (size_t j = i; j < k; ++j) s += x[r * k + j] * WeightAt(wrow, j);
+      y[r * n_total + n] = bf16_out ? round_bf16(s) : s;
+    }
+  }
+}
+
+template <typename W>
+void DenseGemm(const float* x, size_t m, size_t k, const W* w, size_t n_total, float* y, bool bf16_out,
+               size_t n_begin, size_t n_end) {
+  if (m < fast::kFastGemmMinRows) {
+    size_t m0 = 0;
+    for (; m0 + kGemvRows <= m; m0 += kGemvRows)
+      DenseGemvTile<kGemvRows>(x + m0 * k, k, w, n_total, y + m0 * n_total, bf16_out, n_begin, n_end);
+    const float* xm = x + m0 * k;
+    float* ym = y + m0 * n_total;
+    switch (m - m0) {
+      case 3: DenseGemvTile<3>(xm, k, w, n_total, ym, bf16_out, n_begin, n_end); break;
+      case 2: DenseGemvTile<2>(xm, k, w, n_total, ym, bf16_out, n_begin, n_end); break;
+      case 1: DenseGemvTile<1>(xm, k, w, n_total, ym, bf16_out, n_begin, n_end); break;
+      default: break;
+    }
+    return;
+  }
+  const DW df;
+  const size_t lanes = hn::Lanes(df);
+  const auto decode_row = [&](size_t n, size_t k0, size_t kc, float* dst) {
+    const W* src = w + n * k + k0;
+    size_t i = 0;
+    for (; i + lanes <= kc; i += lanes) hn::StoreU(LoadWeights(df, src + i), df, dst + i);
+    for (; i < kc; ++i) dst[i] = WeightAt(src, i);
+  };
+  if (bf16_out) {
+    PanelGemm(x, m, k, n_total, y, n_begin, n_end, decode_row, [](float v) { return round_bf16(v); });
+  } else {
+    PanelGemm(x, m, k, n_total, y, n_begin, n_end, decode_row, [](float v) { return v; });
+  }
+}
+
+void FastLinearBf16(const float* x, size_t m, const Bf16Weight& w, float* y, bool bf16_out, size_t n_begin,
+                    size_t n_end) {
+  DenseGemm(x, m, w.k, w.bits, w.n, y, bf16_out, n_begin, n_end);
+}
+void FastLinearF32(const float* x, size_t m, const F32Weight& w, float* y, size_t n_begin, size_t n_end) {
+  DenseGemm(x, m, w.k, w.data, w.n, y, false, n_begin, n_end);
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace cedar::ops
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace cedar::ops {
+
+HWY_EXPORT(FastGemmFp8);
+HWY_EXPORT(FastGemmFp4);
+HWY_EXPORT(FastLinearBf16);
+HWY_EXPORT(FastLinearF32);
+
+namespace fast {
+namespace {
+
+// Splits [0, n) over the pool in multiples of 16 rows (one GEMM panel); small outputs run inline.
+template <typename Fn>
+void for_rows(ThreadPool* pool, size_t n, Fn&& fn) {
+  if (pool == nullptr || pool->size() <= 1 || n < 64) {
+    fn(size_t{0}, n);
+    return;
+  }
+  pool->parallel_for(n, 16, [&](size_t begin, size_t end, int) { fn(begin, end); });
+}
+
+}  // namespace
+
+size_t act_scratch_floats(size_t m, size_t k) { return m * k + m * (k / kFp8ActBlock); }
+
+Fp8Activations quantize_activations(const float* x, size_t m, size_t k, std::span<float> scratch) {
+  CEDAR_CHECK(k % kFp8ActBlock == 0, "activation width %zu is not a multiple of 32", k);
+  CEDAR_CHECK(scratch.size() >= act_scratch_floats(m, k), "linear scratch too small: %zu < %zu", scratch.size(),
+              act_scratch_floats(m, k));
+  float* values = scratch.data();          // [m, k]
+  float* scales = scratch.data() + m * k;  // [m, k/32]
+  const float* table = e4m3_table();
+  uint8_t codes[kFp8ActBlock];
+  for (size_t i = 0; i < m * k / kFp8ActBlock; ++i) {
+    act_quant_fp8_f32_scales(x + i * kFp8ActBlock, kFp8ActBlock, codes, scales + i);
+    // q · s with s a power of two: exact (q >= 2^-9 and s >= 1e-4/448, far from underflow).
+    for (size_t j = 0; j < kFp8ActBlock; ++j) values[i * kFp8ActBlock + j] = table[codes[j]] * scales[i];
+  }
+  Fp8Activations a{values, scales, m, k};
+  a.dequantized = true;
+  return a;
+}
+
+void gemm_fp8(const Fp8Activations& a, const Fp8Weight& w, float* y, ThreadPool* pool) {
+  CEDAR_CHECK(a.dequantized, "fast::gemm_fp8 needs activations from fast::quantize_activations");
+  CEDAR_CHECK(a.k == w.k && w.k % 32 == 0, "gemm_fp8: activation k %zu vs weight k %zu (multiple of 32)", a.k,
+              w.k);
+  for_rows(pool, w.n, [&](size_t b, size_t e) { HWY_DYNAMIC_DISPATCH(FastGemmFp8)(a, w, y, b, e); });
+}
+
+void gemm_fp4(const Fp8Activations& a, const Fp4Weight& w, float* y, ThreadPool* pool) {
+  CEDAR_CHECK(a.dequantized, "fast::gemm_fp4 needs activations from fast::quantize_activations");
+  CEDAR_CHECK(a.k == w.k && w.k % 32 == 0, "gemm_fp4: activation k %zu vs weight k %zu (multiple of 32)", a.k,
+              w.k);
+  for_rows(pool, w.n, [&](size_t b, size_t e) { HWY_DYNAMIC_DISPATCH(FastGemmFp4)(a, w, y, b, e); });
+}
+
+void linear_fp8(const float* x, size_t m, const Fp8Weight& w, float* y, std::span<float> scratch,
+                ThreadPool* pool) {
+  fast::gemm_fp8(fast::quantize_activations(x, m, w.k, scratch), w, y, pool);
+}
+
+void linear_fp4(const float* x, size_t m, const Fp4Weight& w, float* y, std::span<float> scratch,
+                ThreadPool* pool) {
+  fast::gemm_fp4(fast::quantize_activations(x, m, w.k, scratch), w, y, pool);
+}
+
+void linear_bf16(const float* x, size_t m, const Bf16Weight& w, float* y, LinearOut out, ThreadPool* pool) {
+  const bool bf16_out = out == LinearOut::kBf16;
+  for_rows(pool, w.n, [&](size_t b, size_t e) { HWY_DYNAMIC_DISPATCH(FastLinearBf16)(x, m, w, y, bf16_out, b, e); });
+}
+
+void linear_f32(const float* x, size_t m, const F32Weight& w, float* y, ThreadPool* pool) {
+  for_rows(pool, w.n, [&](size_t b, size_t e) { HWY_DYNAMIC_DISPATCH(FastLinearF32)(x, m, w, y, b, e); });
+}
+
+}  // namespace fast
+}  // namespace cedar::ops
+#endif  // HWY_ONCE

@@ -1,0 +1,229 @@
+// The fast linear kernels (ops/linear_fast.h) against the exact ones, on every compiled SIMD target:
+//   * the error bound derived in docs/NUMERICS.md ("Fast numerics"): with every product exact in fp32,
+//     |fast - exact| <= (d_fast + d_exact) · 2^-24 · Σ|a·w| before the output rounding, plus one
+//     rounding of each side to the output format (bf16: 2^-8 relative each);
+//   * equality when every partial sum is exact in fp32 (small integers), which catches any wrong
+//     scale, missing block or misplaced element that a tolerance could hide;
+//   * results independent of the thread count;
+//   * the normalised mean squared error over all outputs (ggml test-backend-ops style).
+#include "ops/linear_fast.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "ops/formats.h"
+#include "ops/kernel_set.h"
+#include "ops/quant.h"
+#include "simd_targets.h"
+
+namespace cedar::ops {
+namespace {
+
+using testing::for_each_simd_target;
+
+constexpr double kU32 = 0x1p-24;   // fp32 unit roundoff
+constexpr double kUBf16 = 0x1p-8;  // bf16 unit roundoff
+
+std::vector<float> random_bf16(size_t n, std::mt19937& rng, float scale) {
+  std::normal_distribution<float> normal(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = round_bf16(normal(rng));
+  return v;
+}
+
+struct BlockWeights {
+  bool fp4 = false;
+  size_t n = 0, k = 0;
+  std::vector<uint8_t> data, scales;
+  Fp8Weight fp8() const { return {data.data(), scales.data(), n, k}; }
+  Fp4Weight fp4w() const { return {data.data(), scales.data(), n, k}; }
+  // The exact value of element (row, col), scale included.
+  double value(size_t row, size_t col) const {
+    const size_t kblocks = k / 32;
+    if (fp4) {
+      float v[2];
+      unpack_fp4_values(data.data() + row * (k / 2) + col / 2, 2, v);
+      return static_cast<double>(v[col % 2]) * e8m0_to_f32(scales[row * kblocks + col / 32]);
+    }
+    return static_cast<double>(e4m3_to_f32(data[row * k + col])) * e8m0_to_f32(scales[(row / 32) * kblocks + col / 32]);
+  }
+};
+
+BlockWeights random_block_weights(bool fp4, size_t n, size_t k, std::mt19937& rng) {
+  BlockWeights w;
+  w.fp4 = fp4;
+  w.n = n;
+  w.k = k;
+  std::uniform_int_distribution<int> byte(0, 255), sc(117, 130);
+  w.data.resize(fp4 ? n * k / 2 : n * k);
+  for (auto& b : w.data) {
+    do b = static_cast<uint8_t>(byte(rng));
+    while (!fp4 && (b & 0x7F) == 0x7F);  // no E4M3 NaN codes in real weights
+  }
+  w.scales.resize(fp4 ? n * (k / 32) : ((n + 31) / 32) * (k / 32));
+  for (auto& s : w.scales) s = static_cast<uint8_t>(sc(rng));
+  return w;
+}
+
+void run_exact(const BlockWeights& w, const float* x, size_t m, float* y) {
+  std::vector<float> scratch(fp8_act_scratch_floats(m, w.k));
+  if (w.fp4) {
+    linear_fp4(x, m, w.fp4w(), y, scratch, nullptr);
+  } else {
+    linear_fp8(x, m, w.fp8(), y, scratch, nullptr);
+  }
+}
+
+void run_fast(const BlockWeights& w, const float* x, size_t m, float* y, ThreadPool* pool) {
+  std::vector<float> scratch(fast::act_scratch_floats(m, w.k));
+  if (w.fp4) {
+    fast::linear_fp4(x, m, w.fp4w(), y, scratch, pool);
+  } else {
+    fast::linear_fp8(x, m, w.fp8(), y, scratch, pool);
+  }
+}
+
+struct Shape {
+  size_t m, n, k;
+};
+// m < 6: the GEMV kernel (1, 4 and 4 + 1 rows); m >= 6: the panel GEMM with partial row tiles, partial
+// 16-column panels and K not a multiple of the 256-wide panel.
+constexpr Shape kShapes[] = {{1, 37, 96},  {1, 100, 1024}, {2, 33, 160},  {4, 20, 64},  {5, 70, 320},
+                             {6, 16, 256}, {7, 50, 288},   {13, 33, 544}, {40, 70, 96}, {64, 48, 1056}};
+
+TEST(LinearFast, BlockGemmsWithinTheDerivedBoundOfExactOnEveryTarget) {
+  std::mt19937 rng(11);
+  ThreadPool pool(3);
+  for (bool fp4 : {false, true}) {
+    for (const Shape& s : kShapes) {
+      const auto x = random_bf16(s.m * s.k, rng, 3.0f);
+      const BlockWeights w = random_block_weights(fp4, s.n, s.k, rng);
+      std::vector<float> want(s.m * s.n);
+      run_exact(w, x.data(), s.m, want.data());
+      // Σ|a·w| per output, from the act_quant values (dequantised) and the exact weights.
+      std::vector<float> scratch(fast::act_scratch_floats(s.m, s.k));
+      const Fp8Activations a = fast::quantize_activations(x.data(), s.m, s.k, scratch);
+      std::vector<double> abs_sum(s.m * s.n, 0.0);
+      for (size_t i = 0; i < s.m; ++i)
+        for (size_t j = 0; j < s.n; ++j)
+          for (size_t c = 0; c < s.k; ++c) abs_sum[i * s.n + j] += std::fabs(a.values[i * s.k + c] * w.value(j, c));
+      // Additions on a product's path: fast <= k (sequential worst case), exact = k/32 + 1 (the fp32
+      // block accumulation after exact block sums).
+      const double depth = static_cast<double>(s.k) + static_cast<double>(s.k / 32) + 1.0;
+      for_each_simd_target([&] {
+        std::vector<float> got(s.m * s.n), got_mt(s.m * s.n);
+        run_fast(w, x.data(), s.m, got.data(), nullptr);
+        run_fast(w, x.data(), s.m, got_mt.data(), &pool);
+        double err2 = 0.0, ref2 = 0.0;
+        for (size_t i = 0; i < s.m * s.n; ++i) {
+          ASSERT_EQ(std::memcmp(&got[i], &got_mt[i], 4), 0) << "thread count changed output " << i;
+          const double diff = std::fabs(static_cast<double>(got[i]) - want[i]);
+          const double bound = 1.01 * (depth * kU32 * abs_sum[i] +
+                                       kUBf16 * (std::fabs(static_cast<double>(got[i])) + std::fabs(want[i]))) +
+                               1e-30;
+          ASSERT_LE(diff, bound) << (fp4 ? "fp4" : "fp8") << " m" << s.m << " n" << s.n << " k" << s.k << " @" << i
+                                 << " fast " << got[i] << " exact " << want[i];
+          err2 += diff * diff;
+          ref2 += static_cast<double>(want[i]) * want[i];
+        }
+        // Both sides round to bf16: the normalised error is dominated by that rounding (~2^-18).
+        EXPECT_LT(err2 / ref2, 1e-4) << (fp4 ? "fp4" : "fp8") << " m" << s.m << " n" << s.n << " k" << s.k;
+      });
+    }
+  }
+}
+
+TEST(LinearFast, BlockGemmsEqualExactWhenEverySumIsExact) {
+  // Activations whose act_quant scale is 1 (block max 448) and small integer weights with scale 1:
+  // every partial sum is an integer below 2^24, so any summation order gives the exact value.
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> small(-8, 8);
+  for (bool fp4 : {false, true}) {
+    for (const Shape& s : kShapes) {
+      std::vector<float> x(s.m * s.k);
+      for (size_t i = 0; i < x.size(); ++i) x[i] = i % 32 == 0 ? 448.0f : static_cast<float>(small(rng));
+      BlockWeights w;
+      w.fp4 = fp4;
+      w.n = s.n;
+      w.k = s.k;
+      if (fp4) {
+        w.data.resize(s.n * s.k / 2);
+        for (auto& b : w.data) b = static_cast<uint8_t>(rng() & 0xFF);  // E2M1 values are halves
+        w.scales.assign(s.n * (s.k / 32), 128);                          // 2^1: integer weights
+      } else {
+        w.data.resize(s.n * s.k);
+        for (auto& b : w.data) b = f32_to_e4m3(static_cast<float>(small(rng)));
+        w.scales.assign(((s.n + 31) / 32) * (s.k / 32), 127);
+      }
+      std::vector<float> want(s.m * s.n);
+      run_exact(w, x.data(), s.m, want.data());
+      for_each_simd_target([&] {
+        std::vector<float> got(s.m * s.n);
+        run_fast(w, x.data(), s.m, got.data(), nullptr);
+        for (size_t i = 0; i < got.size(); ++i)
+          ASSERT_EQ(got[i], want[i]) << (fp4 ? "fp4" : "fp8") << " m" << s.m << " n" << s.n << " k" << s.k << " @" << i;
+      });
+    }
+  }
+}
+
+TEST(LinearFast, DenseWithinTheDerivedBoundOfExactOnEveryTarget) {
+  std::mt19937 rng(7);
+  ThreadPool pool(3);
+  // k not a multiple of any vector width, too.
+  const Shape shapes[] = {{1, 37, 7}, {1, 65, 1000}, {3, 20, 64}, {5, 33, 129}, {6, 16, 33}, {17, 70, 300}, {40, 19, 520}};
+  for (const Shape& s : shapes) {
+    const auto x = random_bf16(s.m * s.k, rng, 2.0f);
+    const auto wf = random_bf16(s.n * s.k, rng, 0.05f);
+    std::vector<uint16_t> wb(wf.size());
+    for (size_t i = 0; i < wf.size(); ++i) wb[i] = f32_to_bf16_bits(wf[i]);
+    const Bf16Weight w16{wb.data(), s.n, s.k};
+    const F32Weight w32{wf.data(), s.n, s.k};
+    std::vector<float> want16(s.m * s.n), want32(s.m * s.n);
+    ref::linear_bf16(x.data(), s.m, w16, want16.data(), LinearOut::kF32);
+    ref::linear_f32(x.data(), s.m, w32, want32.data());
+    std::vector<double> abs_sum(s.m * s.n, 0.0);
+    for (size_t i = 0; i < s.m; ++i)
+      for (size_t j = 0; j < s.n; ++j)
+        for (size_t c = 0; c < s.k; ++c) abs_sum[i * s.n + j] += std::fabs(static_cast<double>(x[i * s.k + c]) * wf[j * s.k + c]);
+    // The references are the exact dot rounded once (one rounding); fast sums at most k terms.
+    const double depth = static_cast<double>(s.k) + 1.0;
+    for_each_simd_target([&] {
+      for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+        std::vector<float> got16(s.m * s.n), got32(s.m * s.n), got16b(s.m * s.n);
+        fast::linear_bf16(x.data(), s.m, w16, got16.data(), LinearOut::kF32, p);
+        fast::linear_bf16(x.data(), s.m, w16, got16b.data(), LinearOut::kBf16, p);
+        fast::linear_f32(x.data(), s.m, w32, got32.data(), p);
+        for (size_t i = 0; i < s.m * s.n; ++i) {
+          const double bound = 1.01 * depth * kU32 * abs_sum[i] + 1e-30;
+          ASSERT_LE(std::fabs(static_cast<double>(got16[i]) - want16[i]), bound) << "bf16 m" << s.m << " k" << s.k << " @" << i;
+          ASSERT_LE(std::fabs(static_cast<double>(got32[i]) - want32[i]), bound) << "f32 m" << s.m << " k" << s.k << " @" << i;
+          ASSERT_EQ(got16b[i], round_bf16(got16[i])) << "bf16 output is the f32 result rounded once";
+        }
+      }
+    });
+  }
+}
+
+TEST(LinearFast, KernelSetsSelectTheirMode) {
+  EXPECT_EQ(kernel_set(Numerics::kExact).linear_fp4, &linear_fp4);
+  EXPECT_EQ(kernel_set(Numerics::kFast).linear_fp4, &fast::linear_fp4);
+  EXPECT_EQ(parse_numerics("fast"), Numerics::kFast);
+  EXPECT_EQ(parse_numerics("exact"), Numerics::kExact);
+  EXPECT_FALSE(parse_numerics("fastest").has_value());
+  // An exact-mode activation view is refused by the fast GEMMs instead of being misread.
+  std::vector<float> x(64, 1.0f), scratch(fp8_act_scratch_floats(1, 64)), y(1);
+  const Fp8Activations exact_a = quantize_activations(x.data(), 1, 64, scratch);
+  std::vector<uint8_t> codes(64, 0x38), scales(2, 127);
+  EXPECT_DEATH(fast::gemm_fp8(exact_a, Fp8Weight{codes.data(), scales.data(), 1, 64}, y.data(), nullptr),
+               "fast::quantize_activations");
+}
+
+}  // namespace
+}  // namespace cedar::ops
