@@ -82,6 +82,11 @@ struct Fp8Activations {
   // Set by fast::quantize_activations: `values` hold the dequantised activations q·s (exact in f32)
   // and `scales` is unused. Only the fast kernels (ops/linear_fast.h) accept this form.
   bool dequantized = false;
+  // Also from fast::quantize_activations, for rows that take the FP4 GEMV (m < 6): each block's
+  // act_quant codes as exact integers v = q · 2^9 (|v| <= 448 · 2^9), split v = hi · 2^9 + lo with
+  // 0 <= lo < 2^9, as int16 [m, k/32, 64]: hi of the 16 even elements, hi of the 16 odd ones, then lo
+  // likewise (the order in which packed FP4 bytes hold their low and high nibbles). nullptr: absent.
+  const int16_t* fp4_planes = nullptr;
 };
 
 inline constexpr size_t kActTileRows = 16;

@@ -81,6 +81,60 @@ HWY_NOINLINE void FastGemvTile(const float* act, const uint8_t* wdata, const uin
   }
 }
 
+#if HWY_TARGET <= HWY_AVX2
+// The FP4 GEMV on integers (AVX2 and better): the 32 E2M1 codes of a block become 2·value as int8
+// (one byte shuffle per 16), widen to int16 and meet the activation planes (fp4_planes in linear.h)
+// in pairwise multiply-adds (vpmaddwd). Every product and every lane's 4-product sum is an exact
+// integer below 2^24, so the per-lane block partials convert to fp32 exactly; they are then scaled
+// by sW · 2^-10 · sA (powers of two) and accumulated in fp32 like the float kernel.
+template <size_t R>
+HWY_NOINLINE void Fp4GemvIntTile(const int16_t* planes, const float* ascales, const uint8_t* wdata,
+                                 const uint8_t* wscales, size_t n_total, size_t k, float* y, size_t n_begin,
+                                 size_t n_end) {
+  const hn::Full128<uint8_t> d8;
+  const hn::Full128<int8_t> di8;
+  const hn::Full256<int16_t> d16;
+  const hn::Full256<int32_t> d32;
+  const hn::Full256<float> df;
+  const size_t kblocks = k / 32;
+  const float* e8m0 = e8m0_table();
+  const auto table = hn::Load(di8, kE2m1Twice);
+  const auto low_nibble = hn::Set(d8, uint8_t{0x0F});
+  for (size_t n = n_begin; n < n_end; ++n) {
+    const uint8_t* wrow = wdata + n * (k / 2);
+    const uint8_t* srow = wscales + n * kblocks;
+    hn::Vec<decltype(df)> acc[2][R];  // even and odd blocks: two accumulation chains
+    for (size_t r = 0; r < R; ++r) acc[0][r] = acc[1][r] = hn::Zero(df);
+    const auto block = [&](size_t kb, hn::Vec<decltype(df)>* acc_row) HWY_ATTR {
+      const auto packed = hn::LoadU(d8, wrow + kb * 16);
+      const auto even = hn::TableLookupBytes(table, hn::BitCast(di8, hn::And(packed, low_nibble)));
+      const auto odd = hn::TableLookupBytes(table, hn::BitCast(di8, hn::ShiftRight<4>(packed)));
+      const auto we = hn::PromoteTo(d16, even);
+      const auto wo = hn::PromoteTo(d16, odd);
+      const float sw = e8m0[srow[kb]] * 0x1p-10f;  // 2^-9 of the planes, 2^-1 of the 2·E2M1 bytes
+      for (size_t r = 0; r < R; ++r) {
+        const int16_t* p = planes + (r * kblocks + kb) * 64;
+        auto unused = hn::Zero(d32);
+        auto hi = hn::ReorderWidenMulAccumulate(d32, we, hn::LoadU(d16, p), hn::Zero(d32), unused);
+        hi = hn::ReorderWidenMulAccumulate(d32, wo, hn::LoadU(d16, p + 16), hi, unused);
+        auto lo = hn::ReorderWidenMulAccumulate(d32, we, hn::LoadU(d16, p + 32), hn::Zero(d32), unused);
+        lo = hn::ReorderWidenMulAccumulate(d32, wo, hn::LoadU(d16, p + 48), lo, unused);
+        const auto part = hn::ConvertTo(df, hn::Add(hn::ShiftLeft<9>(hi), lo));
+        acc_row[r] = hn::MulAdd(part, hn::Set(df, sw * ascales[r * kblocks + kb]), acc_row[r]);
+      }
+    };
+    size_t kb = 0;
+    for (; kb + 2 <= kblocks; kb += 2) {
+      block(kb, acc[0]);
+      block(kb + 1, acc[1]);
+    }
+    if (kb < kblocks) block(kb, acc[0]);
+    for (size_t r = 0; r < R; ++r) acc[0][r] = hn::Add(acc[0][r], acc[1][r]);
+    for (size_t r = 0; r < R; ++r) y[r * n_total + n] = round_bf16(hn::GetLane(hn::SumOfLanes(df, acc[0][r])));
+  }
+}
+#endif
+
 // ---- the tiled GEMM over decoded panels ----------------------------------------------------------
 
 constexpr size_t kPanelCols = 16;  // weight rows per panel
@@ -159,6 +213,24 @@ void PanelGemm(const float* act, size_t m, size_t k, size_t n_total, float* y, s
 template <bool kFp4>
 void FastBlockGemm(const Fp8Activations& a, const uint8_t* wdata, const uint8_t* wscales, size_t n_total, size_t k,
                    float* y, size_t n_begin, size_t n_end) {
+#if HWY_TARGET <= HWY_AVX2
+  if (kFp4 && a.m < fast::kFastGemmMinRows && a.fp4_planes != nullptr) {
+    const size_t kblocks = k / 32;
+    for (size_t m0 = 0; m0 < a.m; m0 += kGemvRows) {
+      const size_t rows = std::min(kGemvRows, a.m - m0);
+      const float* ascales = a.scales + m0 * kblocks;
+      const int16_t* planes = a.fp4_planes + m0 * kblocks * 64;
+      float* ym = y + m0 * n_total;
+      switch (rows) {
+        case 4: Fp4GemvIntTile<4>(planes, ascales, wdata, wscales, n_total, k, ym, n_begin, n_end); break;
+        case 3: Fp4GemvIntTile<3>(planes, ascales, wdata, wscales, n_total, k, ym, n_begin, n_end); break;
+        case 2: Fp4GemvIntTile<2>(planes, ascales, wdata, wscales, n_total, k, ym, n_begin, n_end); break;
+        default: Fp4GemvIntTile<1>(planes, ascales, wdata, wscales, n_total, k, ym, n_begin, n_end); break;
+      }
+    }
+    return;
+  }
+#endif
   if (a.m < fast::kFastGemmMinRows) {
     size_t m0 = 0;
     for (; m0 + kGemvRows <= a.m; m0 += kGemvRows)
@@ -299,7 +371,11 @@ void for_rows(ThreadPool* pool, size_t n, Fn&& fn) {
 
 }  // namespace
 
-size_t act_scratch_floats(size_t m, size_t k) { return m * k + m * (k / kFp8ActBlock); }
+// values [m, k] + scales [m, k/32], and for GEMV-sized m the FP4 integer planes ([m, k/32, 64] int16,
+// the size of m * k floats).
+size_t act_scratch_floats(size_t m, size_t k) {
+  return m * k + m * (k / kFp8ActBlock) + (m < kFastGemmMinRows ? m * k : 0);
+}
 
 Fp8Activations quantize_activations(const float* x, size_t m, size_t k, std::span<float> scratch) {
   CEDAR_CHECK(k % kFp8ActBlock == 0, "activation width %zu is not a multiple of 32", k);
@@ -316,6 +392,20 @@ Fp8Activations quantize_activations(const float* x, size_t m, size_t k, std::spa
   }
   Fp8Activations a{values, scales, m, k};
   a.dequantized = true;
+  if (m < kFastGemmMinRows) {
+    int16_t* planes = reinterpret_cast<int16_t*>(scales + m * (k / kFp8ActBlock));
+    for (size_t b = 0; b < m * k / kFp8ActBlock; ++b) {
+      const float to_int = 512.0f / scales[b];  // q · s · (2^9 / s) = q · 2^9, an exact integer
+      int16_t* p = planes + b * 64;
+      for (size_t j = 0; j < kFp8ActBlock; ++j) {
+        const int32_t v = static_cast<int32_t>(values[b * kFp8ActBlock + j] * to_int);
+        const size_t slot = (j % 2) * 16 + j / 2;      // even elements first, then odd
+        p[slot] = static_cast<int16_t>(v >> 9);        // floor(v / 2^9), in [-448, 448]
+        p[32 + slot] = static_cast<int16_t>(v & 511);  // v - hi · 2^9, in [0, 511]
+      }
+    }
+    a.fp4_planes = planes;
+  }
   return a;
 }
 
