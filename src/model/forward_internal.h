@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "model/model.h"
+#include "ops/linear.h"
 
 namespace cedar::model {
 
@@ -31,6 +32,14 @@ struct Workspace {
   // MoE.
   std::vector<float> logits, expert_w, moe_acc, expert_x, expert_g, expert_u, expert_out;
   std::vector<int32_t> expert_ids, expert_tokens, expert_slot;
+  struct ActiveExpert {
+    int32_t expert;
+    size_t row0, rows;   // rows of the [T*K, ...] expert buffers
+    size_t act_offset;   // its activation scratch in moe_act
+  };
+  std::vector<ActiveExpert> moe_experts;
+  std::vector<float> moe_act;
+  std::vector<ops::Fp4GemmJob> fp4_jobs;
   // Dequantised index keys per (sequence, owner), valid for one forward pass.
   struct KeyCache {
     const SequenceState* seq = nullptr;

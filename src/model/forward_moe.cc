@@ -29,33 +29,59 @@ void ForwardPass::moe(int l, const float* x, float* out) {
     ops::route_sqrt_softplus(logits + t * E, bw.gate_bias, E, K, static_cast<float>(c_.route_scale), ids + t * K,
                              weights + t * K);
 
-  float* acc = scratch(ws_.moe_acc, T_ * dim);  // [T, dim] fp32
-  std::memset(acc, 0, T_ * dim * sizeof(float));
-  int32_t* tokens = scratch(ws_.expert_tokens, T_);  // tokens routed to the current expert
-  int32_t* slots = scratch(ws_.expert_slot, T_);     // their selection slot
-  float* xe = scratch(ws_.expert_x, T_ * dim);       // [m, dim]
-  float* g = scratch(ws_.expert_g, T_ * inter);      // [m, inter]
-  float* u = scratch(ws_.expert_u, T_ * inter);      // [m, inter]
-  float* ye = scratch(ws_.expert_out, T_ * dim);     // [m, dim]
-  for (size_t ex = 0; ex < E; ++ex) {
-    size_t m = 0;
+  // Every selected expert's rows, grouped by expert id (ascending): expert j owns rows
+  // [row0[j], row0[j] + rows[j]) of the [T*K, ...] buffers, token by token in order.
+  const size_t R = T_ * K;
+  int32_t* tokens = scratch(ws_.expert_tokens, R);  // row -> token
+  int32_t* slots = scratch(ws_.expert_slot, R);     // row -> selection slot
+  ws_.moe_experts.clear();
+  for (size_t ex = 0, row = 0; ex < E; ++ex) {
+    const size_t first = row;
     for (size_t t = 0; t < T_; ++t)
       for (size_t k = 0; k < K; ++k)
         if (ids[t * K + k] == static_cast<int32_t>(ex)) {
-          tokens[m] = static_cast<int32_t>(t);
-          slots[m] = static_cast<int32_t>(k);
-          ++m;
+          tokens[row] = static_cast<int32_t>(t);
+          slots[row] = static_cast<int32_t>(k);
+          ++row;
         }
-    if (m == 0) continue;
-    for (size_t i = 0; i < m; ++i) std::memcpy(xe + i * dim, x + tokens[i] * dim, dim * sizeof(float));
-    const ExpertWeights& we = bw.experts[ex];
-    const ops::Fp8Activations xa = k_.quantize_activations(xe, m, dim, act_span);  // once for w1 and w3
-    k_.gemm_fp4(xa, we.w1, g, pool_);
-    k_.gemm_fp4(xa, we.w3, u, pool_);
-    for (size_t i = 0; i < m; ++i)
-      ops::swiglu_clamped(g + i * inter, u + i * inter, inter, limit, weights[tokens[i] * K + slots[i]], g + i * inter);
-    k_.linear_fp4(g, m, we.w2, ye, act_span, pool_);
-    for (size_t i = 0; i < m; ++i) {
+    if (row > first) ws_.moe_experts.push_back({static_cast<int32_t>(ex), first, row - first, 0});
+  }
+  float* xe = scratch(ws_.expert_x, R * dim);     // [R, dim]
+  float* g = scratch(ws_.expert_g, R * inter);    // [R, inter]
+  float* u = scratch(ws_.expert_u, R * inter);    // [R, inter]
+  float* ye = scratch(ws_.expert_out, R * dim);   // [R, dim]
+  for (size_t i = 0; i < R; ++i) std::memcpy(xe + i * dim, x + tokens[i] * dim, dim * sizeof(float));
+  // Activation scratch per expert (each expert's rows are quantised on their own, as in the reference).
+  size_t act_total = 0;
+  for (auto& ae : ws_.moe_experts) {
+    ae.act_offset = act_total;
+    act_total += k_.act_scratch_floats(ae.rows, std::max(dim, inter));
+  }
+  float* moe_act = scratch(ws_.moe_act, act_total);
+  // w1 and w3 of every selected expert in one parallel region, then w2 of every expert in another.
+  ws_.fp4_jobs.clear();
+  for (const auto& ae : ws_.moe_experts) {
+    const ExpertWeights& we = bw.experts[ae.expert];
+    const ops::Fp8Activations xa = k_.quantize_activations(
+        xe + ae.row0 * dim, ae.rows, dim, {moe_act + ae.act_offset, k_.act_scratch_floats(ae.rows, dim)});
+    ws_.fp4_jobs.push_back({xa, we.w1, g + ae.row0 * inter});
+    ws_.fp4_jobs.push_back({xa, we.w3, u + ae.row0 * inter});
+  }
+  ops::gemm_fp4_batch(k_, ws_.fp4_jobs, pool_);
+  for (size_t i = 0; i < R; ++i)
+    ops::swiglu_clamped(g + i * inter, u + i * inter, inter, limit, weights[tokens[i] * K + slots[i]], g + i * inter);
+  ws_.fp4_jobs.clear();
+  for (const auto& ae : ws_.moe_experts) {
+    const ops::Fp8Activations ga = k_.quantize_activations(
+        g + ae.row0 * inter, ae.rows, inter, {moe_act + ae.act_offset, k_.act_scratch_floats(ae.rows, inter)});
+    ws_.fp4_jobs.push_back({ga, bw.experts[ae.expert].w2, ye + ae.row0 * dim});
+  }
+  ops::gemm_fp4_batch(k_, ws_.fp4_jobs, pool_);
+  // Each token adds its experts' outputs in ascending expert id order (fp32), as the reference does.
+  float* acc = scratch(ws_.moe_acc, T_ * dim);  // [T, dim] fp32
+  std::memset(acc, 0, T_ * dim * sizeof(float));
+  for (const auto& ae : ws_.moe_experts) {
+    for (size_t i = ae.row0; i < ae.row0 + ae.rows; ++i) {
       float* dst = acc + tokens[i] * dim;
       const float* src = ye + i * dim;
       for (size_t d = 0; d < dim; ++d) dst[d] += src[d];

@@ -29,6 +29,7 @@ struct KernelSet {
   Fp8Activations (*quantize_activations)(const float* x, size_t m, size_t k, std::span<float> scratch);
   void (*gemm_fp8)(const Fp8Activations& a, const Fp8Weight& w, float* y, ThreadPool* pool);
   void (*gemm_fp4)(const Fp8Activations& a, const Fp4Weight& w, float* y, ThreadPool* pool);
+  void (*gemm_fp4_rows)(const Fp8Activations& a, const Fp4Weight& w, float* y, size_t n_begin, size_t n_end);
   void (*linear_fp8)(const float* x, size_t m, const Fp8Weight& w, float* y, std::span<float> scratch,
                      ThreadPool* pool);
   void (*linear_fp4)(const float* x, size_t m, const Fp4Weight& w, float* y, std::span<float> scratch,
@@ -39,5 +40,10 @@ struct KernelSet {
 
 // The process-wide kernel set of a mode (static storage).
 const KernelSet& kernel_set(Numerics n);
+
+// Several FP4 GEMMs in ONE parallel region (e.g. w1 and w3 of every expert a decode step selected):
+// their output rows, in blocks of 16, are split evenly over the pool. Each output equals what
+// ks.gemm_fp4 computes for its job (a row's value never depends on how rows are split).
+void gemm_fp4_batch(const KernelSet& ks, std::span<const Fp4GemmJob> jobs, ThreadPool* pool);
 
 }  // namespace cedar::ops

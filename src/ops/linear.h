@@ -116,6 +116,15 @@ void linear_fp4(const float* x, size_t m, const Fp4Weight& w, float* y, std::spa
 void gemm_fp8(const Fp8Activations& a, const Fp8Weight& w, float* y, ThreadPool* pool);
 void gemm_fp4(const Fp8Activations& a, const Fp4Weight& w, float* y, ThreadPool* pool);
 
+// One GEMM of a batch (gemm_fp4_batch): y = a · wᵀ.
+struct Fp4GemmJob {
+  Fp8Activations a;
+  Fp4Weight w;
+  float* y = nullptr;
+};
+// Rows [n_begin, n_end) of gemm_fp4 on the calling thread (the unit the batch splits).
+void gemm_fp4_rows(const Fp8Activations& a, const Fp4Weight& w, float* y, size_t n_begin, size_t n_end);
+
 // y [m, n] = x [m, k] · Wᵀ with bf16 weights; exact dots rounded once; output rounded per `out`.
 void linear_bf16(const float* x, size_t m, const Bf16Weight& w, float* y, LinearOut out, ThreadPool* pool);
 // y [m, n] = x [m, k] · Wᵀ with f32 weights, f32 output.

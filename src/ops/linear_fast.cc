@@ -423,6 +423,12 @@ void gemm_fp4(const Fp8Activations& a, const Fp4Weight& w, float* y, ThreadPool*
   for_rows(pool, w.n, [&](size_t b, size_t e) { HWY_DYNAMIC_DISPATCH(FastGemmFp4)(a, w, y, b, e); });
 }
 
+void gemm_fp4_rows(const Fp8Activations& a, const Fp4Weight& w, float* y, size_t n_begin, size_t n_end) {
+  CEDAR_CHECK(a.dequantized && a.k == w.k, "fast::gemm_fp4_rows: activations from fast::quantize_activations, k %zu",
+              w.k);
+  HWY_DYNAMIC_DISPATCH(FastGemmFp4)(a, w, y, n_begin, n_end);
+}
+
 void linear_fp8(const float* x, size_t m, const Fp8Weight& w, float* y, std::span<float> scratch,
                 ThreadPool* pool) {
   fast::gemm_fp8(fast::quantize_activations(x, m, w.k, scratch), w, y, pool);

@@ -34,6 +34,7 @@ size_t act_scratch_floats(size_t m, size_t k);
 Fp8Activations quantize_activations(const float* x, size_t m, size_t k, std::span<float> scratch);
 void gemm_fp8(const Fp8Activations& a, const Fp8Weight& w, float* y, ThreadPool* pool);
 void gemm_fp4(const Fp8Activations& a, const Fp4Weight& w, float* y, ThreadPool* pool);
+void gemm_fp4_rows(const Fp8Activations& a, const Fp4Weight& w, float* y, size_t n_begin, size_t n_end);
 void linear_fp8(const float* x, size_t m, const Fp8Weight& w, float* y, std::span<float> scratch,
                 ThreadPool* pool);
 void linear_fp4(const float* x, size_t m, const Fp4Weight& w, float* y, std::span<float> scratch,

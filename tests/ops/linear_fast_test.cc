@@ -211,6 +211,38 @@ TEST(LinearFast, DenseWithinTheDerivedBoundOfExactOnEveryTarget) {
   }
 }
 
+TEST(LinearFast, BatchedGemmsEqualSeparateOnesInBothModes) {
+  // Three experts' worth of jobs with different row counts (GEMV and GEMM kernels) and widths that are
+  // not multiples of the 16-row work unit: one parallel region must give each job's own results.
+  std::mt19937 rng(21);
+  ThreadPool pool(3);
+  const Shape shapes[] = {{1, 40, 64}, {2, 70, 64}, {7, 33, 64}};
+  for (Numerics mode : {Numerics::kExact, Numerics::kFast}) {
+    const KernelSet& ks = kernel_set(mode);
+    std::vector<BlockWeights> ws;
+    std::vector<std::vector<float>> xs, scratches, want, got;
+    std::vector<Fp4GemmJob> jobs;
+    for (const Shape& s : shapes) {
+      ws.push_back(random_block_weights(true, s.n, s.k, rng));
+      xs.push_back(random_bf16(s.m * s.k, rng, 2.0f));
+      scratches.emplace_back(ks.act_scratch_floats(s.m, s.k));
+    }
+    for (size_t j = 0; j < ws.size(); ++j) {
+      const Fp8Activations a = ks.quantize_activations(xs[j].data(), shapes[j].m, shapes[j].k, scratches[j]);
+      want.emplace_back(shapes[j].m * shapes[j].n);
+      got.emplace_back(shapes[j].m * shapes[j].n, -1.0f);
+      ks.gemm_fp4(a, ws[j].fp4w(), want[j].data(), nullptr);
+      jobs.push_back({a, ws[j].fp4w(), got[j].data()});
+    }
+    for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+      gemm_fp4_batch(ks, jobs, p);
+      for (size_t j = 0; j < jobs.size(); ++j)
+        for (size_t i = 0; i < got[j].size(); ++i)
+          ASSERT_EQ(std::memcmp(&got[j][i], &want[j][i], 4), 0) << numerics_name(mode) << " job " << j << " @" << i;
+    }
+  }
+}
+
 TEST(LinearFast, KernelSetsSelectTheirMode) {
   EXPECT_EQ(kernel_set(Numerics::kExact).linear_fp4, &linear_fp4);
   EXPECT_EQ(kernel_set(Numerics::kFast).linear_fp4, &fast::linear_fp4);
