@@ -15,7 +15,10 @@ namespace {
 
 // How long a worker (or the waiting caller) spins before it sleeps: longer than the serial gaps
 // between the parallel regions of one decode step, short enough that an idle pool costs nothing.
+// After the first kPauseSpin it yields the core between checks, so that on an oversubscribed machine
+// (other processes, more threads than cores) a spinning thread does not starve the one it waits for.
 constexpr auto kSpin = std::chrono::microseconds(200);
+constexpr auto kPauseSpin = std::chrono::microseconds(20);
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -28,15 +31,20 @@ inline void cpu_relax() {
 // Spins until done() or kSpin elapsed; true when done() became true.
 template <typename Done>
 bool spin_until(Done&& done) {
-  const auto deadline = std::chrono::steady_clock::now() + kSpin;
+  const auto start = std::chrono::steady_clock::now();
   for (;;) {
     for (int i = 0; i < 64; ++i) {
       if (done()) return true;
       cpu_relax();
     }
-    if (std::chrono::steady_clock::now() >= deadline) return done();
+    const auto now = std::chrono::steady_clock::now();
+    if (now - start >= kSpin) return done();
+    if (now - start >= kPauseSpin) sched_yield();
   }
 }
+
+constexpr uint64_t kClaimed = ~uint64_t{0};
+constexpr uint64_t kStolen = ~uint64_t{0} - 1;
 
 }  // namespace
 
@@ -46,7 +54,14 @@ int hardware_threads() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
-ThreadPool::ThreadPool(int n_threads) : n_threads_(std::max(1, n_threads)) {
+ThreadPool::ThreadPool(int n_threads)
+    : n_threads_(std::max(1, n_threads)),
+      claim_(new std::atomic<uint64_t>[static_cast<size_t>(n_threads_)]),
+      done_(new std::atomic<uint64_t>[static_cast<size_t>(n_threads_)]) {
+  for (int i = 0; i < n_threads_; ++i) {
+    claim_[i].store(kStolen);
+    done_[i].store(0);
+  }
   for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_main(i); });
 }
 
@@ -80,8 +95,9 @@ void ThreadPool::run(size_t n, size_t grain, TaskFn fn, void* ctx) {
   ctx_ = ctx;
   n_ = n;
   grain_ = std::max<size_t>(1, grain);
-  pending_.store(n_threads_ - 1);
-  generation_.fetch_add(1);  // seq_cst: publishes the job, ordered before the sleeper check
+  const uint64_t gen = generation_.load() + 1;
+  for (int i = 1; i < n_threads_; ++i) claim_[i].store(gen, std::memory_order_relaxed);
+  generation_.store(gen);  // seq_cst: publishes the job, ordered before the sleeper check
   if (sleeping_workers_.load() > 0) {
     // A worker that counted itself as sleeping either still holds the mutex (and will see the new
     // generation when it checks) or waits on the condition variable (and gets this notification).
@@ -89,10 +105,21 @@ void ThreadPool::run(size_t n, size_t grain, TaskFn fn, void* ctx) {
     cv_start_.notify_all();
   }
   run_chunk(0);
-  if (spin_until([this] { return pending_.load(std::memory_order_acquire) == 0; })) return;
+  // Run every chunk no worker has claimed yet.
+  for (int i = 1; i < n_threads_; ++i) {
+    uint64_t expected = gen;
+    if (claim_[i].compare_exchange_strong(expected, kStolen)) run_chunk(i);
+  }
+  const auto all_done = [&] {
+    for (int i = 1; i < n_threads_; ++i)
+      if (claim_[i].load(std::memory_order_acquire) == kClaimed && done_[i].load(std::memory_order_acquire) != gen)
+        return false;
+    return true;
+  };
+  if (spin_until(all_done)) return;
   std::unique_lock<std::mutex> lock(mu_);
   caller_sleeping_.store(true);
-  cv_done_.wait(lock, [this] { return pending_.load() == 0; });
+  cv_done_.wait(lock, all_done);
   caller_sleeping_.store(false);
 }
 
@@ -108,8 +135,13 @@ void ThreadPool::worker_main(int index) {
     }
     seen = generation_.load(std::memory_order_acquire);
     if (stop_.load()) return;
+    // The claim succeeds only while this job's chunk is still unclaimed: the job's fields are then
+    // stable until this worker reports it done (the caller cannot finish the job without it).
+    uint64_t expected = seen;
+    if (!claim_[index].compare_exchange_strong(expected, kClaimed)) continue;
     run_chunk(index);
-    if (pending_.fetch_sub(1) == 1 && caller_sleeping_.load()) {
+    done_[index].store(seen);
+    if (caller_sleeping_.load()) {
       { std::lock_guard<std::mutex> lock(mu_); }
       cv_done_.notify_one();
     }

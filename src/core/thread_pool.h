@@ -6,13 +6,17 @@
 // apart. Waking sleeping threads through a futex for each costs more than the region itself, so
 // workers (and the caller, waiting for them) spin on atomics for a short while before they sleep on
 // a condition variable; the mutex and the wake-up system call are only used when someone sleeps.
-// One thread at a time may call parallel_for.
+// Each worker has one statically assigned chunk, but must claim it first: the caller, after its own
+// chunk, claims and runs every chunk no worker has started, so a worker that the OS has not scheduled
+// (an oversubscribed machine) delays nothing. Which thread runs a chunk never changes the chunk's
+// bounds, so results stay independent of timing. One thread at a time may call parallel_for.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -56,7 +60,10 @@ class ThreadPool {
   std::condition_variable cv_start_;
   std::condition_variable cv_done_;
   std::atomic<uint64_t> generation_{0};  // bumped once per job (and at shutdown)
-  std::atomic<int> pending_{0};          // workers still running the current job
+  // Per thread index: claim_ holds the job generation while the chunk is unclaimed, then kClaimed
+  // (a worker runs it) or kStolen (the caller runs it); done_ holds the last generation a worker
+  // finished its claimed chunk of.
+  std::unique_ptr<std::atomic<uint64_t>[]> claim_, done_;
   std::atomic<int> sleeping_workers_{0};
   std::atomic<bool> caller_sleeping_{false};
   std::atomic<bool> stop_{false};

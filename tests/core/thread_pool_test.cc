@@ -44,5 +44,29 @@ TEST(ThreadPool, ReusableManyTimes) {
   EXPECT_EQ(sum.load(), 200L * 45);
 }
 
+TEST(ThreadPool, OversubscribedPoolsCoverEveryIndexOnEveryCall) {
+  // More threads than this machine has cores: workers are often not scheduled when a job starts and
+  // the caller runs their chunks; every index must still be covered exactly once, with the chunk
+  // bounds of the static split (thread t's range is the same whoever runs it).
+  for (int threads : {3, 8}) {
+    ThreadPool pool(threads);
+    for (int r = 0; r < 2000; ++r) {
+      const size_t n = 1 + static_cast<size_t>(r * 37) % 300;
+      std::vector<std::atomic<int>> hits(n);
+      std::vector<std::pair<size_t, size_t>> ranges(threads, {0, 0});
+      pool.parallel_for(n, 4, [&](size_t b, size_t e, int t) {
+        ranges[t] = {b, e};
+        for (size_t i = b; i < e; ++i) hits[i]++;
+      });
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "threads " << threads << " n=" << n << " i=" << i;
+      for (const auto& [b, e] : ranges) {
+        if (b == e) continue;
+        ASSERT_EQ(b % 4, 0u);
+        ASSERT_TRUE(e % 4 == 0 || e == n);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace cedar
