@@ -55,7 +55,8 @@ if [ ! -x "$WORK/build/bin/test-backend-ops" ]; then
 fi
 
 for t in 1 2; do
-  GGML_NTHREADS=$t "$WORK/build/bin/test-backend-ops" perf -o MUL_MAT -b CPU >"$WORK/ggml_t$t.txt" 2>&1 || true
+  # test-backend-ops gives its CPU backend N_THREADS/2 threads.
+  GGML_NTHREADS=$((2 * t)) "$WORK/build/bin/test-backend-ops" perf -o MUL_MAT -b CPU >"$WORK/ggml_t$t.txt" 2>&1 || true
 done
 "$BUILD/bench/cedar_bench" --benchmark_filter='BM_OpsLinear(Fp8|Fp4)/[0-9]+/[0-9]+/1/[12]/1/|BM_OpsLinearBf16/[0-9]+/[0-9]+/[12]/1/' \
   --benchmark_min_time=0.5 --benchmark_format=json >"$WORK/cedar.json" 2>/dev/null
@@ -66,9 +67,12 @@ work = sys.argv[1]
 ggml = {}
 for t in (1, 2):
     for line in open(f"{work}/ggml_t{t}.txt"):
-        m = re.search(r"MUL_MAT\(type_a=(\w+),type_b=f32,m=(\d+),n=1,k=(\d+),bs=\[1,1\],nr=\[1,1\].*?([\d.]+) GB/s", line)
+        m = re.search(r"MUL_MAT\(type_a=(\w+),type_b=f32,m=(\d+),n=1,k=(\d+),bs=\[1,1\],nr=\[1,1\].*?([\d.]+) us/run", line)
         if m:
-            ggml[(m.group(1), int(m.group(2)), int(m.group(3)), t)] = float(m.group(4))
+            kind, rows, k = m.group(1), int(m.group(2)), int(m.group(3))
+            # ggml's own weight bytes: MXFP4 17 and q8_0 34 bytes per 32 weights, bf16 2 per weight.
+            nbytes = rows * k * {"mxfp4": 17 / 32, "q8_0": 34 / 32, "bf16": 2}[kind]
+            ggml[(kind, rows, k, t)] = nbytes / (float(m.group(4)) * 1e-6) / 1e9
 cedar = {}
 for b in json.load(open(f"{work}/cedar.json"))["benchmarks"]:
     parts = b["name"].split("/")

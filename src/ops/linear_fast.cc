@@ -48,6 +48,31 @@ HWY_INLINE float FastBlockScale(const float* e8m0, const uint8_t* wscales, size_
 
 constexpr size_t kGemvRows = 4;  // activation rows sharing one decoded weight block
 
+// A block decoder for the GEMV: DecodeBlock, except FP8 on AVX2 and better, where 16 codes are
+// widened and masked at once in a 256-bit vector and converted as two halves (the same half-float
+// trick as DecodeE4m3Over256, same values, fewer instructions).
+template <bool kFp4>
+HWY_INLINE void GemvDecodeBlock(const uint8_t* src, VW* wv) {
+#if HWY_TARGET <= HWY_AVX2 && HWY_TARGET != HWY_AVX3 && HWY_TARGET != HWY_AVX3_DL
+  if constexpr (!kFp4) {
+    const hn::Full128<int8_t> d8;
+    const hn::Full256<int16_t> d16;
+    const hn::Full256<hwy::float16_t> dh;
+    const hn::Full128<hwy::float16_t> dh128;
+    const hn::Full256<float> df;
+    const auto mask = hn::Set(d16, static_cast<int16_t>(0xBF80));
+    for (size_t g = 0; g < 2; ++g) {
+      const auto code = hn::PromoteTo(d16, hn::LoadU(d8, reinterpret_cast<const int8_t*>(src) + 16 * g));
+      const auto halves = hn::BitCast(dh, hn::And(hn::ShiftLeft<7>(code), mask));
+      wv[2 * g] = hn::PromoteTo(df, hn::LowerHalf(dh128, halves));
+      wv[2 * g + 1] = hn::PromoteTo(df, hn::UpperHalf(dh128, halves));
+    }
+    return;
+  }
+#endif
+  DecodeBlock<kFp4>(src, wv);
+}
+
 // R activation rows (dequantised, [R, k] with stride k) against weight rows [n_begin, n_end).
 template <bool kFp4, size_t R>
 HWY_NOINLINE void FastGemvTile(const float* act, const uint8_t* wdata, const uint8_t* wscales, size_t n_total,
@@ -62,7 +87,7 @@ HWY_NOINLINE void FastGemvTile(const float* act, const uint8_t* wdata, const uin
     VW acc0[R], acc1[R];  // even and odd blocks: two independent accumulation chains
     for (size_t r = 0; r < R; ++r) acc0[r] = acc1[r] = hn::Zero(df);
     for (size_t kb = 0; kb < kblocks; ++kb) {
-      DecodeBlock<kFp4>(FastBlockBytes<kFp4>(wdata, k, n, kb), wv);
+      GemvDecodeBlock<kFp4>(FastBlockBytes<kFp4>(wdata, k, n, kb), wv);
       const VW sw = hn::Set(df, FastBlockScale<kFp4>(e8m0, wscales, n, kblocks, kb));
       for (size_t r = 0; r < R; ++r) {
         const float* ab = act + r * k + kb * 32;
