@@ -1,9 +1,11 @@
 #include "serve/http_server.h"
 
 #include <poll.h>
+#include <sys/socket.h>
 #include <signal.h>
 
 #include <atomic>
+#include <cerrno>
 #include <utility>  // before Asio: Boost 1.74's awaitable.hpp uses std::exchange without it
 
 #include <boost/asio.hpp>
@@ -48,7 +50,7 @@ constexpr size_t kWatchReadSize = 16u << 10;
 // kernel does not answer them with a reset that could destroy the response before the client read
 // it), for at most this long.
 constexpr auto kDrainTimeout = std::chrono::seconds(3);
-// How often a request whose client sent FIN is checked for a reset (see HttpConnection::on_watch).
+// How often a request whose client sent FIN is checked for a reset (see HttpConnection::watch).
 constexpr auto kProbeInterval = std::chrono::milliseconds(50);
 
 enum class Api { kChatCompletions, kCompletions, kResponses, kMessages };
@@ -409,31 +411,52 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   // entirely answers the next bytes we send with a reset, so an HTTP/1.1 client that sent FIN gets
   // one "100 Continue" interim response (which RFC 9110 requires clients to accept and skip), and
   // the socket is then polled for the reset.
+  //
+  // The watch waits for readiness and reads with recv() itself rather than with an Asio read: an
+  // Asio read would have to be cancelled when the response is done, and Asio's reactor stops
+  // reading speculatively after a read that returned end-of-stream (it then waits for an epoll
+  // edge that never comes), which would leave the next request read hanging.
   void watch() {
     if (watching_ || peer_eof_ || !socket_.is_open()) return;
-    if (buffer_.size() + kWatchReadSize > buffer_.max_size()) return;  // enough queued; read later
+    if (!pull_available()) return;
     watching_ = true;
-    socket_.async_read_some(buffer_.prepare(kWatchReadSize),
-                            [self = shared_from_this()](error_code ec, size_t n) { self->on_watch(ec, n); });
+    socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](error_code ec) { self->on_watch(ec); });
   }
 
-  void on_watch(error_code ec, size_t n) {
+  void on_watch(error_code ec) {
     watching_ = false;
-    buffer_.commit(n);
     if (after_watch_) {
       auto next = std::exchange(after_watch_, nullptr);
       return next();
-    }
-    if (ec == asio::error::eof) {
-      peer_eof_ = true;
-      if (busy_ && !response_started_ && version_ >= 11) probe();
-      return;
     }
     if (ec) {
       if (ec != asio::error::operation_aborted) gone_.store(true);
       return;
     }
     if (busy_) watch();
+  }
+
+  // Moves what the kernel holds now into the buffer. False when the client sent FIN, the socket
+  // failed, or the buffer is full (then the bytes wait in the kernel until the next request read).
+  bool pull_available() {
+    for (;;) {
+      if (buffer_.size() + kWatchReadSize > buffer_.max_size()) return false;
+      auto space = buffer_.prepare(kWatchReadSize);
+      const ssize_t n = ::recv(socket_.native_handle(), space.data(), space.size(), MSG_DONTWAIT);
+      if (n > 0) {
+        buffer_.commit(static_cast<size_t>(n));
+        continue;
+      }
+      if (n == 0) {
+        peer_eof_ = true;
+        if (busy_ && !response_started_ && version_ >= 11) probe();
+        return false;
+      }
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+      gone_.store(true);
+      return false;
+    }
   }
 
   void probe() {

@@ -278,6 +278,8 @@ TEST_F(HostileClientTest, HalfClosedClientsAreAnswered) {
     ASSERT_TRUE(res.has_value()) << "reply " << i << " of 21 missing after half-close";
     EXPECT_EQ(res->result_int(), 200);
   }
+  // Then the server ends the connection too (the client said it will send nothing more).
+  EXPECT_TRUE(pipelined->closed_by_server(30s));
   for (bool stream : {false, true}) {
     auto generation = connect();
     generation->send(post_request("/v1/chat/completions", chat(stream)));
