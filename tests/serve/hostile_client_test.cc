@@ -319,7 +319,7 @@ class DisconnectTest : public HostileClientTest, public ::testing::WithParamInte
 
 TEST_P(DisconnectTest, ClientsThatLeaveCancelTheirGenerations) {
   const bool stream = GetParam();
-  constexpr int kClients = 4;
+  constexpr int kClients = 16;  // the 16 abandoned requests
   ScriptedEngineOptions slow;
   slow.token_delay = 5ms;  // 2000 tokens: 10 s each if nobody stops them
   start({}, slow, std::string(2000, 'x') + test::kEos);
