@@ -241,7 +241,6 @@ struct HttpServer::Impl {
   ServerMetrics metrics;
   std::atomic<int> connections{0};
   std::atomic<bool> stopped{false};
-  std::atomic<bool> running{false};
   HandlerPool pool;
   // Declared after everything a connection touches: destroying the context destroys the
   // connections its pending handlers still hold.
@@ -867,7 +866,6 @@ Result<int> HttpServer::bind() {
 Status HttpServer::serve() {
   if (!impl_->acceptor.is_open()) return internal_error("HttpServer::serve() before a successful bind()");
   impl_->accept();
-  impl_->running.store(true);
   for (;;) {
     try {
       impl_->io.run();
