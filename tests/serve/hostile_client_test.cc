@@ -380,7 +380,9 @@ TEST_F(HostileClientTest, WithoutAKeyOnlyLocalJsonRequestsAreServed) {
     auto res = client->read();
     ASSERT_TRUE(res.has_value()) << c.request;
     EXPECT_EQ(res->result_int(), c.status) << c.request << "\n-> " << res->body();
-    if (c.status == 403) EXPECT_NE(res->body().find("--allow-remote-origins"), std::string::npos) << res->body();
+    if (c.status == 403) {
+      EXPECT_NE(res->body().find("--allow-remote-origins"), std::string::npos) << res->body();
+    }
   }
 }
 
