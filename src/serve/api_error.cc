@@ -7,8 +7,10 @@ int ApiError::http_status() const {
     case ErrorKind::kInvalidRequest: return 400;
     case ErrorKind::kContextTooLong: return 400;
     case ErrorKind::kAuthentication: return 401;
+    case ErrorKind::kForbidden: return 403;
     case ErrorKind::kNotFound: return 404;
     case ErrorKind::kRequestTooLarge: return 413;
+    case ErrorKind::kUnsupportedMediaType: return 415;
     case ErrorKind::kRateLimited: return 429;
     case ErrorKind::kOverloaded: return 503;
     case ErrorKind::kInternal: return 500;
@@ -20,7 +22,9 @@ const char* ApiError::openai_type() const {
   switch (kind) {
     case ErrorKind::kInvalidRequest:
     case ErrorKind::kContextTooLong:
-    case ErrorKind::kRequestTooLarge: return "invalid_request_error";
+    case ErrorKind::kRequestTooLarge:
+    case ErrorKind::kUnsupportedMediaType: return "invalid_request_error";
+    case ErrorKind::kForbidden: return "permission_error";
     case ErrorKind::kAuthentication: return "authentication_error";
     case ErrorKind::kNotFound: return "not_found_error";
     case ErrorKind::kRateLimited: return "rate_limit_error";
@@ -43,8 +47,10 @@ const char* ApiError::openai_code() const {
 const char* ApiError::anthropic_type() const {
   switch (kind) {
     case ErrorKind::kInvalidRequest:
-    case ErrorKind::kContextTooLong: return "invalid_request_error";
+    case ErrorKind::kContextTooLong:
+    case ErrorKind::kUnsupportedMediaType: return "invalid_request_error";
     case ErrorKind::kAuthentication: return "authentication_error";
+    case ErrorKind::kForbidden: return "permission_error";
     case ErrorKind::kNotFound: return "not_found_error";
     case ErrorKind::kRequestTooLarge: return "request_too_large";
     case ErrorKind::kRateLimited: return "rate_limit_error";

@@ -13,8 +13,10 @@ enum class ErrorKind {
   kInvalidRequest,   // 400: malformed JSON, schema violation, unsupported option
   kContextTooLong,   // 400: the prompt (plus max tokens) does not fit the model's context
   kAuthentication,   // 401: missing or wrong API key
+  kForbidden,        // 403: a browser-reachable request refused by the local-exposure checks
   kNotFound,         // 404: unknown route
   kRequestTooLarge,  // 413: body over --max-body-bytes
+  kUnsupportedMediaType,  // 415: a POST body that is not JSON
   kRateLimited,      // 429: the queue is full; Retry-After says when to come back
   kOverloaded,       // 503: the engine is out of memory / shutting down
   kInternal,         // 500: a bug or an engine failure that is not the client's fault

@@ -3,6 +3,8 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 
+#include <cctype>
+
 #include "core/check.h"
 
 namespace cedar::serve {
@@ -26,6 +28,57 @@ bool ApiKeyCheck::accepts(std::string_view presented) const {
   if (!enabled_) return true;
   const std::array<unsigned char, 32> digest = sha256(presented);
   return CRYPTO_memcmp(digest.data(), digest_.data(), digest.size()) == 0;
+}
+
+namespace {
+
+bool iequals(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (std::tolower(static_cast<unsigned char>(a[i])) != std::tolower(static_cast<unsigned char>(b[i]))) return false;
+  return true;
+}
+
+bool is_port(std::string_view s) {
+  if (s.empty() || s.size() > 5) return false;
+  for (char c : s)
+    if (c < '0' || c > '9') return false;
+  return true;
+}
+
+}  // namespace
+
+bool is_loopback_authority(std::string_view host) {
+  std::string_view name = host;
+  if (!host.empty() && host.front() == '[') {  // [v6]:port
+    const size_t close = host.find(']');
+    if (close == std::string_view::npos) return false;
+    name = host.substr(0, close + 1);
+    std::string_view rest = host.substr(close + 1);
+    if (!rest.empty() && (rest.front() != ':' || !is_port(rest.substr(1)))) return false;
+  } else if (const size_t colon = host.find(':'); colon != std::string_view::npos) {
+    if (!is_port(host.substr(colon + 1))) return false;
+    name = host.substr(0, colon);
+  }
+  return iequals(name, "localhost") || name == "127.0.0.1" || name == "[::1]";
+}
+
+bool is_loopback_origin(std::string_view origin) {
+  for (std::string_view scheme : {std::string_view("http://"), std::string_view("https://")}) {
+    if (origin.size() > scheme.size() && iequals(origin.substr(0, scheme.size()), scheme)) {
+      std::string_view authority = origin.substr(scheme.size());
+      if (!authority.empty() && authority.back() == '/') authority.remove_suffix(1);
+      return is_loopback_authority(authority);
+    }
+  }
+  return false;  // "null" (sandboxed pages, file://) and anything else
+}
+
+bool is_json_media_type(std::string_view content_type) {
+  std::string_view type = content_type.substr(0, content_type.find(';'));
+  while (!type.empty() && (type.back() == ' ' || type.back() == '\t')) type.remove_suffix(1);
+  while (!type.empty() && (type.front() == ' ' || type.front() == '\t')) type.remove_prefix(1);
+  return iequals(type, "application/json");
 }
 
 std::string_view presented_key(std::string_view authorization, std::string_view x_api_key) {

@@ -21,6 +21,20 @@ class ApiKeyCheck {
   std::array<unsigned char, 32> digest_{};
 };
 
+// Local-exposure checks for a server without an API key (docs/SERVER.md, "Security defaults"). A
+// web page the user visits can POST to a loopback server (CSRF) with a "simple" content type, and a
+// DNS-rebinding page can read the answers under its own host name; browsers always send the page's
+// Host and, for cross-origin requests, its Origin. Accepting only JSON bodies (which a page cannot
+// send cross-origin without a CORS preflight, which this server never approves) and only loopback
+// names closes both.
+//
+// True for "localhost", "127.0.0.1" and "[::1]", each with or without ":PORT" (case-insensitive).
+bool is_loopback_authority(std::string_view host);
+// True for an Origin of http:// or https:// followed by a loopback authority.
+bool is_loopback_origin(std::string_view origin);
+// True for "application/json" with or without parameters ("; charset=utf-8"), case-insensitive.
+bool is_json_media_type(std::string_view content_type);
+
 // The key from the request headers: "Bearer KEY" in Authorization (scheme case-insensitive),
 // else x-api-key; empty when neither is present.
 std::string_view presented_key(std::string_view authorization, std::string_view x_api_key);

@@ -1,5 +1,7 @@
 #include "serve/engine_setup.h"
 
+#include <filesystem>
+
 #include <unistd.h>
 
 #include "runtime/local_engine.h"
@@ -33,6 +35,15 @@ Result<std::unique_ptr<runtime::Engine>> open_scripted(const EngineSetup& setup,
 Result<ServingEngine> open_serving_engine(const EngineSetup& setup) {
   if (setup.model_dir.empty() == setup.script_path.empty())
     return invalid_argument("give exactly one of -m DIR (a checkpoint) or --scripted FILE (a test script)");
+  // Checked first so that a mistyped -m names the folder, not the tokenizer.json it lacks.
+  if (!setup.model_dir.empty() && !std::filesystem::is_directory(setup.model_dir))
+    return invalid_argument("the model folder '" + setup.model_dir +
+                            "' does not exist (or is not a directory); give -m the checkpoint directory holding "
+                            "config.json, the safetensors shards and tokenizer.json");
+  if (!setup.tokenizer_dir.empty() && !std::filesystem::is_directory(setup.tokenizer_dir))
+    return invalid_argument("the tokenizer folder '" + setup.tokenizer_dir +
+                            "' does not exist (or is not a directory); give --tokenizer the directory holding "
+                            "tokenizer.json");
   const std::string tokenizer_dir = setup.tokenizer_dir.empty() ? setup.model_dir : setup.tokenizer_dir;
   if (tokenizer_dir.empty())
     return invalid_argument("--scripted needs --tokenizer DIR (a directory holding tokenizer.json)");

@@ -1,13 +1,26 @@
 #include "serve/http_server.h"
 
-#include <httplib.h>
-
-#include <signal.h>
+#include <poll.h>
 #include <sys/socket.h>
+#include <signal.h>
 
 #include <atomic>
+#include <cerrno>
+#include <utility>  // before Asio: Boost 1.74's awaitable.hpp uses std::exchange without it
+
+#include <boost/asio.hpp>
+#include <boost/beast/core.hpp>
+#include <boost/beast/http.hpp>
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <future>
+#include <mutex>
+#include <optional>
 #include <thread>
+#include <unordered_map>
 #include <variant>
+#include <vector>
 
 #include "core/log.h"
 #include "serve/anthropic_schema.h"
@@ -19,6 +32,26 @@
 
 namespace cedar::serve {
 namespace {
+
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace http = beast::http;
+using tcp = asio::ip::tcp;
+using error_code = boost::system::error_code;
+using Request = http::request<http::string_body>;
+using Clock = std::chrono::steady_clock;
+
+// A request's header (request line + fields) may not exceed this; more is a 431-style 400.
+constexpr size_t kHeaderLimit = 64u << 10;
+// What the read buffer may hold beyond the body being parsed: pipelined requests waiting their turn.
+constexpr size_t kReadBufferLimit = 1u << 20;
+constexpr size_t kWatchReadSize = 16u << 10;
+// After a final response on a connection that is closing, unread request bytes are drained (so the
+// kernel does not answer them with a reset that could destroy the response before the client read
+// it), for at most this long.
+constexpr auto kDrainTimeout = std::chrono::seconds(3);
+// How often a request whose client sent FIN is checked for a reset (see HttpConnection::watch).
+constexpr auto kProbeInterval = std::chrono::milliseconds(50);
 
 enum class Api { kChatCompletions, kCompletions, kResponses, kMessages };
 
@@ -32,9 +65,9 @@ Endpoint endpoint_of(Api api) {
   return Endpoint::kOther;
 }
 
-bool is_anthropic_path(const std::string& path) { return path.rfind("/v1/messages", 0) == 0; }
+bool is_anthropic_path(std::string_view path) { return path.rfind("/v1/messages", 0) == 0; }
 
-Endpoint endpoint_of_path(const std::string& path) {
+Endpoint endpoint_of_path(std::string_view path) {
   if (path == "/v1/chat/completions") return Endpoint::kChatCompletions;
   if (path == "/v1/completions") return Endpoint::kCompletions;
   if (path == "/v1/responses") return Endpoint::kResponses;
@@ -65,236 +98,731 @@ std::string render_turn(Api api, const Completion& turn) {
   return "";
 }
 
-// httplib::Server with access to its listening socket: Debian's 0.11.4 listens with a backlog of 5
-// (a compile-time constant of the shared library), which drops connections of bursty clients
-// before the server's own bounded queue could answer them; bind() raises it.
-class HttplibServer : public httplib::Server {
- public:
-  socket_t listening_socket() const { return svr_sock_; }
+std::string_view to_std(beast::string_view s) { return {s.data(), s.size()}; }
+
+// The request target without its query.
+std::string_view path_of(beast::string_view target) {
+  const std::string_view t = to_std(target);
+  return t.substr(0, t.find('?'));
+}
+
+// What a route handler answers when it does not stream.
+struct Reply {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::string body;
+  std::vector<std::pair<std::string, std::string>> headers;
 };
 
-// What one streaming response keeps alive between the handler and httplib's content provider.
-struct StreamState {
-  PreparedGeneration prepared;
-  std::shared_ptr<GenerationTask> task;
-  std::unique_ptr<StreamSink> sink;
+Reply error_reply(bool anthropic, const ApiError& error) {
+  Reply r;
+  r.status = error.http_status();
+  r.body = anthropic ? render_anthropic_error(error) : render_openai_error(error);
+  return r;
+}
+
+// Fixed threads that run route handlers: generation follows its task to the end on one of them, so
+// the I/O thread never waits for the engine.
+class HandlerPool {
+ public:
+  explicit HandlerPool(int threads) {
+    for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { run(); });
+  }
+  ~HandlerPool() { shutdown(); }
+  void post(std::function<void()> job) {
+    std::lock_guard lock(mu_);
+    if (stopping_) return;
+    jobs_.push_back(std::move(job));
+    cv_.notify_one();
+  }
+  // Lets running jobs finish, drops queued ones, joins.
+  void shutdown() {
+    std::deque<std::function<void()>> dropped;
+    {
+      std::lock_guard lock(mu_);
+      stopping_ = true;
+      dropped.swap(jobs_);
+      cv_.notify_all();
+    }
+    for (std::thread& t : threads_)
+      if (t.joinable()) t.join();
+  }
+
+ private:
+  void run() {
+    for (;;) {
+      std::function<void()> job;
+      {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
+        if (stopping_) return;
+        job = std::move(jobs_.front());
+        jobs_.pop_front();
+      }
+      job();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::function<void()>> jobs_;
+  bool stopping_ = false;
+  std::vector<std::thread> threads_;
+};
+
+// Generation requests in flight per API key (--max-concurrent-per-key).
+class KeySlots {
+ public:
+  explicit KeySlots(int limit) : limit_(limit) {}
+  bool acquire(const std::string& key) {
+    if (limit_ <= 0) return true;
+    std::lock_guard lock(mu_);
+    int& n = in_use_[key];
+    if (n >= limit_) return false;
+    ++n;
+    return true;
+  }
+  void release(const std::string& key) {
+    if (limit_ <= 0) return;
+    std::lock_guard lock(mu_);
+    auto it = in_use_.find(key);
+    if (it != in_use_.end() && --it->second == 0) in_use_.erase(it);
+  }
+  int limit() const { return limit_; }
+
+ private:
+  const int limit_;
+  std::mutex mu_;
+  std::unordered_map<std::string, int> in_use_;
 };
 
 }  // namespace
+
+class HttpConnection;
 
 struct HttpServer::Impl {
   Impl(runtime::Engine& engine_in, const tokenizer::Tokenizer& tokenizer, ServerOptions opts)
       : engine(engine_in),
         options(std::move(opts)),
         key(options.api_key),
+        key_slots(options.max_concurrent_per_key),
         replay(options.replay_turns),
         queue(engine_in, options.queue),
-        service(tokenizer, engine_in, queue, replay, options.service) {
-    install();
-  }
+        service(tokenizer, engine_in, queue, replay, options.service),
+        pool(options.http_threads > 0 ? options.http_threads
+                                      : options.queue.workers + options.queue.max_waiting + 8) {}
 
-  void install();
-  void send_error(httplib::Response& res, bool anthropic, const ApiError& error);
-  void handle_generation(Api api, const httplib::Request& req, httplib::Response& res);
-  void handle_count_tokens(const httplib::Request& req, httplib::Response& res);
-  void stream(Api api, PreparedGeneration prepared, std::shared_ptr<GenerationTask> task, bool include_usage,
-              httplib::Response& res);
+  // ---- I/O thread.
+  void accept();
+  // Checks that need only the header: authentication, content type, Host/Origin. Runs before the
+  // body is read, so a refused client cannot make the server buffer anything.
+  std::optional<Reply> precheck(const http::request_parser<http::string_body>::value_type& header);
+
+  // ---- Handler threads.
+  void handle(const std::shared_ptr<HttpConnection>& conn, const Request& req);
+  Reply handle_generation(Api api, const Request& req, HttpConnection& conn, bool* streamed);
+  Reply handle_count_tokens(const Request& req);
+  void stream(Api api, const PreparedGeneration& prepared, GenerationTask& task, bool include_usage,
+              HttpConnection& conn);
+  Reply fail(Endpoint endpoint, bool anthropic, const ApiError& error) {
+    Reply r = error_reply(anthropic, error);
+    if (error.kind == ErrorKind::kRateLimited)
+      r.headers.emplace_back("Retry-After", std::to_string(service.retry_after_seconds()));
+    metrics.count_response(endpoint, r.status);
+    return r;
+  }
 
   runtime::Engine& engine;
   const ServerOptions options;
   const ApiKeyCheck key;
+  KeySlots key_slots;
   ReplayStore replay;
   GenerationQueue queue;
   ChatService service;
   ServerMetrics metrics;
-  HttplibServer http;
-  std::thread serving;
+  std::atomic<int> connections{0};
   std::atomic<bool> stopped{false};
+  HandlerPool pool;
+  // Declared after everything a connection touches: destroying the context destroys the
+  // connections its pending handlers still hold.
+  asio::io_context io{1};
+  tcp::acceptor acceptor{io};
+  asio::steady_timer accept_retry{io};
+  std::thread serving;
 };
 
-void HttpServer::Impl::send_error(httplib::Response& res, bool anthropic, const ApiError& error) {
-  res.status = error.http_status();
-  res.set_content(anthropic ? render_anthropic_error(error) : render_openai_error(error), "application/json");
-  if (error.kind == ErrorKind::kRateLimited) res.set_header("Retry-After", std::to_string(service.retry_after_seconds()));
-}
+// One client connection. Its I/O state is touched only on the I/O thread; the handler thread of
+// the request being answered talks to it through respond()/stream_*(), which post to that thread,
+// and reads gone().
+class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
+ public:
+  HttpConnection(HttpServer::Impl& server, tcp::socket socket, bool counted)
+      : server_(server), socket_(std::move(socket)), buffer_(kReadBufferLimit), deadline_(server.io),
+        probe_timer_(server.io), counted_(counted) {
+    if (counted_) server_.connections.fetch_add(1);
+  }
+  ~HttpConnection() {
+    if (counted_) server_.connections.fetch_sub(1);
+  }
 
-void HttpServer::Impl::install() {
-  const int threads =
-      options.http_threads > 0 ? options.http_threads : options.queue.workers + options.queue.max_waiting + 8;
-  http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-  http.set_payload_max_length(options.max_body_bytes);
-  http.set_read_timeout(options.io_timeout.count(), 0);
-  http.set_write_timeout(options.io_timeout.count(), 0);
-  http.set_keep_alive_max_count(1000);
-  http.set_tcp_nodelay(true);  // stream tokens as they come, not in 40 ms Nagle batches
-  // httplib's default sets SO_REUSEPORT, which lets any other process of the same user bind the same
-  // port and take a share of the connections (and a second `cedar serve` on a busy port start
-  // silently). SO_REUSEADDR alone only allows restarting over TIME_WAIT sockets.
-  http.set_socket_options([](socket_t sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-  });
+  void start() { read_request(); }
 
-  // Authentication before routing, so an unauthenticated client learns nothing about the routes.
-  http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (!key.enabled() || req.path == "/health") return httplib::Server::HandlerResponse::Unhandled;
-    const std::string authorization = req.get_header_value("Authorization");
-    const std::string x_api_key = req.get_header_value("x-api-key");
-    if (key.accepts(presented_key(authorization, x_api_key))) return httplib::Server::HandlerResponse::Unhandled;
-    send_error(res, is_anthropic_path(req.path),
-               {ErrorKind::kAuthentication,
-                "missing or invalid API key: send it as 'Authorization: Bearer KEY' or 'x-api-key: KEY'", ""});
-    metrics.count_response(endpoint_of_path(req.path), res.status);
-    return httplib::Server::HandlerResponse::Handled;
-  });
-  // httplib's own refusals (no route, body over the limit, bad request line) get a JSON body too.
-  http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return;
-    ApiError error{ErrorKind::kNotFound, "no route for " + req.method + " " + req.path, ""};
-    if (res.status == 413) {
+  // Over the connection cap: a 503 without reading the request, then close.
+  void reject_busy() {
+    ApiError error{ErrorKind::kOverloaded,
+                   "this server already holds " + std::to_string(server_.options.max_connections) +
+                       " connections (--max-connections); retry later",
+                   ""};
+    Reply r = error_reply(false, error);
+    r.headers.emplace_back("Retry-After", "1");
+    write_reply(std::move(r), 11, /*keep_alive=*/false);
+  }
+
+  // ---- Handler thread side.
+  // True once the client is known to be gone (reset, failed write); the handler cancels then.
+  bool gone() const { return gone_.load(std::memory_order_relaxed); }
+
+  // Sends the handler's answer; the connection then goes on with the next request (or closes).
+  void respond(Reply reply, unsigned version, bool keep_alive) {
+    asio::post(server_.io, [self = shared_from_this(), reply = std::move(reply), version, keep_alive]() mutable {
+      self->write_reply(std::move(reply), version, keep_alive);
+    });
+  }
+
+  // A chunked text/event-stream response: the header, chunks, and the end. Each call waits until
+  // its bytes are written (or the write failed / the server stops) and returns whether it worked.
+  bool stream_open(unsigned version) {
+    return run_write([self = shared_from_this(), version](std::function<void(bool)> done) {
+      auto res = std::make_shared<http::response<http::empty_body>>(http::status::ok, version);
+      res->set(http::field::content_type, "text/event-stream");
+      res->set(http::field::cache_control, "no-cache");
+      res->set("X-Accel-Buffering", "no");
+      res->chunked(true);
+      auto serializer = std::make_shared<http::response_serializer<http::empty_body>>(*res);
+      self->response_started_ = true;
+      self->arm_write_deadline();
+      http::async_write_header(self->socket_, *serializer,
+                               [self, res, serializer, done](error_code ec, size_t) { self->write_done(ec, done); });
+    });
+  }
+  bool stream_write(std::string bytes) {
+    return run_write([self = shared_from_this(), data = std::make_shared<std::string>(std::move(bytes))](
+                         std::function<void(bool)> done) {
+      self->arm_write_deadline();
+      asio::async_write(self->socket_, http::make_chunk(asio::buffer(*data)),
+                        [self, data, done](error_code ec, size_t) { self->write_done(ec, done); });
+    });
+  }
+  // Ends the stream; `keep_alive` false (or a failed write) closes the connection.
+  void stream_close(bool ok, bool keep_alive) {
+    asio::post(server_.io, [self = shared_from_this(), ok, keep_alive] {
+      if (!ok || !self->socket_.is_open()) return self->finish_exchange(false);
+      self->arm_write_deadline();
+      asio::async_write(self->socket_, http::make_chunk_last(), [self, keep_alive](error_code ec, size_t) {
+        self->deadline_.cancel();
+        self->finish_exchange(!ec && keep_alive);
+      });
+    });
+  }
+
+ private:
+  // ---- Reading requests.
+  void read_request() {
+    if (server_.stopped.load()) return close_now();
+    parser_.emplace();
+    parser_->header_limit(kHeaderLimit);
+    parser_->body_limit(server_.options.max_body_bytes);
+    arm_read_deadline(server_.options.header_timeout);
+    http::async_read_header(socket_, buffer_, *parser_,
+                            [self = shared_from_this()](error_code ec, size_t) { self->on_header(ec); });
+  }
+
+  void on_header(error_code ec) {
+    if (ec) return on_read_error(ec);
+    const auto& header = parser_->get();
+    if (std::optional<Reply> refused = server_.precheck(header)) {
+      return write_reply(std::move(*refused), header.version(), /*keep_alive=*/false);
+    }
+    auto read_body = [self = shared_from_this()] {
+      self->arm_read_deadline(self->server_.options.body_timeout);
+      http::async_read(self->socket_, self->buffer_, *self->parser_,
+                       [self](error_code ec, size_t) { self->on_body(ec); });
+    };
+    if (header.version() >= 11 && beast::iequals(header[http::field::expect], "100-continue") &&
+        !parser_->is_done()) {
+      auto interim = std::make_shared<http::response<http::empty_body>>(http::status::continue_, 11);
+      return http::async_write(socket_, *interim, [self = shared_from_this(), interim, read_body](error_code ec, size_t) {
+        if (ec) return self->close_now();
+        read_body();
+      });
+    }
+    read_body();
+  }
+
+  void on_body(error_code ec) {
+    if (ec) return on_read_error(ec);
+    deadline_.cancel();
+    Request req = parser_->release();
+    parser_.reset();
+    dispatch(std::move(req));
+  }
+
+  void on_read_error(error_code ec) {
+    deadline_.cancel();
+    const bool mid_request = parser_ && parser_->got_some();
+    if (ec == http::error::end_of_stream || ec == asio::error::eof || ec == asio::error::operation_aborted ||
+        !socket_.is_open() || (!mid_request && ec != http::error::body_limit)) {
+      return close_now();  // the client left (or timed out) between requests, or mid-way
+    }
+    const bool anthropic = parser_->is_header_done() && is_anthropic_path(path_of(parser_->get().target()));
+    const unsigned version = parser_->is_header_done() ? parser_->get().version() : 11;
+    ApiError error;
+    if (ec == http::error::body_limit) {
       error = {ErrorKind::kRequestTooLarge,
-               "the request body is larger than this server's limit of " + std::to_string(options.max_body_bytes) +
-                   " bytes (--max-body-bytes)",
+               "the request body is larger than this server's limit of " +
+                   std::to_string(server_.options.max_body_bytes) + " bytes (--max-body-bytes)",
                ""};
-    } else if (res.status != 404) {
-      error = {ErrorKind::kInvalidRequest,
-               "the HTTP request was malformed (status " + std::to_string(res.status) + ")", ""};
+    } else if (ec == http::error::header_limit || ec == http::error::buffer_overflow) {
+      error = invalid_request("the request header is larger than " + std::to_string(kHeaderLimit) + " bytes");
+    } else if (ec == http::error::partial_message) {
+      return close_now();
+    } else {
+      error = invalid_request("the HTTP request was malformed: " + ec.message());
     }
-    const int status = res.status;
-    send_error(res, is_anthropic_path(req.path), error);
-    res.status = status;
-    metrics.count_response(endpoint_of_path(req.path), status);
-  });
-  http.set_exception_handler([this](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
-    std::string what = "unknown exception";
-    try {
-      if (ep) std::rethrow_exception(ep);
-    } catch (const std::exception& e) {
-      what = e.what();
-    } catch (...) {
-    }
-    CEDAR_LOG_ERROR("serve: %s %s raised: %s", req.method.c_str(), req.path.c_str(), what.c_str());
-    send_error(res, is_anthropic_path(req.path), {ErrorKind::kInternal, "internal error: " + what, ""});
-    metrics.count_response(endpoint_of_path(req.path), res.status);
-  });
+    Reply r = error_reply(anthropic, error);
+    server_.metrics.count_response(parser_->is_header_done() ? endpoint_of_path(path_of(parser_->get().target()))
+                                                             : Endpoint::kOther,
+                                   r.status);
+    write_reply(std::move(r), version, /*keep_alive=*/false);
+  }
 
-  http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    handle_generation(Api::kChatCompletions, req, res);
-  });
-  http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    handle_generation(Api::kCompletions, req, res);
-  });
-  http.Post("/v1/responses", [this](const httplib::Request& req, httplib::Response& res) {
-    handle_generation(Api::kResponses, req, res);
-  });
-  http.Post("/v1/messages", [this](const httplib::Request& req, httplib::Response& res) {
-    handle_generation(Api::kMessages, req, res);
-  });
-  http.Post("/v1/messages/count_tokens",
-            [this](const httplib::Request& req, httplib::Response& res) { handle_count_tokens(req, res); });
-  http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(render_model_list({service.config().model_id}, unix_seconds_now()), "application/json");
-    metrics.count_response(Endpoint::kModels, 200);
-  });
-  http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(render_health(service.config().model_id, queue.waiting(), queue.running()), "application/json");
-    metrics.count_response(Endpoint::kHealth, 200);
-  });
-  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics.render(engine.stats(), {queue.waiting(), queue.running()}),
-                    "text/plain; version=0.0.4; charset=utf-8");
-    metrics.count_response(Endpoint::kMetrics, 200);
+  void dispatch(Request req) {
+    busy_ = true;
+    response_started_ = false;
+    probing_ = false;
+    version_ = req.version();
+    watch();
+    server_.pool.post([self = shared_from_this(), req = std::move(req)] { self->server_.handle(self, req); });
+  }
+
+  // While a handler runs, keep reading: pipelined requests go to the buffer (bounded), and the end
+  // of the stream is noticed. A FIN alone does not mean the client is gone: a half-closed client
+  // (shutdown(SHUT_WR) after sending) still waits for its answer. A client that closed its socket
+  // entirely answers the next bytes we send with a reset, so an HTTP/1.1 client that sent FIN gets
+  // one "100 Continue" interim response (which RFC 9110 requires clients to accept and skip), and
+  // the socket is then polled for the reset.
+  //
+  // The watch waits for readiness and reads with recv() itself rather than with an Asio read: an
+  // Asio read would have to be cancelled when the response is done, and Asio's reactor stops
+  // reading speculatively after a read that returned end-of-stream (it then waits for an epoll
+  // edge that never comes), which would leave the next request read hanging.
+  void watch() {
+    if (watching_ || peer_eof_ || !socket_.is_open()) return;
+    if (!pull_available()) return;
+    watching_ = true;
+    socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](error_code ec) { self->on_watch(ec); });
+  }
+
+  void on_watch(error_code ec) {
+    watching_ = false;
+    if (after_watch_) {
+      auto next = std::exchange(after_watch_, nullptr);
+      return next();
+    }
+    if (ec) {
+      if (ec != asio::error::operation_aborted) gone_.store(true);
+      return;
+    }
+    if (busy_) watch();
+  }
+
+  // Moves what the kernel holds now into the buffer. False when the client sent FIN, the socket
+  // failed, or the buffer is full (then the bytes wait in the kernel until the next request read).
+  bool pull_available() {
+    for (;;) {
+      if (buffer_.size() + kWatchReadSize > buffer_.max_size()) return false;
+      auto space = buffer_.prepare(kWatchReadSize);
+      const ssize_t n = ::recv(socket_.native_handle(), space.data(), space.size(), MSG_DONTWAIT);
+      if (n > 0) {
+        buffer_.commit(static_cast<size_t>(n));
+        continue;
+      }
+      if (n == 0) {
+        peer_eof_ = true;
+        if (busy_ && !response_started_ && version_ >= 11) probe();
+        return false;
+      }
+      if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
+      gone_.store(true);
+      return false;
+    }
+  }
+
+  void probe() {
+    if (probing_) return;
+    probing_ = true;
+    auto interim = std::make_shared<std::string>("HTTP/1.1 100 Continue\r\n\r\n");
+    writing_ = true;
+    asio::async_write(socket_, asio::buffer(*interim), [self = shared_from_this(), interim](error_code ec, size_t) {
+      self->writing_ = false;
+      if (ec) {
+        self->gone_.store(true);
+      } else {
+        self->poll_for_reset();
+      }
+      if (self->after_write_) std::exchange(self->after_write_, nullptr)();
+    });
+  }
+
+  void poll_for_reset() {
+    if (!busy_ || response_started_ || !socket_.is_open()) return;
+    pollfd p{socket_.native_handle(), 0, 0};
+    if (::poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR))) {
+      gone_.store(true);
+      return;
+    }
+    probe_timer_.expires_after(kProbeInterval);
+    probe_timer_.async_wait([self = shared_from_this()](error_code ec) {
+      if (!ec) self->poll_for_reset();
+    });
+  }
+
+  // ---- Writing.
+  void write_reply(Reply reply, unsigned version, bool keep_alive) {
+    if (writing_) {  // the interim probe is still on the wire
+      after_write_ = [self = shared_from_this(), reply = std::move(reply), version, keep_alive]() mutable {
+        self->write_reply(std::move(reply), version, keep_alive);
+      };
+      return;
+    }
+    if (!socket_.is_open()) return finish_exchange(false);
+    auto res = std::make_shared<http::response<http::string_body>>(static_cast<http::status>(reply.status),
+                                                                   version ? version : 11);
+    res->set(http::field::content_type, reply.content_type);
+    for (auto& [name, value] : reply.headers) res->set(name, value);
+    res->body() = std::move(reply.body);
+    res->keep_alive(keep_alive && !server_.stopped.load());
+    res->prepare_payload();
+    response_started_ = true;
+    arm_write_deadline();
+    http::async_write(socket_, *res, [self = shared_from_this(), res](error_code ec, size_t) {
+      self->deadline_.cancel();
+      self->finish_exchange(!ec && res->keep_alive());
+    });
+  }
+
+  // Runs `start` on the I/O thread (it starts one write and calls done(ok)) and waits for it.
+  bool run_write(std::function<void(std::function<void(bool)>)> start) {
+    auto result = std::make_shared<std::promise<bool>>();
+    std::future<bool> written = result->get_future();
+    asio::post(server_.io, [self = shared_from_this(), start = std::move(start), result]() {
+      auto done = [result](bool ok) { result->set_value(ok); };
+      if (!self->socket_.is_open() || self->gone()) return done(false);
+      if (self->writing_) {
+        self->after_write_ = [self, start, done] { start(done); };
+        return;
+      }
+      start(done);
+    });
+    // The write deadline ends a stuck write; this only guards a stopping server whose I/O thread
+    // no longer runs posted work.
+    while (written.wait_for(std::chrono::milliseconds(200)) != std::future_status::ready) {
+      if (server_.stopped.load()) return false;
+    }
+    const bool ok = written.get();
+    if (!ok) gone_.store(true);
+    return ok;
+  }
+
+  void write_done(error_code ec, const std::function<void(bool)>& done) {
+    deadline_.cancel();
+    done(!ec);
+  }
+
+  // After a final response: the next request, or a graceful close.
+  void finish_exchange(bool keep_alive) {
+    busy_ = false;
+    probing_ = false;
+    probe_timer_.cancel();
+    if (!keep_alive || gone() || server_.stopped.load()) return then_after_watch([self = shared_from_this()] {
+        self->graceful_close();
+      });
+    then_after_watch([self = shared_from_this()] { self->read_request(); });
+  }
+
+  // Runs `next` once no watch read is outstanding (cancelling it), since only one read may run.
+  void then_after_watch(std::function<void()> next) {
+    if (!watching_) return next();
+    after_watch_ = std::move(next);
+    error_code ignored;
+    socket_.cancel(ignored);
+  }
+
+  void graceful_close() {
+    if (!socket_.is_open()) return;
+    error_code ignored;
+    socket_.shutdown(tcp::socket::shutdown_send, ignored);
+    arm_read_deadline(std::chrono::duration_cast<std::chrono::seconds>(kDrainTimeout));
+    drain();
+  }
+
+  void drain() {
+    auto scratch = std::make_shared<std::array<char, 16384>>();
+    socket_.async_read_some(asio::buffer(*scratch), [self = shared_from_this(), scratch](error_code ec, size_t) {
+      if (ec) return self->close_now();
+      self->drain();
+    });
+  }
+
+  void close_now() {
+    deadline_.cancel();
+    probe_timer_.cancel();
+    error_code ignored;
+    socket_.close(ignored);
+  }
+
+  // A deadline closes the socket, which fails the pending read or write.
+  void arm_read_deadline(std::chrono::seconds limit) { arm_deadline(limit); }
+  void arm_write_deadline() { arm_deadline(server_.options.io_timeout); }
+  void arm_deadline(std::chrono::seconds limit) {
+    deadline_.expires_after(limit);
+    deadline_.async_wait([self = shared_from_this()](error_code ec) {
+      if (ec || self->deadline_.expiry() > Clock::now()) return;
+      error_code ignored;
+      self->socket_.close(ignored);
+    });
+  }
+
+  HttpServer::Impl& server_;
+  tcp::socket socket_;
+  beast::flat_buffer buffer_;
+  std::optional<http::request_parser<http::string_body>> parser_;
+  asio::steady_timer deadline_;
+  asio::steady_timer probe_timer_;
+  const bool counted_;
+  unsigned version_ = 11;
+  bool busy_ = false;              // a handler owns the current request
+  bool response_started_ = false;  // bytes of the final response (or stream header) went out
+  bool watching_ = false;
+  bool peer_eof_ = false;
+  bool probing_ = false;
+  bool writing_ = false;           // the interim probe write is in flight
+  std::function<void()> after_watch_;
+  std::function<void()> after_write_;
+  std::atomic<bool> gone_{false};
+};
+
+void HttpServer::Impl::accept() {
+  acceptor.async_accept([this](error_code ec, tcp::socket socket) {
+    if (stopped.load() || !acceptor.is_open()) return;
+    if (ec) {
+      // Out of file descriptors (or a transient accept failure): retry shortly instead of spinning;
+      // the pending connections wait in the listen backlog.
+      CEDAR_LOG_WARN("serve: accept failed: %s", ec.message().c_str());
+      accept_retry.expires_after(std::chrono::milliseconds(100));
+      accept_retry.async_wait([this](error_code e) {
+        if (!e) accept();
+      });
+      return;
+    }
+    error_code ignored;
+    socket.set_option(tcp::no_delay(true), ignored);  // stream tokens as they come, not in Nagle batches
+    if (static_cast<size_t>(connections.load()) >= options.max_connections) {
+      std::make_shared<HttpConnection>(*this, std::move(socket), /*counted=*/false)->reject_busy();
+    } else {
+      std::make_shared<HttpConnection>(*this, std::move(socket), /*counted=*/true)->start();
+    }
+    accept();
   });
 }
 
-void HttpServer::Impl::handle_generation(Api api, const httplib::Request& req, httplib::Response& res) {
-  const bool anthropic = api == Api::kMessages;
-  auto fail = [&](const ApiError& error) {
-    send_error(res, anthropic, error);
-    metrics.count_response(endpoint_of(api), res.status);
+std::optional<Reply> HttpServer::Impl::precheck(const http::request_parser<http::string_body>::value_type& header) {
+  const std::string_view path = path_of(header.target());
+  const bool anthropic = is_anthropic_path(path);
+  auto refuse = [&](ErrorKind kind, std::string message) {
+    Reply r = error_reply(anthropic, {kind, std::move(message), ""});
+    metrics.count_response(endpoint_of_path(path), r.status);
+    return r;
   };
+  if (key.enabled()) {
+    // Authentication before routing, so an unauthenticated client learns nothing about the routes.
+    if (path == "/health") return std::nullopt;
+    const auto authorization = header[http::field::authorization];
+    const auto x_api_key = header["x-api-key"];
+    if (key.accepts(presented_key({authorization.data(), authorization.size()}, {x_api_key.data(), x_api_key.size()})))
+      return std::nullopt;
+    return refuse(ErrorKind::kAuthentication,
+                  "missing or invalid API key: send it as 'Authorization: Bearer KEY' or 'x-api-key: KEY'");
+  }
+  if (options.allow_remote_origins) return std::nullopt;
+  const auto host = header[http::field::host];
+  if (!host.empty() && !is_loopback_authority({host.data(), host.size()}))
+    return refuse(ErrorKind::kForbidden,
+                  "Host '" + std::string(host) +
+                      "' is not a loopback name; without an API key this server only answers requests for "
+                      "localhost, 127.0.0.1 or [::1] (this blocks DNS rebinding). Set --api-key-file / "
+                      "CEDAR_API_KEY, or start it with --allow-remote-origins");
+  if (header.count(http::field::origin)) {
+    const auto origin = header[http::field::origin];
+    if (!is_loopback_origin({origin.data(), origin.size()}))
+      return refuse(ErrorKind::kForbidden,
+                    "Origin '" + std::string(origin) +
+                        "' is not a loopback origin; without an API key this server refuses requests from other "
+                        "web pages (this blocks cross-site requests). Set --api-key-file / CEDAR_API_KEY, or start "
+                        "it with --allow-remote-origins");
+  }
+  if (header.method() == http::verb::post) {
+    const auto type = header[http::field::content_type];
+    if (!is_json_media_type({type.data(), type.size()}))
+      return refuse(ErrorKind::kUnsupportedMediaType,
+                    "POST bodies must be sent as 'Content-Type: application/json' (got '" + std::string(type) +
+                        "'); without an API key other types are refused so that web pages cannot post here");
+  }
+  return std::nullopt;
+}
+
+void HttpServer::Impl::handle(const std::shared_ptr<HttpConnection>& conn, const Request& req) {
+  const std::string_view path = path_of(req.target());
+  const bool keep_alive = req.keep_alive();
+  bool streamed = false;
+  Reply reply;
+  try {
+    const bool post = req.method() == http::verb::post;
+    const bool get = req.method() == http::verb::get;
+    if (post && path == "/v1/chat/completions") {
+      reply = handle_generation(Api::kChatCompletions, req, *conn, &streamed);
+    } else if (post && path == "/v1/completions") {
+      reply = handle_generation(Api::kCompletions, req, *conn, &streamed);
+    } else if (post && path == "/v1/responses") {
+      reply = handle_generation(Api::kResponses, req, *conn, &streamed);
+    } else if (post && path == "/v1/messages") {
+      reply = handle_generation(Api::kMessages, req, *conn, &streamed);
+    } else if (post && path == "/v1/messages/count_tokens") {
+      reply = handle_count_tokens(req);
+    } else if (get && path == "/v1/models") {
+      reply.body = render_model_list({service.config().model_id}, unix_seconds_now());
+      metrics.count_response(Endpoint::kModels, 200);
+    } else if (get && path == "/health") {
+      reply.body = render_health(service.config().model_id, queue.waiting(), queue.running());
+      metrics.count_response(Endpoint::kHealth, 200);
+    } else if (get && path == "/metrics") {
+      reply.content_type = "text/plain; version=0.0.4; charset=utf-8";
+      reply.body = metrics.render(engine.stats(), {queue.waiting(), queue.running()});
+      metrics.count_response(Endpoint::kMetrics, 200);
+    } else {
+      reply = fail(endpoint_of_path(path), is_anthropic_path(path),
+                   {ErrorKind::kNotFound, "no route for " + std::string(req.method_string()) + " " + std::string(path), ""});
+    }
+  } catch (const std::exception& e) {
+    CEDAR_LOG_ERROR("serve: %s %s raised: %s", std::string(req.method_string()).c_str(), std::string(path).c_str(),
+                    e.what());
+    if (streamed) {
+      conn->stream_close(false, false);
+      return;
+    }
+    reply = fail(endpoint_of_path(path), is_anthropic_path(path),
+                 {ErrorKind::kInternal, std::string("internal error: ") + e.what(), ""});
+  }
+  if (!streamed) conn->respond(std::move(reply), req.version(), keep_alive);
+}
+
+Reply HttpServer::Impl::handle_generation(Api api, const Request& req, HttpConnection& conn, bool* streamed) {
+  const bool anthropic = api == Api::kMessages;
+  auto failed = [&](const ApiError& error) { return fail(endpoint_of(api), anthropic, error); };
   OrderedJson body;
-  if (SchemaError e = parse_body(req.body, &body)) return fail(*e);
+  if (SchemaError e = parse_body(req.body(), &body)) return failed(*e);
 
   std::variant<PreparedGeneration, ApiError> prepared = ApiError{};
-  StreamOptions stream;
+  StreamOptions stream_options;
   if (api == Api::kCompletions) {
     CompletionRequest request;
-    if (SchemaError e = parse_completion_request(body, &request)) return fail(*e);
-    stream = request.stream;
+    if (SchemaError e = parse_completion_request(body, &request)) return failed(*e);
+    stream_options = request.stream;
     prepared = service.prepare_completion(request);
   } else {
     ChatRequest request;
     SchemaError e = api == Api::kChatCompletions ? parse_chat_completion_request(body, &request)
                     : api == Api::kResponses     ? parse_responses_request(body, &request)
                                                  : parse_messages_request(body, &request);
-    if (e) return fail(*e);
-    stream = request.stream;
+    if (e) return failed(*e);
+    stream_options = request.stream;
     const char* id_prefix = api == Api::kChatCompletions ? "chatcmpl-" : api == Api::kResponses ? "resp_" : "msg_";
     prepared = service.prepare_chat(request, id_prefix, anthropic ? "toolu_" : "call_");
   }
-  if (const ApiError* e = std::get_if<ApiError>(&prepared)) return fail(*e);
+  if (const ApiError* e = std::get_if<ApiError>(&prepared)) return failed(*e);
   PreparedGeneration& generation = std::get<PreparedGeneration>(prepared);
 
+  // The per-key slot is held for the whole generation (released on every return below).
+  const auto authorization = req[http::field::authorization];
+  const auto x_api_key = req["x-api-key"];
+  const std::string bucket =
+      key.enabled() ? std::string(presented_key({authorization.data(), authorization.size()},
+                                                {x_api_key.data(), x_api_key.size()}))
+                    : std::string();
+  if (!key_slots.acquire(bucket)) {
+    Reply r = fail(endpoint_of(api), anthropic,
+                   {ErrorKind::kRateLimited,
+                    "this API key already has " + std::to_string(key_slots.limit()) +
+                        " requests in flight (--max-concurrent-per-key); retry when one finishes",
+                    ""});
+    return r;
+  }
+  struct SlotRelease {
+    KeySlots& slots;
+    const std::string& bucket;
+    ~SlotRelease() { slots.release(bucket); }
+  } release{key_slots, bucket};
+
   auto submitted = service.submit(generation);
-  if (const ApiError* e = std::get_if<ApiError>(&submitted)) return fail(*e);
+  if (const ApiError* e = std::get_if<ApiError>(&submitted)) return failed(*e);
   std::shared_ptr<GenerationTask> task = std::get<std::shared_ptr<GenerationTask>>(std::move(submitted));
 
-  if (stream.stream) return this->stream(api, std::move(generation), std::move(task), stream.include_usage, res);
-
-  auto outcome = service.follow(generation, *task, nullptr, [](bool) { return true; });
-  if (const ApiError* e = std::get_if<ApiError>(&outcome)) return fail(*e);
+  if (stream_options.stream) {
+    *streamed = true;
+    stream(api, generation, *task, stream_options.include_usage, conn);
+    conn.stream_close(!conn.gone(), req.keep_alive());
+    return {};
+  }
+  // Non-streaming: the client gets nothing until the end, so its disconnect is learnt from the
+  // socket (HttpConnection::gone), checked whenever tokens arrive or the wait times out.
+  auto outcome = service.follow(generation, *task, nullptr, [&conn](bool) { return !conn.gone(); });
+  if (const ApiError* e = std::get_if<ApiError>(&outcome)) return failed(*e);
   const Completion& turn = std::get<Completion>(outcome);
-  metrics.count_turn(turn.usage, false);
-  res.set_content(render_turn(api, turn), "application/json");
+  metrics.count_turn(turn.usage, conn.gone());
+  Reply r;
+  r.body = render_turn(api, turn);
   metrics.count_response(endpoint_of(api), 200);
+  return r;
 }
 
-void HttpServer::Impl::stream(Api api, PreparedGeneration prepared, std::shared_ptr<GenerationTask> task,
-                              bool include_usage, httplib::Response& res) {
-  auto state = std::make_shared<StreamState>();
-  state->prepared = std::move(prepared);
-  state->task = std::move(task);
-  state->sink = make_stream_sink(api, include_usage);
-  res.set_header("Cache-Control", "no-cache");
-  res.set_header("X-Accel-Buffering", "no");
+void HttpServer::Impl::stream(Api api, const PreparedGeneration& prepared, GenerationTask& task, bool include_usage,
+                              HttpConnection& conn) {
+  std::unique_ptr<StreamSink> sink = make_stream_sink(api, include_usage);
   metrics.count_response(endpoint_of(api), 200);
-  res.set_chunked_content_provider(
-      "text/event-stream",
-      [this, state](size_t /*offset*/, httplib::DataSink& out) {
-        bool gone = false;
-        auto flush = [&](bool idle) {
-          std::string bytes = state->sink->take();
-          if (idle) bytes += sse_comment("keep-alive");
-          if (!gone && !bytes.empty() && !out.write(bytes.data(), bytes.size())) gone = true;
-          return !gone;
-        };
-        auto outcome = service.follow(state->prepared, *state->task, state->sink.get(), flush);
-        if (const Completion* turn = std::get_if<Completion>(&outcome)) metrics.count_turn(turn->usage, gone);
-        if (gone) return false;  // httplib closes the connection
-        out.done();
-        return true;
-      },
-      // If httplib drops the response before the provider ran (the client left at once), stop the work.
-      [state](bool success) {
-        if (!success) state->task->cancel();
-      });
-}
-
-void HttpServer::Impl::handle_count_tokens(const httplib::Request& req, httplib::Response& res) {
-  auto fail = [&](const ApiError& error) {
-    send_error(res, /*anthropic=*/true, error);
-    metrics.count_response(Endpoint::kMessages, res.status);
+  bool gone = !conn.stream_open(11);
+  auto flush = [&](bool idle) {
+    std::string bytes = sink->take();
+    if (idle) bytes += sse_comment("keep-alive");
+    if (!gone && !bytes.empty() && !conn.stream_write(std::move(bytes))) gone = true;
+    if (conn.gone()) gone = true;
+    return !gone;
   };
+  auto outcome = service.follow(prepared, task, sink.get(), flush);
+  if (const Completion* turn = std::get_if<Completion>(&outcome)) metrics.count_turn(turn->usage, gone);
+}
+
+Reply HttpServer::Impl::handle_count_tokens(const Request& req) {
+  auto failed = [&](const ApiError& error) { return fail(Endpoint::kMessages, /*anthropic=*/true, error); };
   OrderedJson body;
-  if (SchemaError e = parse_body(req.body, &body)) return fail(*e);
+  if (SchemaError e = parse_body(req.body(), &body)) return failed(*e);
   ChatRequest request;
-  if (SchemaError e = parse_messages_request(body, &request, /*for_counting=*/true)) return fail(*e);
+  if (SchemaError e = parse_messages_request(body, &request, /*for_counting=*/true)) return failed(*e);
   auto prepared = service.prepare_chat(request, "msg_", "toolu_");
-  if (const ApiError* e = std::get_if<ApiError>(&prepared)) return fail(*e);
-  res.set_content(render_token_count(static_cast<int>(std::get<PreparedGeneration>(prepared).request.prompt_ids.size())),
-                  "application/json");
+  if (const ApiError* e = std::get_if<ApiError>(&prepared)) return failed(*e);
+  Reply r;
+  r.body = render_token_count(static_cast<int>(std::get<PreparedGeneration>(prepared).request.prompt_ids.size()));
   metrics.count_response(Endpoint::kMessages, 200);
+  return r;
 }
 
 HttpServer::HttpServer(runtime::Engine& engine, const tokenizer::Tokenizer& tokenizer, ServerOptions options)
@@ -307,24 +835,46 @@ Result<int> HttpServer::bind() {
   // the server wants the failed write instead (it cancels that client's generation).
   signal(SIGPIPE, SIG_IGN);
   const std::string& host = impl_->options.host;
-  int port = impl_->options.port;
-  if (port == 0) {
-    port = impl_->http.bind_to_any_port(host);
-    if (port < 0) return io_error("cannot bind " + host + " on any port", errno);
-  } else if (!impl_->http.bind_to_port(host, port)) {
-    return io_error("cannot listen on " + host + ":" + std::to_string(port) +
+  error_code ec;
+  const asio::ip::address address = asio::ip::make_address(host == "localhost" ? "127.0.0.1" : host, ec);
+  if (ec)
+    return invalid_argument("--host '" + host +
+                            "' is not a valid IP address; give one such as 127.0.0.1 (this machine only), ::1 or "
+                            "0.0.0.0 (all interfaces)");
+  const int port = impl_->options.port;
+  const std::string where = host + ":" + std::to_string(port);
+  tcp::acceptor& acceptor = impl_->acceptor;
+  const tcp::endpoint endpoint(address, static_cast<unsigned short>(port));
+  acceptor.open(endpoint.protocol(), ec);
+  if (ec) return io_error("cannot open a socket for " + where + ": " + ec.message(), ec.value());
+  // SO_REUSEADDR only allows restarting over TIME_WAIT sockets; SO_REUSEPORT is left off, since it
+  // would let another process of the same user bind the same port and take a share of the clients.
+  acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  acceptor.bind(endpoint, ec);
+  if (ec) {
+    error_code ignored;
+    acceptor.close(ignored);
+    return io_error("cannot listen on " + where + ": " + ec.message() +
                         " (in use by another process, or not an address of this machine); choose --host/--port",
-                    errno);
+                    ec.value());
   }
-  // On Linux, listen() on a listening socket updates its backlog.
-  if (::listen(impl_->http.listening_socket(), SOMAXCONN) != 0)
-    return io_error("cannot raise the listen backlog of " + host + ":" + std::to_string(port), errno);
-  return port;
+  acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) return io_error("cannot listen on " + where + ": " + ec.message(), ec.value());
+  return static_cast<int>(acceptor.local_endpoint().port());
 }
 
 Status HttpServer::serve() {
-  if (!impl_->http.listen_after_bind() && !impl_->stopped.load())
-    return io_error("the HTTP server stopped unexpectedly", errno);
+  if (!impl_->acceptor.is_open()) return internal_error("HttpServer::serve() before a successful bind()");
+  impl_->accept();
+  for (;;) {
+    try {
+      impl_->io.run();
+      break;
+    } catch (const std::exception& e) {
+      // A handler threw on the I/O thread: log it and keep serving the other connections.
+      CEDAR_LOG_ERROR("serve: I/O handler raised: %s", e.what());
+    }
+  }
   return Status::ok_status();
 }
 
@@ -334,20 +884,23 @@ Result<int> HttpServer::start() {
     Status st = serve();
     if (!st.ok()) CEDAR_LOG_ERROR("serve: %s", st.to_string().c_str());
   });
-  // Wait for the accept loop: stop() before it runs would be a no-op for httplib, and the loop would
-  // then never end. Requests never wait on this (they queue in the listen backlog).
-  for (int waited_ms = 0; !impl_->http.is_running(); ++waited_ms) {
-    if (waited_ms > 10'000) return internal_error("the HTTP accept loop did not start within 10 s");
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
   return port;
 }
 
 void HttpServer::stop() {
   if (impl_->stopped.exchange(true)) return;
-  impl_->queue.shutdown();  // running streams end at their next token
-  impl_->http.stop();
+  impl_->queue.shutdown();  // running generations end at their next token
+  asio::post(impl_->io, [impl = impl_.get()] {
+    error_code ignored;
+    impl->acceptor.close(ignored);
+    impl->accept_retry.cancel();
+  });
+  // Handlers finish (their writes fail fast once `stopped` is set), then the I/O thread stops.
+  impl_->pool.shutdown();
+  impl_->io.stop();
   if (impl_->serving.joinable()) impl_->serving.join();
 }
+
+int HttpServer::open_connections() const { return impl_->connections.load(); }
 
 }  // namespace cedar::serve

@@ -141,9 +141,22 @@ int cmd_chat(const std::vector<std::string>& argv) {
       return 2;
     }
   }
-  if ((thinking != "on" && thinking != "off") || *max_tokens < 1 || *temperature < 0 || *max_context < 0 ||
-      setup.model_dir.empty() == setup.script_path.empty()) {
-    std::fprintf(stderr, "cedar chat: bad flags\n%s", kUsage);
+  std::string problem;
+  if (setup.model_dir.empty() && setup.script_path.empty()) {
+    problem = "no model given: pass -m DIR (a checkpoint directory) or --scripted FILE --tokenizer DIR";
+  } else if (!setup.model_dir.empty() && !setup.script_path.empty()) {
+    problem = "give either -m DIR or --scripted FILE, not both";
+  } else if (thinking != "on" && thinking != "off") {
+    problem = "--thinking must be on or off, got '" + thinking + "'";
+  } else if (*max_tokens < 1) {
+    problem = "--max-tokens must be at least 1";
+  } else if (*temperature < 0) {
+    problem = "--temperature must be 0 or more";
+  } else if (*max_context < 0) {
+    problem = "--max-context must be 0 (the engine's) or more";
+  }
+  if (!problem.empty()) {
+    std::fprintf(stderr, "cedar chat: %s\n%s", problem.c_str(), kUsage);
     return 2;
   }
   setup.max_context = static_cast<int>(*max_context);

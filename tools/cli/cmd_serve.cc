@@ -1,11 +1,14 @@
 // cedar serve: the OpenAI- and Anthropic-compatible HTTP server (docs/SERVER.md).
 #include <signal.h>
+#include <sys/resource.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <ctime>
+#include <fstream>
 #include <thread>
 
 #include "args.h"
@@ -25,8 +28,14 @@ constexpr const char* kUsage =
     "  --tokenizer DIR          tokenizer.json directory (default: the model directory)\n"
     "  --host ADDR              address to bind (default 127.0.0.1: this machine only)\n"
     "  --port N                 TCP port (default 8000; 0 picks a free one)\n"
-    "  --api-key KEY            require this key (Authorization: Bearer / x-api-key); default: the\n"
-    "                           CEDAR_API_KEY environment variable, else no key\n"
+    "  --api-key-file FILE      require the key in FILE (first line; Authorization: Bearer / x-api-key)\n"
+    "  --api-key KEY            the same, given inline (visible to other users in `ps`: prefer the file\n"
+    "                           or the CEDAR_API_KEY environment variable, the default source)\n"
+    "                           Without a key only JSON POSTs addressed to localhost/127.0.0.1/[::1]\n"
+    "                           (Host and Origin) are answered\n"
+    "  --allow-remote-origins   without a key, answer any Host/Origin and content type anyway\n"
+    "  --max-concurrent-per-key N  generation requests in flight per key (default 0 = no limit; 429)\n"
+    "  --max-connections N      open connections before new ones get 503 (default 2048)\n"
     "  --served-model-name NAME model id reported by /v1/models (default: the checkpoint's name)\n"
     "  --parallel N             requests handed to the engine at once (default 16)\n"
     "  --queue N                requests waiting behind them before 429 (default 64)\n"
@@ -68,6 +77,54 @@ Result<int> int_flag(const Args& args, const char* flag, long long fallback, lon
   return static_cast<int>(v);
 }
 
+// The API key from --api-key-file, --api-key or CEDAR_API_KEY (in that order; at most one of the
+// flags). An empty key is an error rather than "no authentication": it is what an unset shell
+// variable expands to, and silently serving without the key the operator meant to set is worse.
+Result<std::string> api_key(const Args& args) {
+  if (args.has("--api-key") && args.has("--api-key-file"))
+    return invalid_argument("give --api-key or --api-key-file, not both");
+  if (args.has("--api-key-file")) {
+    const std::string path = args.get_or("--api-key-file", "");
+    std::ifstream in(path);
+    if (!in) return invalid_argument("--api-key-file '" + path + "' cannot be read; give a file holding the key");
+    std::string key;
+    std::getline(in, key);
+    while (!key.empty() && (key.back() == '\r' || key.back() == ' ' || key.back() == '\t')) key.pop_back();
+    if (key.empty())
+      return invalid_argument("--api-key-file '" + path + "' starts with an empty line; put the key on its first line");
+    return key;
+  }
+  if (args.has("--api-key")) {
+    std::string key = args.get_or("--api-key", "");
+    if (key.empty())
+      return invalid_argument(
+          "--api-key is empty; give a non-empty key (better: --api-key-file FILE or the CEDAR_API_KEY environment "
+          "variable, which `ps` does not show), or leave the flag out to serve without a key on loopback");
+    return key;
+  }
+  if (const char* env = std::getenv("CEDAR_API_KEY")) {
+    if (*env == '\0')
+      return invalid_argument("CEDAR_API_KEY is set but empty; set it to the key, or unset it to serve without a key");
+    return std::string(env);
+  }
+  return std::string();
+}
+
+// Every connection holds a descriptor; Debian's default soft limit (1024) is below the default
+// --max-connections, so the soft limit is raised towards the hard one.
+void raise_descriptor_limit(size_t max_connections) {
+  rlimit limit{};
+  if (getrlimit(RLIMIT_NOFILE, &limit) != 0) return;
+  const rlim_t wanted = static_cast<rlim_t>(max_connections) + 256;
+  if (limit.rlim_cur >= wanted) return;
+  limit.rlim_cur = limit.rlim_max == RLIM_INFINITY ? wanted : std::min(wanted, limit.rlim_max);
+  setrlimit(RLIMIT_NOFILE, &limit);
+  getrlimit(RLIMIT_NOFILE, &limit);
+  if (limit.rlim_cur < wanted)
+    CEDAR_LOG_WARN("serve: the descriptor limit (%llu) is below --max-connections + 256; raise `ulimit -n`",
+                   static_cast<unsigned long long>(limit.rlim_cur));
+}
+
 struct ServeConfig {
   serve::EngineSetup engine;
   serve::ServerOptions server;
@@ -95,8 +152,11 @@ Result<ServeConfig> read_flags(const Args& args) {
   c.engine.max_queue = c.server.queue.max_waiting;
   c.server.host = args.get_or("--host", "127.0.0.1");
   CEDAR_ASSIGN_OR_RETURN(c.server.port, int_flag(args, "--port", 8000, 0, 65535));
-  const char* env_key = std::getenv("CEDAR_API_KEY");
-  c.server.api_key = args.get_or("--api-key", env_key ? env_key : "");
+  CEDAR_ASSIGN_OR_RETURN(c.server.api_key, api_key(args));
+  c.server.allow_remote_origins = args.has("--allow-remote-origins");
+  CEDAR_ASSIGN_OR_RETURN(c.server.max_concurrent_per_key, int_flag(args, "--max-concurrent-per-key", 0, 0, 1 << 20));
+  CEDAR_ASSIGN_OR_RETURN(int max_connections, int_flag(args, "--max-connections", 2048, 1, 1 << 20));
+  c.server.max_connections = static_cast<size_t>(max_connections);
   CEDAR_ASSIGN_OR_RETURN(long long body, args.get_int("--max-body-bytes", 16 << 20));
   if (body < 1024) return invalid_argument("--max-body-bytes must be at least 1024");
   c.server.max_body_bytes = static_cast<size_t>(body);
@@ -115,10 +175,11 @@ bool is_loopback(const std::string& host) {
 
 int cmd_serve(const std::vector<std::string>& argv) {
   auto args = Args::parse(argv,
-                          {"--model", "--scripted", "--tokenizer", "--host", "--port", "--api-key",
+                          {"--model", "--scripted", "--tokenizer", "--host", "--port", "--api-key", "--api-key-file",
+                           "--max-concurrent-per-key", "--max-connections",
                            "--served-model-name", "--parallel", "--queue", "--max-context", "--max-prompt-tokens",
                            "--max-tokens", "--max-body-bytes", "--thinking", "--threads", "--cache-dir", "--replay", "--kv-memory", "--numerics"},
-                          {"--help"}, {{"-m", "--model"}});
+                          {"--help", "--allow-remote-origins"}, {{"-m", "--model"}});
   if (!args.ok()) {
     std::fprintf(stderr, "cedar serve: %s\n%s", args.status().message().c_str(), kUsage);
     return 2;
@@ -145,6 +206,11 @@ int cmd_serve(const std::vector<std::string>& argv) {
   sigaddset(&stop_signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
+  if (args->has("--api-key"))
+    CEDAR_LOG_WARN("serve: a key given with --api-key is visible to every user of this machine in `ps`; "
+                   "prefer --api-key-file FILE or CEDAR_API_KEY");
+  raise_descriptor_limit(config->server.max_connections);
+
   auto opened = serve::open_serving_engine(config->engine);
   if (!opened.ok()) {
     std::fprintf(stderr, "cedar serve: %s\n", opened.status().message().c_str());
@@ -159,8 +225,10 @@ int cmd_serve(const std::vector<std::string>& argv) {
     return 1;
   }
   if (!is_loopback(options.host) && options.api_key.empty())
-    CEDAR_LOG_WARN("serve: listening on %s without an API key: anyone who can reach it can use the model",
-                   options.host.c_str());
+    CEDAR_LOG_WARN("serve: listening on %s without an API key: %s", options.host.c_str(),
+                   options.allow_remote_origins
+                       ? "anyone who can reach it can use the model"
+                       : "only requests addressed to localhost are answered (--allow-remote-origins opens it)");
   std::printf("cedar serve: %s as '%s' on http://%s:%d (%d in parallel, %d queued; Ctrl-C stops)\n",
               opened->description.c_str(), options.service.model_id.c_str(), options.host.c_str(), *port,
               options.queue.workers, options.queue.max_waiting);

@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The CLI's answers to bad input (issue 12): each must exit non-zero, say what is wrong and how to
+# fix it, and never print a strerror of errno 0 ("Success").
+# usage: cli_errors_test.sh path/to/cedar
+set -u
+CEDAR=$1
+HERE=$(cd "$(dirname "$0")" && pwd)
+SCRIPT=$HERE/sdk_script.json
+TOK=$HERE/../data/tokenizer
+failures=0
+
+# expect NAME "PATTERN" -- command...: non-zero exit, PATTERN (grep -E) in the output, no "Success".
+expect() {
+  local name=$1 pattern=$2
+  shift 3
+  local out rc
+  out=$(timeout 60 "$@" 2>&1 </dev/null)
+  rc=$?
+  if [ $rc -eq 0 ] || [ $rc -eq 124 ] || ! grep -qE -- "$pattern" <<<"$out" || grep -q "Success" <<<"$out"; then
+    echo "FAIL $name (rc=$rc): expected /$pattern/, got:"
+    echo "$out" | head -5
+    failures=$((failures + 1))
+  else
+    echo "ok   $name"
+  fi
+}
+
+expect bad_host "'999\.1\.1\.1' is not a valid IP address" -- \
+  "$CEDAR" serve --host 999.1.1.1 --port 0 --scripted "$SCRIPT" --tokenizer "$TOK"
+expect missing_model "model folder '/nonexistent/cedar-model' does not exist" -- \
+  "$CEDAR" serve -m /nonexistent/cedar-model
+expect empty_api_key "--api-key is empty.*--api-key-file" -- \
+  "$CEDAR" serve --api-key '' --port 0 --scripted "$SCRIPT" --tokenizer "$TOK"
+expect empty_env_key "CEDAR_API_KEY is set but empty" -- \
+  env CEDAR_API_KEY= "$CEDAR" serve --port 0 --scripted "$SCRIPT" --tokenizer "$TOK"
+expect missing_key_file "--api-key-file '/nonexistent/key' cannot be read" -- \
+  "$CEDAR" serve --api-key-file /nonexistent/key --port 0 --scripted "$SCRIPT" --tokenizer "$TOK"
+expect bare_chat "no model given: pass -m DIR" -- "$CEDAR" chat
+expect chat_missing_model "model folder '/nonexistent/cedar-model' does not exist" -- \
+  "$CEDAR" chat -m /nonexistent/cedar-model
+
+[ $failures -eq 0 ] || { echo "$failures CLI error check(s) failed"; exit 1; }
+echo "all CLI error checks passed"
