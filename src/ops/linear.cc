@@ -189,20 +189,6 @@ HWY_EXPORT(GemmFp4Rows);
 HWY_EXPORT(LinearBf16Rows);
 HWY_EXPORT(LinearF32Rows);
 
-namespace {
-
-// Splits [0, n) over the pool; grain keeps chunks large enough to amortise the hand-off.
-template <typename Fn>
-void for_rows(ThreadPool* pool, size_t n, Fn&& fn) {
-  if (pool == nullptr || pool->size() <= 1 || n < 64) {
-    fn(size_t{0}, n);
-    return;
-  }
-  pool->parallel_for(n, 16, [&](size_t begin, size_t end, int) { fn(begin, end); });
-}
-
-}  // namespace
-
 void gemm_fp8(const Fp8Activations& a, const Fp8Weight& w, float* y, ThreadPool* pool) {
   CEDAR_CHECK(a.k == w.k && w.k % 32 == 0, "gemm_fp8: activation k %zu vs weight k %zu (multiple of 32)", a.k,
               w.k);

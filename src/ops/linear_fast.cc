@@ -15,6 +15,7 @@
 #include "core/check.h"
 #include "core/thread_pool.h"
 #include "ops/formats.h"
+#include "ops/linear_internal.h"
 #include "ops/quant.h"
 
 #undef HWY_TARGET_INCLUDE
@@ -382,20 +383,6 @@ HWY_EXPORT(FastLinearBf16);
 HWY_EXPORT(FastLinearF32);
 
 namespace fast {
-namespace {
-
-// Splits [0, n) over the pool in multiples of 16 rows (one GEMM panel); small outputs run inline.
-template <typename Fn>
-void for_rows(ThreadPool* pool, size_t n, Fn&& fn) {
-  if (pool == nullptr || pool->size() <= 1 || n < 64) {
-    fn(size_t{0}, n);
-    return;
-  }
-  pool->parallel_for(n, 16, [&](size_t begin, size_t end, int) { fn(begin, end); });
-}
-
-}  // namespace
-
 // values [m, k] + scales [m, k/32], and for GEMV-sized m the FP4 integer planes ([m, k/32, 64] int16,
 // the size of m * k floats).
 size_t act_scratch_floats(size_t m, size_t k) {

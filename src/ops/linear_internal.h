@@ -3,6 +3,8 @@
 
 #include <cstddef>
 
+#include "core/thread_pool.h"
+
 namespace cedar::ops {
 
 // The block partial of the FP8 / FP4 GEMMs (see linear.h): the exact sum of the 32 products of one
@@ -14,6 +16,17 @@ inline float block_dot32_exact(const float* a, const float* w) {
   double sum = 0.0;
   for (int i = 0; i < 32; ++i) sum += static_cast<double>(a[i] * w[i]);
   return static_cast<float>(sum);
+}
+
+// Splits the output rows [0, n) of a linear over the pool in multiples of 16 (one fast GEMM panel;
+// large enough to amortise the hand-off); small outputs run inline.
+template <typename Fn>
+void for_rows(ThreadPool* pool, size_t n, Fn&& fn) {
+  if (pool == nullptr || pool->size() <= 1 || n < 64) {
+    fn(size_t{0}, n);
+    return;
+  }
+  pool->parallel_for(n, 16, [&](size_t begin, size_t end, int) { fn(begin, end); });
 }
 
 }  // namespace cedar::ops
