@@ -30,6 +30,9 @@ struct Message {
   std::string reasoning;             // assistant: the thinking text (reasoning_content)
   std::vector<ToolCall> tool_calls;  // assistant
   std::string tool_call_id;          // tool: which call this result answers
+  // assistant: content and reasoning are this server's own generated text, restored by the replay
+  // store; their marker spellings are the tokens the model produced (never set from a request).
+  bool model_text = false;
 };
 
 struct SamplingOptions {
@@ -89,9 +92,10 @@ struct Completion {
   Usage usage;
 };
 
-// The effort words every API may use, mapped onto V4.1's 1..100 scale relative to its default (50):
-//   minimal 1, low 25, medium 50, high 75, xhigh 90, max 100.
-// "none" means thinking off. Returns nullopt for an unknown word (a 400 at the caller).
+// The effort words every API may use, mapped as DeepSeek's protocol library (deepseek-recipe 0.2.0)
+// maps them onto V4.1's 1..100 scale: minimal 50, low 50, medium 75, high 75, xhigh 75, max 100
+// (a thinking turn without an effort gets 75, kDefaultEffort). "none" means thinking off. Returns
+// nullopt for an unknown word (a 400 at the caller).
 std::optional<int> effort_from_word(const std::string& word);
 
 }  // namespace cedar::serve

@@ -1,5 +1,7 @@
 #include "serve/responses_schema.h"
 
+#include <algorithm>
+
 #include "serve/sse.h"
 
 namespace cedar::serve {
@@ -167,6 +169,11 @@ SchemaError parse_responses_request(const OrderedJson& body, ChatRequest* out) {
     return invalid_request("'input' must be a string or an array of input items", "input");
   }
   if (out->messages.empty()) return invalid_request("'input' holds no items", "input");
+  // deepseek-recipe's Responses conversion lists an assistant turn's function calls by call_id
+  // (byte order), whatever their order in the input; the prompt must show them the same way.
+  for (Message& m : out->messages)
+    std::stable_sort(m.tool_calls.begin(), m.tool_calls.end(),
+                     [](const ToolCall& a, const ToolCall& b) { return a.id < b.id; });
   if (body.contains("tools")) CEDAR_SCHEMA_TRY(parse_tools(body["tools"], &out->tools));
   if (body.contains("tool_choice") && !body["tool_choice"].is_null()) {
     const OrderedJson& tc = body["tool_choice"];

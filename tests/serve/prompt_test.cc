@@ -43,8 +43,11 @@ class PromptTest : public ::testing::Test {
 };
 
 // V4.1's own effort aliases (spec §6.2), used to express the golden cases numerically: cedar's API
-// words follow OpenAI's scale instead (medium = V4.1's default 50), so the aliases are not passed.
+// words follow deepseek-recipe's conversion instead (its "high" renders 75, and a thinking request
+// without an effort gets that too), so the aliases are not passed and the encoder's default (null)
+// is passed as its value, 50.
 int v41_alias(const std::string& word) {
+  if (word.empty()) return 50;
   if (word == "low") return 25;
   if (word == "high") return 50;
   if (word == "xhigh") return 75;
@@ -81,6 +84,7 @@ TEST_F(PromptTest, ReproducesTheOfficialEncoderThroughTheApi) {
     const auto& effort = c["reasoning_effort"];
     if (effort.is_number_integer()) body["reasoning_effort"] = effort;
     if (effort.is_string()) body["reasoning_effort"] = v41_alias(effort);
+    if (effort.is_null() && thinking) body["reasoning_effort"] = v41_alias("");
     int status = 0;
     EXPECT_EQ(prompt_of(body, &status), c["prompt"].get<std::string>());
     EXPECT_EQ(status, 200);

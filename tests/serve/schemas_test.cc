@@ -60,7 +60,7 @@ TEST(OpenAiSchema, ParsesAToolConversation) {
   EXPECT_TRUE(r.stream.stream);
   EXPECT_TRUE(r.stream.include_usage);
   EXPECT_EQ(r.reasoning.thinking, true);
-  EXPECT_EQ(r.reasoning.effort, 25);
+  EXPECT_EQ(r.reasoning.effort, 50);  // deepseek-recipe renders "low" as Reasoning Effort: 50
 }
 
 TEST(OpenAiSchema, RejectionsNameTheParameter) {
