@@ -1,14 +1,33 @@
 #include "serve/chat_prompt.h"
 
+#include <cctype>
+
 #include "serve/prompt_schema.h"
 
 namespace cedar::serve {
+namespace {
+
+bool mentions_json(const std::vector<Message>& messages) {
+  for (const Message& m : messages) {
+    std::string lower = m.content;
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (lower.find("json") != std::string::npos) return true;
+  }
+  return false;
+}
+
+}  // namespace
 
 std::variant<RenderedChat, ApiError> render_chat_prompt(const ChatRequest& request, const std::vector<Message>& messages,
                                                         const tokenizer::Tokenizer& tokenizer,
                                                         const PromptSettings& settings) {
   const bool thinking = request.reasoning.thinking.value_or(settings.default_thinking);
   const bool prefill = !messages.empty() && messages.back().role == Role::kAssistant;
+  if (request.response_format && *request.response_format == json_object_format() && !mentions_json(messages))
+    return invalid_request(
+        "the conversation must contain the word 'json' in some form to ask for a json_object response format "
+        "(as DeepSeek's API requires)",
+        "response_format");
   if (prefill && (thinking || !messages.back().tool_calls.empty()))
     return invalid_request(
         "the last message is an assistant turn: cedar continues a partial assistant answer in non-thinking "
@@ -18,6 +37,7 @@ std::variant<RenderedChat, ApiError> render_chat_prompt(const ChatRequest& reque
 
   tokenizer::ChatOptions options;
   options.format = settings.format;
+  options.plain_image_placeholder_text = true;
   options.thinking_mode = thinking ? tokenizer::ThinkingMode::kThinking : tokenizer::ThinkingMode::kChat;
   if (settings.format == tokenizer::PromptFormat::kV41) options.reasoning_effort = request.reasoning.effort.value_or(kDefaultEffort);
   auto prompt = tokenizer::encode_chat(encoder_input, options);

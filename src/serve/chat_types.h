@@ -57,7 +57,8 @@ struct ChatRequest {
   std::string model;
   std::vector<Message> messages;
   std::vector<OrderedJson> tools;        // each the function object {"name", "description", "parameters"}
-  std::optional<OrderedJson> response_format;  // passed to the encoder as given
+  // What the prompt's "Response Format" section shows: json_object_format() or the JSON schema.
+  std::optional<OrderedJson> response_format;
   ReasoningOptions reasoning;
   SamplingOptions sampling;
   StreamOptions stream;
@@ -97,5 +98,8 @@ struct Completion {
 // (a thinking turn without an effort gets 75, kDefaultEffort). "none" means thinking off. Returns
 // nullopt for an unknown word (a 400 at the caller).
 std::optional<int> effort_from_word(const std::string& word);
+
+// The response_format of a json_object request: {"type": "json_object"}.
+inline OrderedJson json_object_format() { return OrderedJson{{"type", "json_object"}}; }
 
 }  // namespace cedar::serve

@@ -55,8 +55,7 @@ SchemaError parse_input_item(const OrderedJson& item, const std::string& path, s
     CEDAR_SCHEMA_TRY(read_string(item, "call_id", path, &call.id, /*required=*/true));
     CEDAR_SCHEMA_TRY(read_string(item, "name", path, &call.name, /*required=*/true));
     CEDAR_SCHEMA_TRY(read_string(item, "arguments", path, &call.arguments));
-    if (call.arguments.empty()) call.arguments = "{}";
-    CEDAR_SCHEMA_TRY(check_arguments_object(call.arguments, field_path(path, "arguments")));
+    CEDAR_SCHEMA_TRY(check_history_arguments(call.arguments, field_path(path, "arguments")));
     open_assistant_turn(*messages).tool_calls.push_back(std::move(call));
     return std::nullopt;
   }
@@ -129,15 +128,14 @@ SchemaError parse_text_format(const OrderedJson& body, std::optional<OrderedJson
   CEDAR_SCHEMA_TRY(read_string(*format, "type", "text.format", &type, /*required=*/true));
   if (type == "text") return std::nullopt;
   if (type == "json_object") {
-    *out = OrderedJson{{"type", "json_object"}};
+    *out = json_object_format();
     return std::nullopt;
   }
   if (type != "json_schema")
     return invalid_request("'text.format.type' must be text, json_object or json_schema", "text.format.type");
-  OrderedJson schema = OrderedJson::object();
-  for (auto it = format->begin(); it != format->end(); ++it)
-    if (it.key() != "type") schema[it.key()] = it.value();
-  *out = OrderedJson{{"type", "json_schema"}, {"json_schema", std::move(schema)}};
+  if (!format->contains("schema") || !(*format)["schema"].is_object())
+    return invalid_request("'text.format.schema' must be a JSON schema object", "text.format.schema");
+  *out = (*format)["schema"];  // the prompt shows the schema itself, as deepseek-recipe renders it
   return std::nullopt;
 }
 

@@ -209,7 +209,8 @@ class Encoder {
         CEDAR_RETURN_IF_ERROR(process_blocks(&block["content"], images, w));
       } else if (type == "text") {
         const ojson& t = get(block, "text");
-        if (t.is_string() && t.get<std::string>().find(kImagePlaceholder) != std::string::npos) {
+        if (!opt_.plain_image_placeholder_text && t.is_string() &&
+            t.get<std::string>().find(kImagePlaceholder) != std::string::npos) {
           return invalid_argument(w + ": Text block contains image placeholder '" + std::string(kImagePlaceholder) +
                                   "'. Images should be separate content blocks.");
         }
@@ -222,12 +223,14 @@ class Encoder {
     for (size_t i = 0; i < msgs->size(); ++i) {
       ojson& msg = (*msgs)[i];
       const ojson& content = get(msg, "content");
-      if (content.is_string() && content.get<std::string>().find(kImagePlaceholder) != std::string::npos) {
+      if (!opt_.plain_image_placeholder_text && content.is_string() &&
+          content.get<std::string>().find(kImagePlaceholder) != std::string::npos) {
         return invalid_argument(where(i) + ": Message content contains image special token '" +
                                 std::string(kImagePlaceholder) + "'. Images should be provided as image content blocks.");
       }
       const ojson& rc = get(msg, "reasoning_content");
-      if (rc.is_string() && rc.get<std::string>().find(kImagePlaceholder) != std::string::npos) {
+      if (!opt_.plain_image_placeholder_text && rc.is_string() &&
+          rc.get<std::string>().find(kImagePlaceholder) != std::string::npos) {
         return invalid_argument(where(i) + ": reasoning_content contains image special token '" +
                                 std::string(kImagePlaceholder) + "'");
       }

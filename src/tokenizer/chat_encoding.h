@@ -45,6 +45,10 @@ struct ChatOptions {
   ThinkingMode thinking_mode = ThinkingMode::kChat;
   bool drop_thinking = true;
   bool add_bos = true;
+  // The official encoder refuses text that spells the image placeholder. With this set, such text is
+  // plain text like any other (deepseek-recipe's behaviour; the server sets it, as it takes no
+  // images and every placeholder would be a client's spelling).
+  bool plain_image_placeholder_text = false;
   // null = the format's default; V4.1: an integer 1..100 or "low"|"high"|"xhigh"|"max";
   // V4: "high" or "max".
   nlohmann::ordered_json reasoning_effort = nullptr;
