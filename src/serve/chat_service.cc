@@ -85,6 +85,7 @@ std::variant<PreparedGeneration, ApiError> ChatService::prepare_chat(const ChatR
   output.thinking = chat.thinking ? tokenizer::ThinkingMode::kThinking : tokenizer::ThinkingMode::kChat;
   output.stop = request.sampling.stop;
   output.tool_id_prefix = std::string(tool_id_prefix);
+  output.parse_tool_calls = !request.tools.empty();
   return finish_prepare(std::move(chat.ids), request.sampling, std::move(output), id_prefix, request.model);
 }
 

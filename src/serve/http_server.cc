@@ -39,7 +39,7 @@ Endpoint endpoint_of_path(const std::string& path) {
   if (path == "/v1/completions") return Endpoint::kCompletions;
   if (path == "/v1/responses") return Endpoint::kResponses;
   if (is_anthropic_path(path)) return Endpoint::kMessages;
-  if (path == "/v1/models") return Endpoint::kModels;
+  if (path == "/v1/models" || path.rfind("/v1/models/", 0) == 0) return Endpoint::kModels;
   if (path == "/health") return Endpoint::kHealth;
   if (path == "/metrics") return Endpoint::kMetrics;
   return Endpoint::kOther;
@@ -195,6 +195,12 @@ void HttpServer::Impl::install() {
   http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(render_model_list({service.config().model_id}, unix_seconds_now()), "application/json");
     metrics.count_response(Endpoint::kModels, 200);
+  });
+  http.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
+    const ModelLookup found = render_model_lookup({service.config().model_id}, req.matches[1], unix_seconds_now());
+    res.status = found.status;
+    res.set_content(found.body, "application/json");
+    metrics.count_response(Endpoint::kModels, found.status);
   });
   http.Get("/health", [this](const httplib::Request&, httplib::Response& res) {
     res.set_content(render_health(service.config().model_id, queue.waiting(), queue.running()), "application/json");

@@ -321,6 +321,20 @@ std::string render_model_list(const std::vector<std::string>& model_ids, int64_t
   return to_wire({{"object", "list"}, {"data", std::move(data)}});
 }
 
+ModelLookup render_model_lookup(const std::vector<std::string>& model_ids, const std::string& requested,
+                                int64_t created) {
+  for (const std::string& id : model_ids)
+    if (id == requested)
+      return {200, to_wire({{"id", id}, {"object", "model"}, {"created", created}, {"owned_by", "cedar"}})};
+  std::string served;
+  for (const std::string& id : model_ids) served += (served.empty() ? "'" : ", '") + id + "'";
+  OrderedJson err = {{"message", "The model '" + requested + "' does not exist; this server serves " + served},
+                     {"type", "invalid_request_error"},
+                     {"param", "model"},
+                     {"code", "model_not_found"}};
+  return {404, to_wire({{"error", std::move(err)}})};
+}
+
 std::string render_health(const std::string& model_id, int waiting, int running) {
   return to_wire({{"status", "ok"}, {"model", model_id}, {"queue", {{"waiting", waiting}, {"running", running}}}});
 }
