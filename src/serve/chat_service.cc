@@ -86,7 +86,9 @@ std::variant<PreparedGeneration, ApiError> ChatService::prepare_chat(const ChatR
   output.stop = request.sampling.stop;
   output.tool_id_prefix = std::string(tool_id_prefix);
   output.parse_tool_calls = !request.tools.empty();
-  return finish_prepare(std::move(chat.ids), request.sampling, std::move(output), id_prefix, request.model);
+  auto prepared = finish_prepare(std::move(chat.ids), request.sampling, std::move(output), id_prefix, request.model);
+  if (auto* p = std::get_if<PreparedGeneration>(&prepared)) p->header.responses_echo = request.responses_echo;
+  return prepared;
 }
 
 std::variant<PreparedGeneration, ApiError> ChatService::prepare_completion(const CompletionRequest& request) const {

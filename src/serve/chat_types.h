@@ -62,6 +62,9 @@ struct ChatRequest {
   ReasoningOptions reasoning;
   SamplingOptions sampling;
   StreamOptions stream;
+  // Responses API: the request settings its response objects report (tools, tool_choice,
+  // instructions, text, reasoning, sampling), as deepseek-recipe's ResponsesEcho; null elsewhere.
+  OrderedJson responses_echo;
 };
 
 struct CompletionRequest {  // POST /v1/completions: a raw prompt, no chat template
@@ -91,6 +94,7 @@ struct Completion {
   FinishKind finish = FinishKind::kStop;
   std::string matched_stop;  // the stop string that ended the output, if one did
   Usage usage;
+  OrderedJson responses_echo;  // ChatRequest::responses_echo of the request
 };
 
 // The effort words every API may use, mapped as DeepSeek's protocol library (deepseek-recipe 0.2.0)

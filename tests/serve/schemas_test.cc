@@ -236,6 +236,25 @@ TEST(ResponsesSchema, RendersOutputItems) {
   EXPECT_EQ(test::json::parse(render_response(cut))["incomplete_details"]["reason"], "max_output_tokens");
 }
 
+TEST(ResponsesSchema, ResponseEchoesTheRequestSettings) {
+  // The fields deepseek-recipe 0.2.0's ResponsesChunkGenerator.with_echo(request.echo()) reports.
+  ChatRequest r;
+  ASSERT_FALSE(parse_responses_request(body_of(R"({"input": "x", "instructions": "Be brief", "temperature": 0.3,
+      "max_output_tokens": 99, "tool_choice": "auto",
+      "tools": [{"type": "function", "name": "f", "description": "D", "parameters": {"type": "object"}}]})"), &r));
+  Completion turn = sample_turn();
+  turn.responses_echo = r.responses_echo;
+  const auto body = test::json::parse(render_response(turn));
+  EXPECT_EQ(body["tools"], test::json::parse(R"([{"type": "function", "name": "f", "description": "D",
+      "parameters": {"type": "object"}, "strict": null}])"));
+  EXPECT_EQ(body["instructions"], "Be brief");
+  EXPECT_EQ(body["max_output_tokens"], 99);
+  EXPECT_DOUBLE_EQ(body["temperature"].get<double>(), 0.3);
+  EXPECT_EQ(body["top_p"], 1.0);
+  EXPECT_EQ(body["tool_choice"], "auto");
+  EXPECT_EQ(body["text"]["format"]["type"], "text");
+}
+
 TEST(ResponsesSchema, StreamEventsAreOrderedAndNumbered) {
   ResponsesStream s;
   const Completion c = sample_turn();
