@@ -18,6 +18,7 @@
 #include "tokenizer/engram_token_map.h"
 #include "tokenizer/marker_tokens.h"
 #include "tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer_files.h"
 
 namespace cedar::model {
 namespace fs = std::filesystem;
@@ -282,15 +283,10 @@ Status write_text_file(const fs::path& path, const std::string& text) {
 
 Result<TinyTokenizer> prepare_tiny_tokenizer(const std::string& dir) {
   TinyTokenizer t;
-  CEDAR_ASSIGN_OR_RETURN(std::string original, read_whole_file((fs::path(dir) / "tokenizer.json").string()));
-  CEDAR_ASSIGN_OR_RETURN(t.tokenizer_json, tokenizer::add_v41_markers(original, &t.added_markers));
-  const fs::path config = fs::path(dir) / "tokenizer_config.json";
-  std::error_code ec;
-  if (fs::exists(config, ec)) {
-    CEDAR_ASSIGN_OR_RETURN(t.config_json, read_whole_file(config.string()));
-  }
-  CEDAR_ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::from_json(t.tokenizer_json, t.config_json,
-                                                                   (fs::path(dir) / "tokenizer.json").string()));
+  CEDAR_ASSIGN_OR_RETURN(tokenizer::TokenizerFiles files, tokenizer::read_tokenizer_files(dir));
+  CEDAR_ASSIGN_OR_RETURN(t.tokenizer_json, tokenizer::add_v41_markers(files.tokenizer_json, &t.added_markers));
+  t.config_json = std::move(files.config_json);
+  CEDAR_ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::from_json(t.tokenizer_json, t.config_json, files.source));
   t.vocab_size = tok->vocab_size();
   (void)tokenizer::build_engram_token_map(*tok, &t.engram_classes);
   return t;

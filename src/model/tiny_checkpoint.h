@@ -19,7 +19,7 @@ enum class TinyPreset { kTiny, kSmall };
 // that ships with the checkpoint (its class count under the Engram normaliser chain).
 ModelConfig tiny_config(TinyPreset preset);
 
-// The tokenizer a test checkpoint ships: `dir`/tokenizer.json with DeepSeek-V4.1's control markers
+// The tokenizer a test checkpoint ships: `dir`/tokenizer.json (or tokenizer.json.zst) with DeepSeek-V4.1's control markers
 // made single tokens (tokenizer/marker_tokens.h), `dir`/tokenizer_config.json as is, and the facts
 // the checkpoint's config takes from it.
 struct TinyTokenizer {

@@ -187,7 +187,7 @@ SchemaError parse_messages_request(const OrderedJson& body, ChatRequest* out, bo
   CEDAR_SCHEMA_TRY(read_string(body, "model", "", &out->model));
   std::optional<int64_t> max_tokens;
   CEDAR_SCHEMA_TRY(read_int(body, "max_tokens", "", 1, kMaxTokensField, &max_tokens));
-  if (!max_tokens && !for_counting) return invalid_request("'max_tokens' is required", "max_tokens");
+  // Anthropic requires max_tokens; deepseek-recipe (and so cedar) falls back to the default budget.
   if (max_tokens) out->sampling.max_tokens = static_cast<int>(*max_tokens);
   if (body.contains("system") && !body["system"].is_null()) {
     Message system;

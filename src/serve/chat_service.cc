@@ -5,6 +5,7 @@
 #include <climits>
 #include <random>
 
+#include "serve/chat_prompt.h"
 #include "serve/prompt_schema.h"
 #include "serve/schema_util.h"
 
@@ -65,6 +66,7 @@ std::vector<Message> ChatService::replay_turns(const std::vector<Message>& messa
     m.content = std::move(turn->raw);
     m.tool_calls.clear();
     if (m.reasoning.empty()) m.reasoning = std::move(turn->reasoning);
+    m.model_text = true;
   }
   return out;
 }
@@ -72,34 +74,21 @@ std::vector<Message> ChatService::replay_turns(const std::vector<Message>& messa
 std::variant<PreparedGeneration, ApiError> ChatService::prepare_chat(const ChatRequest& request,
                                                                      std::string_view id_prefix,
                                                                      std::string_view tool_id_prefix) const {
-  const bool thinking = request.reasoning.thinking.value_or(config_.default_thinking);
-  const bool prefill = !request.messages.empty() && request.messages.back().role == Role::kAssistant;
-  if (prefill && (thinking || !request.messages.back().tool_calls.empty()))
-    return invalid_request(
-        "the last message is an assistant turn: cedar continues a partial assistant answer in non-thinking "
-        "mode only, and never one with tool calls",
-        "messages");
-  const OrderedJson messages =
-      encoder_messages(replay_turns(request.messages), request.tools, request.response_format, prefill);
-
-  tokenizer::ChatOptions options;
-  options.format = config_.format;
-  options.thinking_mode = thinking ? tokenizer::ThinkingMode::kThinking : tokenizer::ThinkingMode::kChat;
-  if (request.reasoning.effort) options.reasoning_effort = *request.reasoning.effort;
-  auto prompt = tokenizer::encode_chat(messages, options);
-  if (!prompt.ok()) return invalid_request("the conversation cannot be encoded: " + prompt.status().message());
-  auto ids = tokenizer::encode_chat_ids(tokenizer_, *prompt, config_.format);
-  if (!ids.ok()) {
-    if (ids.status().code() == StatusCode::kInvalidArgument)
-      return invalid_request("the conversation cannot be tokenized: " + ids.status().message());
-    return ApiError{ErrorKind::kInternal, "server misconfiguration: " + ids.status().message(), ""};
-  }
+  PromptSettings settings;
+  settings.default_thinking = config_.default_thinking;
+  settings.format = config_.format;
+  auto rendered = render_chat_prompt(request, replay_turns(request.messages), tokenizer_, settings);
+  if (const ApiError* e = std::get_if<ApiError>(&rendered)) return *e;
+  RenderedChat& chat = std::get<RenderedChat>(rendered);
   OutputSettings output;
   output.mode = OutputMode::kChat;
-  output.thinking = options.thinking_mode;
+  output.thinking = chat.thinking ? tokenizer::ThinkingMode::kThinking : tokenizer::ThinkingMode::kChat;
   output.stop = request.sampling.stop;
   output.tool_id_prefix = std::string(tool_id_prefix);
-  return finish_prepare(std::move(*ids), request.sampling, std::move(output), id_prefix, request.model);
+  output.parse_tool_calls = !request.tools.empty();
+  auto prepared = finish_prepare(std::move(chat.ids), request.sampling, std::move(output), id_prefix, request.model);
+  if (auto* p = std::get_if<PreparedGeneration>(&prepared)) p->header.responses_echo = request.responses_echo;
+  return prepared;
 }
 
 std::variant<PreparedGeneration, ApiError> ChatService::prepare_completion(const CompletionRequest& request) const {

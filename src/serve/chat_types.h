@@ -30,6 +30,9 @@ struct Message {
   std::string reasoning;             // assistant: the thinking text (reasoning_content)
   std::vector<ToolCall> tool_calls;  // assistant
   std::string tool_call_id;          // tool: which call this result answers
+  // assistant: content and reasoning are this server's own generated text, restored by the replay
+  // store; their marker spellings are the tokens the model produced (never set from a request).
+  bool model_text = false;
 };
 
 struct SamplingOptions {
@@ -54,10 +57,14 @@ struct ChatRequest {
   std::string model;
   std::vector<Message> messages;
   std::vector<OrderedJson> tools;        // each the function object {"name", "description", "parameters"}
-  std::optional<OrderedJson> response_format;  // passed to the encoder as given
+  // What the prompt's "Response Format" section shows: json_object_format() or the JSON schema.
+  std::optional<OrderedJson> response_format;
   ReasoningOptions reasoning;
   SamplingOptions sampling;
   StreamOptions stream;
+  // Responses API: the request settings its response objects report (tools, tool_choice,
+  // instructions, text, reasoning, sampling), as deepseek-recipe's ResponsesEcho; null elsewhere.
+  OrderedJson responses_echo;
 };
 
 struct CompletionRequest {  // POST /v1/completions: a raw prompt, no chat template
@@ -87,11 +94,16 @@ struct Completion {
   FinishKind finish = FinishKind::kStop;
   std::string matched_stop;  // the stop string that ended the output, if one did
   Usage usage;
+  OrderedJson responses_echo;  // ChatRequest::responses_echo of the request
 };
 
-// The effort words every API may use, mapped onto V4.1's 1..100 scale relative to its default (50):
-//   minimal 1, low 25, medium 50, high 75, xhigh 90, max 100.
-// "none" means thinking off. Returns nullopt for an unknown word (a 400 at the caller).
+// The effort words every API may use, mapped as DeepSeek's protocol library (deepseek-recipe 0.2.0)
+// maps them onto V4.1's 1..100 scale: minimal 50, low 50, medium 75, high 75, xhigh 75, max 100
+// (a thinking turn without an effort gets 75, kDefaultEffort). "none" means thinking off. Returns
+// nullopt for an unknown word (a 400 at the caller).
 std::optional<int> effort_from_word(const std::string& word);
+
+// The response_format of a json_object request: {"type": "json_object"}.
+inline OrderedJson json_object_format() { return OrderedJson{{"type", "json_object"}}; }
 
 }  // namespace cedar::serve

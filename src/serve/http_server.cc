@@ -72,7 +72,7 @@ Endpoint endpoint_of_path(std::string_view path) {
   if (path == "/v1/completions") return Endpoint::kCompletions;
   if (path == "/v1/responses") return Endpoint::kResponses;
   if (is_anthropic_path(path)) return Endpoint::kMessages;
-  if (path == "/v1/models") return Endpoint::kModels;
+  if (path == "/v1/models" || path.rfind("/v1/models/", 0) == 0) return Endpoint::kModels;
   if (path == "/health") return Endpoint::kHealth;
   if (path == "/metrics") return Endpoint::kMetrics;
   return Endpoint::kOther;
@@ -702,6 +702,12 @@ void HttpServer::Impl::handle(const std::shared_ptr<HttpConnection>& conn, const
     } else if (get && path == "/v1/models") {
       reply.body = render_model_list({service.config().model_id}, unix_seconds_now());
       metrics.count_response(Endpoint::kModels, 200);
+    } else if (get && path.size() > 11 && path.rfind("/v1/models/", 0) == 0) {
+      const ModelLookup found =
+          render_model_lookup({service.config().model_id}, std::string(path.substr(11)), unix_seconds_now());
+      reply.status = found.status;
+      reply.body = found.body;
+      metrics.count_response(Endpoint::kModels, found.status);
     } else if (get && path == "/health") {
       reply.body = render_health(service.config().model_id, queue.waiting(), queue.running());
       metrics.count_response(Endpoint::kHealth, 200);

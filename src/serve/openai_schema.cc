@@ -63,8 +63,7 @@ SchemaError parse_tool_call(const OrderedJson& tc, const std::string& path, Tool
   if (fn == tc.end() || !fn->is_object()) return invalid_request("'" + fpath + "' must be an object", fpath);
   CEDAR_SCHEMA_TRY(read_string(*fn, "name", fpath, &out->name, /*required=*/true));
   CEDAR_SCHEMA_TRY(read_string(*fn, "arguments", fpath, &out->arguments));
-  if (out->arguments.empty()) out->arguments = "{}";  // some clients send "" for a call without arguments
-  return check_arguments_object(out->arguments, field_path(fpath, "arguments"));
+  return check_history_arguments(out->arguments, field_path(fpath, "arguments"));
 }
 
 SchemaError parse_message(const OrderedJson& m, const std::string& path, Message* out) {
@@ -159,9 +158,17 @@ SchemaError parse_response_format(const OrderedJson& body, std::optional<Ordered
   if (type != "json_object" && type != "json_schema")
     return invalid_request("'response_format.type' must be text, json_object or json_schema",
                            "response_format.type");
-  if (type == "json_schema" && (!it->contains("json_schema") || !(*it)["json_schema"].is_object()))
+  if (type == "json_object") {
+    *out = json_object_format();
+    return std::nullopt;
+  }
+  if (!it->contains("json_schema") || !(*it)["json_schema"].is_object())
     return invalid_request("'response_format.json_schema' must be an object", "response_format.json_schema");
-  *out = *it;  // the encoder prints it as given
+  const OrderedJson& js = (*it)["json_schema"];
+  if (!js.contains("schema") || !js["schema"].is_object())
+    return invalid_request("'response_format.json_schema.schema' must be a JSON schema object",
+                           "response_format.json_schema.schema");
+  *out = js["schema"];  // the prompt shows the schema itself, as deepseek-recipe renders it
   return std::nullopt;
 }
 
@@ -312,6 +319,20 @@ std::string render_model_list(const std::vector<std::string>& model_ids, int64_t
   for (const std::string& id : model_ids)
     data.push_back({{"id", id}, {"object", "model"}, {"created", created}, {"owned_by", "cedar"}});
   return to_wire({{"object", "list"}, {"data", std::move(data)}});
+}
+
+ModelLookup render_model_lookup(const std::vector<std::string>& model_ids, const std::string& requested,
+                                int64_t created) {
+  for (const std::string& id : model_ids)
+    if (id == requested)
+      return {200, to_wire({{"id", id}, {"object", "model"}, {"created", created}, {"owned_by", "cedar"}})};
+  std::string served;
+  for (const std::string& id : model_ids) served += (served.empty() ? "'" : ", '") + id + "'";
+  OrderedJson err = {{"message", "The model '" + requested + "' does not exist; this server serves " + served},
+                     {"type", "invalid_request_error"},
+                     {"param", "model"},
+                     {"code", "model_not_found"}};
+  return {404, to_wire({{"error", std::move(err)}})};
 }
 
 std::string render_health(const std::string& model_id, int waiting, int running) {

@@ -22,6 +22,14 @@ std::string render_chat_completion(const Completion& c);
 std::string render_text_completion(const Completion& c);
 std::string render_openai_error(const ApiError& e);
 std::string render_model_list(const std::vector<std::string>& model_ids, int64_t created);
+// GET /v1/models/{id}: the model object (200), or OpenAI's 404 error (code model_not_found) for an
+// id this server does not serve.
+struct ModelLookup {
+  int status = 200;
+  std::string body;
+};
+ModelLookup render_model_lookup(const std::vector<std::string>& model_ids, const std::string& requested,
+                                int64_t created);
 // GET /health: {"status": "ok", "model": ..., "queue": {"waiting": n, "running": m}}.
 std::string render_health(const std::string& model_id, int waiting, int running);
 

@@ -29,6 +29,7 @@ OutputAssembler::OutputAssembler(const tokenizer::Tokenizer& tokenizer, OutputSe
       decoder_(tokenizer, /*skip_special=*/settings_.mode == OutputMode::kRaw),
       parser_(settings_.thinking),
       think_end_id_(tokenizer.token_to_id(tokenizer::kThinkEnd)) {
+  parser_.set_parse_tool_calls(settings_.parse_tool_calls);
   for (const std::string& s : settings_.stop) longest_stop_ = std::max(longest_stop_, s.size());
 }
 

@@ -29,6 +29,9 @@ struct OutputSettings {
   tokenizer::ThinkingMode thinking = tokenizer::ThinkingMode::kChat;
   std::vector<std::string> stop;       // stop strings on the content
   std::string tool_id_prefix = "call_";  // ids of the tool calls this turn makes
+  // False when the request declared no tools or chose "none": DSML the model writes anyway stays
+  // content, and the turn makes no tool call (as deepseek-recipe parses it).
+  bool parse_tool_calls = true;
 };
 
 class OutputAssembler {

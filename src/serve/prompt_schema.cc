@@ -1,6 +1,7 @@
 #include "serve/prompt_schema.h"
 
 #include "serve/schema_util.h"
+#include "tokenizer/chat_encoding.h"
 
 namespace cedar::serve {
 namespace {
@@ -13,6 +14,18 @@ const char* role_name(Role role) {
     case Role::kTool: return "tool";
   }
   return "user";
+}
+
+// The tool as the prompt shows it, whichever API declared it: deepseek-recipe renders exactly name,
+// description ("" when absent) and parameters ({} when absent), in that order, and nothing else.
+OrderedJson prompt_tool(const OrderedJson& fn) {
+  OrderedJson out = OrderedJson::object();
+  out["name"] = fn.contains("name") ? fn["name"] : OrderedJson("");
+  const bool has_description = fn.contains("description") && fn["description"].is_string();
+  out["description"] = has_description ? fn["description"] : OrderedJson("");
+  const bool has_parameters = fn.contains("parameters") && fn["parameters"].is_object();
+  out["parameters"] = has_parameters ? fn["parameters"] : OrderedJson::object();
+  return out;
 }
 
 }  // namespace
@@ -28,6 +41,7 @@ OrderedJson encoder_messages(const std::vector<Message>& messages, const std::ve
     msg["role"] = role_name(m.role);
     msg["content"] = m.content;
     if (m.role == Role::kAssistant) {
+      if (m.model_text) msg[tokenizer::kModelTextKey] = true;
       if (!m.reasoning.empty()) msg["reasoning_content"] = m.reasoning;
       if (!m.tool_calls.empty()) {
         OrderedJson calls = OrderedJson::array();
@@ -45,7 +59,7 @@ OrderedJson encoder_messages(const std::vector<Message>& messages, const std::ve
     OrderedJson& carrier = out.front();
     if (!tools.empty()) {
       OrderedJson list = OrderedJson::array();
-      for (const OrderedJson& fn : tools) list.push_back({{"type", "function"}, {"function", fn}});
+      for (const OrderedJson& fn : tools) list.push_back({{"type", "function"}, {"function", prompt_tool(fn)}});
       carrier["tools"] = std::move(list);
     }
     if (response_format) carrier["response_format"] = *response_format;

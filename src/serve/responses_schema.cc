@@ -1,5 +1,7 @@
 #include "serve/responses_schema.h"
 
+#include <algorithm>
+
 #include "serve/sse.h"
 
 namespace cedar::serve {
@@ -53,8 +55,7 @@ SchemaError parse_input_item(const OrderedJson& item, const std::string& path, s
     CEDAR_SCHEMA_TRY(read_string(item, "call_id", path, &call.id, /*required=*/true));
     CEDAR_SCHEMA_TRY(read_string(item, "name", path, &call.name, /*required=*/true));
     CEDAR_SCHEMA_TRY(read_string(item, "arguments", path, &call.arguments));
-    if (call.arguments.empty()) call.arguments = "{}";
-    CEDAR_SCHEMA_TRY(check_arguments_object(call.arguments, field_path(path, "arguments")));
+    CEDAR_SCHEMA_TRY(check_history_arguments(call.arguments, field_path(path, "arguments")));
     open_assistant_turn(*messages).tool_calls.push_back(std::move(call));
     return std::nullopt;
   }
@@ -127,15 +128,14 @@ SchemaError parse_text_format(const OrderedJson& body, std::optional<OrderedJson
   CEDAR_SCHEMA_TRY(read_string(*format, "type", "text.format", &type, /*required=*/true));
   if (type == "text") return std::nullopt;
   if (type == "json_object") {
-    *out = OrderedJson{{"type", "json_object"}};
+    *out = json_object_format();
     return std::nullopt;
   }
   if (type != "json_schema")
     return invalid_request("'text.format.type' must be text, json_object or json_schema", "text.format.type");
-  OrderedJson schema = OrderedJson::object();
-  for (auto it = format->begin(); it != format->end(); ++it)
-    if (it.key() != "type") schema[it.key()] = it.value();
-  *out = OrderedJson{{"type", "json_schema"}, {"json_schema", std::move(schema)}};
+  if (!format->contains("schema") || !(*format)["schema"].is_object())
+    return invalid_request("'text.format.schema' must be a JSON schema object", "text.format.schema");
+  *out = (*format)["schema"];  // the prompt shows the schema itself, as deepseek-recipe renders it
   return std::nullopt;
 }
 
@@ -167,6 +167,11 @@ SchemaError parse_responses_request(const OrderedJson& body, ChatRequest* out) {
     return invalid_request("'input' must be a string or an array of input items", "input");
   }
   if (out->messages.empty()) return invalid_request("'input' holds no items", "input");
+  // deepseek-recipe's Responses conversion lists an assistant turn's function calls by call_id
+  // (byte order), whatever their order in the input; the prompt must show them the same way.
+  for (Message& m : out->messages)
+    std::stable_sort(m.tool_calls.begin(), m.tool_calls.end(),
+                     [](const ToolCall& a, const ToolCall& b) { return a.id < b.id; });
   if (body.contains("tools")) CEDAR_SCHEMA_TRY(parse_tools(body["tools"], &out->tools));
   if (body.contains("tool_choice") && !body["tool_choice"].is_null()) {
     const OrderedJson& tc = body["tool_choice"];
@@ -195,6 +200,36 @@ SchemaError parse_responses_request(const OrderedJson& body, ChatRequest* out) {
   CEDAR_SCHEMA_TRY(read_bool(body, "parallel_tool_calls", "", &parallel));
   CEDAR_SCHEMA_TRY(read_bool(body, "stream", "", &out->stream.stream));
   out->stream.include_usage = true;  // response.completed always carries usage
+
+  // What the response objects report back (deepseek-recipe's ResponsesEcho).
+  OrderedJson echo;
+  echo["instructions"] = instructions.empty() ? OrderedJson(nullptr) : OrderedJson(instructions);
+  echo["max_output_tokens"] = max_output_tokens ? OrderedJson(*max_output_tokens) : OrderedJson(nullptr);
+  echo["parallel_tool_calls"] = parallel;
+  echo["reasoning"] = {{"effort", body.contains("reasoning") && body["reasoning"].is_object() &&
+                                          body["reasoning"].contains("effort")
+                                      ? body["reasoning"]["effort"]
+                                      : OrderedJson(nullptr)},
+                       {"summary", nullptr}};
+  echo["temperature"] = temperature ? *temperature : 1.0;
+  echo["text"] = body.contains("text") && body["text"].is_object() && body["text"].contains("format")
+                     ? OrderedJson{{"format", body["text"]["format"]}}
+                     : OrderedJson{{"format", {{"type", "text"}}}};
+  echo["tool_choice"] = body.contains("tool_choice") && !body["tool_choice"].is_null() ? body["tool_choice"]
+                                                                                       : OrderedJson("auto");
+  OrderedJson tools = OrderedJson::array();
+  if (body.contains("tools") && body["tools"].is_array()) {
+    for (const OrderedJson& t : body["tools"]) {
+      tools.push_back({{"type", "function"},
+                       {"name", t["name"]},
+                       {"description", t.contains("description") ? t["description"] : OrderedJson(nullptr)},
+                       {"parameters", t.contains("parameters") ? t["parameters"] : OrderedJson(nullptr)},
+                       {"strict", t.contains("strict") ? t["strict"] : OrderedJson(nullptr)}});
+    }
+  }
+  echo["tools"] = std::move(tools);
+  echo["top_p"] = top_p ? *top_p : 1.0;
+  out->responses_echo = std::move(echo);
   return std::nullopt;
 }
 
@@ -259,15 +294,23 @@ OrderedJson response_json(const Completion& c, OrderedJson output, const char* s
   r["error"] = nullptr;
   r["incomplete_details"] = nullptr;
   if (std::string_view(status) == "incomplete") r["incomplete_details"] = {{"reason", "max_output_tokens"}};
-  r["instructions"] = nullptr;
+  const OrderedJson& echo = c.responses_echo;
+  auto echoed = [&](const char* key, OrderedJson fallback) {
+    return echo.is_object() && echo.contains(key) ? echo[key] : fallback;
+  };
+  r["instructions"] = echoed("instructions", nullptr);
+  r["max_output_tokens"] = echoed("max_output_tokens", nullptr);
   r["model"] = c.model;
   r["output"] = std::move(output);
-  r["parallel_tool_calls"] = true;
+  r["parallel_tool_calls"] = echoed("parallel_tool_calls", true);
   r["previous_response_id"] = nullptr;
+  r["reasoning"] = echoed("reasoning", {{"effort", nullptr}, {"summary", nullptr}});
   r["store"] = false;
-  r["text"] = {{"format", {{"type", "text"}}}};
-  r["tool_choice"] = "auto";
-  r["tools"] = OrderedJson::array();
+  r["temperature"] = echoed("temperature", 1.0);
+  r["text"] = echoed("text", {{"format", {{"type", "text"}}}});
+  r["tool_choice"] = echoed("tool_choice", "auto");
+  r["tools"] = echoed("tools", OrderedJson::array());
+  r["top_p"] = echoed("top_p", 1.0);
   r["truncation"] = "disabled";
   if (std::string_view(status) != "in_progress") r["usage"] = usage_json(c.usage);
   return r;

@@ -219,14 +219,10 @@ SchemaError read_effort_text(const std::string& text, ReasoningOptions* reasonin
   return read_effort(digits ? OrderedJson(std::stoi(text)) : OrderedJson(text), "effort", reasoning);
 }
 
-SchemaError check_arguments_object(const std::string& arguments, const std::string& path) {
+SchemaError check_history_arguments(const std::string& arguments, const std::string& path) {
   if (json_nesting_depth(arguments) > kMaxJsonDepth)
     return invalid_request(
         std::string("'") + path + "' nests deeper than " + std::to_string(kMaxJsonDepth) + " levels", path);
-  OrderedJson parsed = OrderedJson::parse(arguments, nullptr, /*allow_exceptions=*/false);
-  if (parsed.is_discarded() || !parsed.is_object())
-    return invalid_request(
-        std::string("'") + path + "' must be a JSON object in a string, as the model produced it", path);
   return std::nullopt;
 }
 

@@ -69,8 +69,10 @@ SchemaError read_effort(const OrderedJson& value, const std::string& path, Reaso
 // The same from command-line text: digits are the integer form, anything else a word.
 SchemaError read_effort_text(const std::string& text, ReasoningOptions* reasoning);
 
-// Checks that a tool call's arguments are one JSON object (what the V4.1 encoder re-renders).
-SchemaError check_arguments_object(const std::string& arguments, const std::string& path);
+// Checks the arguments of a tool call in the history. Any text is accepted, as deepseek-recipe accepts
+// it (text that is not a JSON object is rendered as one "arguments" string parameter); only JSON
+// nested deeper than kMaxJsonDepth is refused, so later parses stay bounded.
+SchemaError check_history_arguments(const std::string& arguments, const std::string& path);
 
 // A fresh identifier: prefix + 24 random alphanumerics ("chatcmpl-9xQ...").
 std::string random_id(std::string_view prefix);

@@ -60,6 +60,55 @@ std::string replace_all(std::string s, std::string_view from, std::string_view t
   return s;
 }
 
+// Prompt text under construction, with the kind of every stretch (see SpanKind).
+class Pieces {
+ public:
+  Pieces& text(std::string_view s) { return add(s, SpanKind::kText); }
+  Pieces& special(std::string_view s) { return add(s, SpanKind::kSpecial); }
+  Pieces& model_text(std::string_view s) { return add(s, SpanKind::kModelText); }
+  // Template prose written by the encoder: the markers it names are the encoder's own tokens (the
+  // official encoders put the tools template's DSML tags and <think> / </think> in special ranges).
+  Pieces& templ(std::string_view s) {
+    static constexpr std::string_view kMarkers[] = {kDsml, kThinkStart, kThinkEnd};
+    while (!s.empty()) {
+      size_t at = std::string_view::npos, len = 0;
+      for (std::string_view m : kMarkers) {
+        const size_t p = s.find(m);
+        if (p < at) at = p, len = m.size();
+      }
+      if (at == std::string_view::npos) return text(s);
+      text(s.substr(0, at));
+      special(s.substr(at, len));
+      s.remove_prefix(at + len);
+    }
+    return *this;
+  }
+  Pieces& append(const Pieces& o) {
+    for (const PromptSpan& sp : o.spans_) add(std::string_view(o.text_).substr(sp.begin, sp.end - sp.begin), sp.kind);
+    return *this;
+  }
+  bool empty() const { return text_.empty(); }
+  void move_into(ChatPrompt* out) {
+    out->text = std::move(text_);
+    out->spans = std::move(spans_);
+  }
+
+ private:
+  Pieces& add(std::string_view s, SpanKind kind) {
+    if (s.empty()) return *this;
+    const size_t at = text_.size();
+    text_ += s;
+    if (kind != SpanKind::kSpecial && !spans_.empty() && spans_.back().kind == kind) {
+      spans_.back().end = text_.size();
+    } else {
+      spans_.push_back({at, text_.size(), kind});
+    }
+    return *this;
+  }
+  std::string text_;
+  std::vector<PromptSpan> spans_;
+};
+
 std::string where(size_t index) { return "messages[" + std::to_string(index) + "]"; }
 
 std::string get_role(const ojson& msg) {
@@ -80,6 +129,9 @@ Result<std::string> text_or_empty(const ojson& value, const std::string& what) {
   if (!python_truthy(value)) return std::string();
   return python_str(value, what);
 }
+
+// Marks the text block that stands for an image (see process_blocks).
+constexpr const char* kImageBlockKey = "cedar_image_placeholder";
 
 class Encoder {
  public:
@@ -105,11 +157,13 @@ class Encoder {
       if (python_truthy(get(m, "tools"))) drop = false;
     }
     if (opt_.thinking_mode == ThinkingMode::kThinking && drop) msgs = drop_thinking_messages(msgs);
-    out.text = opt_.add_bos ? std::string(kBos) : std::string();
+    Pieces prompt;
+    if (opt_.add_bos) prompt.special(kBos);
     for (size_t i = 0; i < msgs.size(); ++i) {
-      CEDAR_ASSIGN_OR_RETURN(std::string part, render(i, msgs, drop));
-      out.text += part;
+      CEDAR_ASSIGN_OR_RETURN(Pieces part, render(i, msgs, drop));
+      prompt.append(part);
     }
+    prompt.move_into(&out);
     return out;
   }
 
@@ -149,12 +203,14 @@ class Encoder {
         }
         if (source.empty()) return invalid_argument(w + ": Image block does not contain a valid source");
         images->push_back(source);
-        block = ojson{{"type", "text"}, {"text", kImagePlaceholder}};
+        // Marked so the renderer makes this placeholder (and no text a client wrote) the image token.
+        block = ojson{{"type", "text"}, {"text", kImagePlaceholder}, {kImageBlockKey, true}};
       } else if (type == "tool_result" && get(block, "content").is_array()) {
         CEDAR_RETURN_IF_ERROR(process_blocks(&block["content"], images, w));
       } else if (type == "text") {
         const ojson& t = get(block, "text");
-        if (t.is_string() && t.get<std::string>().find(kImagePlaceholder) != std::string::npos) {
+        if (!opt_.plain_image_placeholder_text && t.is_string() &&
+            t.get<std::string>().find(kImagePlaceholder) != std::string::npos) {
           return invalid_argument(w + ": Text block contains image placeholder '" + std::string(kImagePlaceholder) +
                                   "'. Images should be separate content blocks.");
         }
@@ -167,12 +223,14 @@ class Encoder {
     for (size_t i = 0; i < msgs->size(); ++i) {
       ojson& msg = (*msgs)[i];
       const ojson& content = get(msg, "content");
-      if (content.is_string() && content.get<std::string>().find(kImagePlaceholder) != std::string::npos) {
+      if (!opt_.plain_image_placeholder_text && content.is_string() &&
+          content.get<std::string>().find(kImagePlaceholder) != std::string::npos) {
         return invalid_argument(where(i) + ": Message content contains image special token '" +
                                 std::string(kImagePlaceholder) + "'. Images should be provided as image content blocks.");
       }
       const ojson& rc = get(msg, "reasoning_content");
-      if (rc.is_string() && rc.get<std::string>().find(kImagePlaceholder) != std::string::npos) {
+      if (!opt_.plain_image_placeholder_text && rc.is_string() &&
+          rc.get<std::string>().find(kImagePlaceholder) != std::string::npos) {
         return invalid_argument(where(i) + ": reasoning_content contains image special token '" +
                                 std::string(kImagePlaceholder) + "'");
       }
@@ -361,7 +419,7 @@ class Encoder {
     return thinking0 && e == "max" ? std::string(kV4MaxEffort) : std::string();
   }
 
-  Result<std::string> render_tools(const ojson& tools, const std::string& w) const {
+  Result<Pieces> render_tools(const ojson& tools, const std::string& w) const {
     if (!tools.is_array()) return invalid_argument(w + ".tools must be an array of OpenAI tool objects");
     std::string schemas;
     for (size_t k = 0; k < tools.size(); ++k) {
@@ -376,60 +434,72 @@ class Encoder {
     t = replace_all(std::move(t), "{calls}", n.calls);
     t = replace_all(std::move(t), "{invoke}", n.invoke);
     t = replace_all(std::move(t), "{parameter}", n.parameter);
-    return replace_all(std::move(t), "{schemas}", schemas);
+    // The schemas are client text: only the template around them names markers.
+    const size_t at = t.find("{schemas}");
+    Pieces out;
+    out.templ(std::string_view(t).substr(0, at)).text(schemas).templ(std::string_view(t).substr(at + 9));
+    return out;
   }
 
-  Result<std::string> system_extras(const ojson& msg, const std::string& w) const {
-    std::string out;
+  Result<Pieces> system_extras(const ojson& msg, const std::string& w) const {
+    Pieces out;
     if (python_truthy(get(msg, "tools"))) {
-      CEDAR_ASSIGN_OR_RETURN(std::string tools, render_tools(msg["tools"], w));
-      out += "\n\n" + tools;
+      CEDAR_ASSIGN_OR_RETURN(Pieces tools, render_tools(msg["tools"], w));
+      out.text("\n\n").append(tools);
     }
     if (python_truthy(get(msg, "response_format"))) {
-      out += "\n\n" + std::string(kResponseFormatPrefix) + python_json_dumps(msg["response_format"]);
+      out.text("\n\n").text(kResponseFormatPrefix).text(python_json_dumps(msg["response_format"]));
     }
     return out;
   }
 
-  Result<std::string> render_user_blocks(const ojson& blocks, const std::string& w) const {
-    std::string out;
+  // A text block: the client's text, or the image token for a converted image block.
+  static Pieces text_block(const ojson& block, const std::string& text) {
+    Pieces out;
+    if (python_truthy(get(block, kImageBlockKey))) return std::move(out.special(kImagePlaceholder));
+    return std::move(out.text(text));
+  }
+
+  Result<Pieces> render_user_blocks(const ojson& blocks, const std::string& w) const {
+    Pieces out;
     for (size_t k = 0; k < blocks.size(); ++k) {
       const ojson& b = blocks[k];
-      if (k) out += "\n\n";
+      if (k) out.text("\n\n");
       const ojson& type = b.is_object() ? get(b, "type") : ojson();
       if (type == "text") {
         const ojson& t = b.contains("text") ? b["text"] : ojson("");
         if (!t.is_string()) return invalid_argument(w + ": user content must be text (got a JSON " + std::string(t.type_name()) + ")");
-        out += t.get<std::string>();
+        out.append(text_block(b, t.get<std::string>()));
       } else if (type == "tool_result") {
         const ojson& c = b.contains("content") ? b["content"] : ojson("");
-        std::string text;
+        Pieces result;
         if (c.is_array()) {
           for (size_t j = 0; j < c.size(); ++j) {
             if (!c[j].is_object()) return invalid_argument(w + ": tool result content blocks must be objects");
-            if (j) text += "\n\n";
+            if (j) result.text("\n\n");
             if (get(c[j], "type") == "text") {
               const ojson& t = c[j].contains("text") ? c[j]["text"] : ojson("");
               if (!t.is_string()) return invalid_argument(w + ": a tool result text block needs string \"text\"");
-              text += t.get<std::string>();
+              result.append(text_block(c[j], t.get<std::string>()));
             } else {
               CEDAR_ASSIGN_OR_RETURN(std::string tn, python_str(get(c[j], "type"), w + " block type"));
-              text += "[Unsupported " + tn + "]";
+              result.text("[Unsupported " + tn + "]");
             }
           }
         } else {
-          CEDAR_ASSIGN_OR_RETURN(text, python_str(c, w + ": tool result content"));
+          CEDAR_ASSIGN_OR_RETURN(std::string text, python_str(c, w + ": tool result content"));
+          result.text(text);
         }
-        out += "<tool_result>" + text + "</tool_result>";
+        out.text("<tool_result>").append(result).text("</tool_result>");
       } else {
         CEDAR_ASSIGN_OR_RETURN(std::string tn, python_str(type, w + " block type"));
-        out += "[Unsupported " + tn + "]";
+        out.text("[Unsupported " + tn + "]");
       }
     }
     return out;
   }
 
-  Result<std::string> dsml_arguments(const ojson& tool_call, const std::string& w) const {
+  Result<Pieces> dsml_arguments(const ojson& tool_call, const std::string& w) const {
     const ojson& raw = tool_call["arguments"];
     ojson args = raw;
     if (v41_) {
@@ -458,23 +528,24 @@ class Encoder {
       }
     }
     const DsmlNames n = dsml_names(opt_.format);
-    std::string out;
+    Pieces out;
     bool first = true;
     for (auto it = args.begin(); it != args.end(); ++it) {
-      if (!first) out += "\n";
+      if (!first) out.text("\n");
       first = false;
       const bool is_str = it.value().is_string();
-      out += "<｜DSML｜" + std::string(n.parameter) + " name=\"" + it.key() + "\" string=\"" + (is_str ? "true" : "false") +
-             "\">" + (is_str ? it.value().get<std::string>() : python_json_dumps(it.value())) + "</｜DSML｜" +
-             std::string(n.parameter) + ">";
+      out.text("<").special(kDsml).text(std::string(n.parameter) + " name=\"" + it.key() + "\" string=\"" +
+                                         (is_str ? "true" : "false") + "\">");
+      out.text(is_str ? it.value().get<std::string>() : python_json_dumps(it.value()));
+      out.text("</").special(kDsml).text(std::string(n.parameter) + ">");
     }
     return out;
   }
 
-  Result<std::string> render_tool_calls(const ojson& calls, const std::string& w) const {
+  Result<Pieces> render_tool_calls(const ojson& calls, const std::string& w) const {
     if (!calls.is_array()) return invalid_argument(w + ".tool_calls must be an array");
     const DsmlNames n = dsml_names(opt_.format);
-    std::string list;
+    Pieces list;
     for (size_t k = 0; k < calls.size(); ++k) {
       const std::string cw = w + ".tool_calls[" + std::to_string(k) + "]";
       const ojson& tc = calls[k];
@@ -483,15 +554,18 @@ class Encoder {
         return invalid_argument(cw + " needs \"function\": {\"name\", \"arguments\"} (OpenAI format)");
       }
       CEDAR_ASSIGN_OR_RETURN(std::string name, python_str(tc["function"]["name"], cw + ".function.name"));
-      CEDAR_ASSIGN_OR_RETURN(std::string args, dsml_arguments(tc["function"], cw));
-      if (k) list += "\n";
-      list += "<｜DSML｜" + std::string(n.invoke) + " name=\"" + name + "\">\n" + args + "\n</｜DSML｜" +
-              std::string(n.invoke) + ">";
+      CEDAR_ASSIGN_OR_RETURN(Pieces args, dsml_arguments(tc["function"], cw));
+      if (k) list.text("\n");
+      list.text("<").special(kDsml).text(std::string(n.invoke) + " name=\"" + name + "\">\n");
+      list.append(args).text("\n</").special(kDsml).text(std::string(n.invoke) + ">");
     }
-    return "\n\n<｜DSML｜" + std::string(n.calls) + ">\n" + list + "\n</｜DSML｜" + std::string(n.calls) + ">";
+    Pieces out;
+    out.text("\n\n<").special(kDsml).text(std::string(n.calls) + ">\n").append(list);
+    out.text("\n</").special(kDsml).text(std::string(n.calls) + ">");
+    return out;
   }
 
-  Result<std::string> render(size_t index, const std::vector<ojson>& msgs, bool drop) const {
+  Result<Pieces> render(size_t index, const std::vector<ojson>& msgs, bool drop) const {
     const ojson& msg = msgs[index];
     const std::string w = where(index);
     const std::string role = get_role(msg);
@@ -499,48 +573,52 @@ class Encoder {
     const bool thinking = opt_.thinking_mode == ThinkingMode::kThinking;
 
     CEDAR_ASSIGN_OR_RETURN(std::string effort, effort_prefix(index));
-    std::string prompt;
-    if (v41_ && index == 0 && (!effort.empty() || role == "system")) prompt += kSystemMarker;
-    prompt += effort;
+    Pieces prompt;
+    if (v41_ && index == 0 && (!effort.empty() || role == "system")) prompt.special(kSystemMarker);
+    prompt.text(effort);
 
     if (role == "system") {
-      if (v41_ && index > 0) prompt += kSystemMarker;
+      if (v41_ && index > 0) prompt.special(kSystemMarker);
       CEDAR_ASSIGN_OR_RETURN(std::string content, text_or_empty(get(msg, "content"), w + ".content"));
-      CEDAR_ASSIGN_OR_RETURN(std::string extras, system_extras(msg, w));
-      prompt += content + extras;
+      CEDAR_ASSIGN_OR_RETURN(Pieces extras, system_extras(msg, w));
+      prompt.text(content).append(extras);
     } else if (role == "developer" && !v41_) {
       if (!python_truthy(get(msg, "content"))) return invalid_argument(w + ": a developer message needs content");
       CEDAR_ASSIGN_OR_RETURN(std::string content, python_str(msg["content"], w + ".content"));
-      CEDAR_ASSIGN_OR_RETURN(std::string extras, system_extras(msg, w));
-      prompt += std::string(kUserMarker) + content + extras;
+      CEDAR_ASSIGN_OR_RETURN(Pieces extras, system_extras(msg, w));
+      prompt.special(kUserMarker).text(content).append(extras);
     } else if (role == "user") {
-      prompt += kUserMarker;
+      prompt.special(kUserMarker);
       const ojson& blocks = get(msg, "content_blocks");
       if (python_truthy(blocks)) {
-        CEDAR_ASSIGN_OR_RETURN(std::string body, render_user_blocks(blocks, w));
-        prompt += body;
+        CEDAR_ASSIGN_OR_RETURN(Pieces body, render_user_blocks(blocks, w));
+        prompt.append(body);
       } else {
         CEDAR_ASSIGN_OR_RETURN(std::string content, text_or_empty(get(msg, "content"), w + ".content"));
-        prompt += content;
+        prompt.text(content);
       }
     } else if (role == "latest_reminder") {
       CEDAR_ASSIGN_OR_RETURN(std::string content, python_str(get(msg, "content"), w + ".content"));
-      prompt += std::string(kLatestReminderMarker) + content;
+      prompt.special(kLatestReminderMarker).text(content);
     } else if (role == "assistant") {
-      std::string calls;
+      Pieces calls;
       if (python_truthy(get(msg, "tool_calls"))) {
         CEDAR_ASSIGN_OR_RETURN(calls, render_tool_calls(msg["tool_calls"], w));
       }
       CEDAR_ASSIGN_OR_RETURN(std::string content, text_or_empty(get(msg, "content"), w + ".content"));
       CEDAR_ASSIGN_OR_RETURN(std::string reasoning,
                              text_or_empty(get(msg, "reasoning_content"), w + ".reasoning_content"));
+      const bool model_text = python_truthy(get(msg, kModelTextKey));
       const bool prev_has_task = index > 0 && !get(msgs[index - 1], "task").is_null();
-      std::string thinking_part;
       if (thinking && !prev_has_task && (!drop || static_cast<int>(index) > last_user)) {
-        thinking_part = reasoning + std::string(kThinkEnd);
+        if (model_text) prompt.model_text(reasoning);
+        else prompt.text(reasoning);
+        prompt.special(kThinkEnd);
       }
-      prompt += thinking_part + content + calls;
-      if (!python_truthy(get(msg, "wo_eos"))) prompt += kEos;
+      if (model_text) prompt.model_text(content);
+      else prompt.text(content);
+      prompt.append(calls);
+      if (!python_truthy(get(msg, "wo_eos"))) prompt.special(kEos);
     } else if (role == "tool") {
       return internal_error(w + ": tool message survived merging");
     } else {
@@ -567,14 +645,14 @@ class Encoder {
                                 "'. Valid tasks are: action, query, authority, domain, title, read_url");
       }
       if (task != "action") {
-        prompt += marker;
+        prompt.special(marker);
       } else {
-        prompt += std::string(kAssistantMarker) + std::string(thinking ? kThinkStart : kThinkEnd) + std::string(marker);
+        prompt.special(kAssistantMarker).special(thinking ? kThinkStart : kThinkEnd).special(marker);
       }
     } else if (role == "user" || (v41_ && role == "system" && index > 0) || (!v41_ && role == "developer")) {
-      prompt += kAssistantMarker;
+      prompt.special(kAssistantMarker);
       const bool open_thinking = thinking && (!drop || static_cast<int>(index) >= last_user);
-      prompt += open_thinking ? kThinkStart : kThinkEnd;
+      prompt.special(open_thinking ? kThinkStart : kThinkEnd);
     }
     return prompt;
   }
@@ -617,18 +695,34 @@ Result<ChatPrompt> encode_chat_json(std::string_view messages_json, const ChatOp
   return encode_chat(parsed, options);
 }
 
+std::vector<std::pair<size_t, size_t>> special_ranges(const ChatPrompt& prompt) {
+  std::vector<std::pair<size_t, size_t>> out;
+  for (const PromptSpan& s : prompt.spans)
+    if (s.kind == SpanKind::kSpecial) out.emplace_back(s.begin, s.end);
+  return out;
+}
+
 Result<std::vector<TokenId>> encode_chat_ids(const Tokenizer& tokenizer, const ChatPrompt& prompt, PromptFormat format) {
-  std::vector<std::string_view> markers = {kBos, kEos, kThinkStart, kThinkEnd, kDsml, kUserMarker, kAssistantMarker};
-  if (format == PromptFormat::kV41) markers.push_back(kSystemMarker);
-  for (std::string_view m : markers) {
-    if (prompt.text.find(m) == std::string::npos) continue;
-    if (!tokenizer.token_to_id(m)) {
-      return failed_precondition("the tokenizer has no single token for '" + std::string(m) + "', which the " +
-                                 (format == PromptFormat::kV41 ? "V4.1" : "V4") +
-                                 " prompt format needs: use the tokenizer.json shipped with the checkpoint");
+  std::vector<TokenId> ids;
+  ids.reserve(prompt.text.size() / 3 + 8);
+  for (const PromptSpan& s : prompt.spans) {
+    const std::string_view piece = std::string_view(prompt.text).substr(s.begin, s.end - s.begin);
+    switch (s.kind) {
+      case SpanKind::kSpecial: {
+        std::optional<TokenId> id = tokenizer.token_to_id(piece);
+        if (!id) {
+          return failed_precondition("the tokenizer has no single token for '" + std::string(piece) + "', which the " +
+                                     (format == PromptFormat::kV41 ? "V4.1" : "V4") +
+                                     " prompt format needs: use the tokenizer.json shipped with the checkpoint");
+        }
+        ids.push_back(*id);
+        break;
+      }
+      case SpanKind::kText: CEDAR_RETURN_IF_ERROR(tokenizer.encode_plain_append(piece, &ids)); break;
+      case SpanKind::kModelText: CEDAR_RETURN_IF_ERROR(tokenizer.encode_append(piece, &ids)); break;
     }
   }
-  return tokenizer.encode(prompt.text, /*add_special=*/false);
+  return ids;
 }
 
 Status validate_reasoning_effort(const nlohmann::ordered_json& effort, PromptFormat format) {

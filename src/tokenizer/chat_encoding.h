@@ -23,6 +23,7 @@
 
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -44,13 +45,33 @@ struct ChatOptions {
   ThinkingMode thinking_mode = ThinkingMode::kChat;
   bool drop_thinking = true;
   bool add_bos = true;
+  // The official encoder refuses text that spells the image placeholder. With this set, such text is
+  // plain text like any other (deepseek-recipe's behaviour; the server sets it, as it takes no
+  // images and every placeholder would be a client's spelling).
+  bool plain_image_placeholder_text = false;
   // null = the format's default; V4.1: an integer 1..100 or "low"|"high"|"xhigh"|"max";
   // V4: "high" or "max".
   nlohmann::ordered_json reasoning_effort = nullptr;
 };
 
+// How a stretch of the prompt text becomes ids.
+enum class SpanKind {
+  kText,       // anything a client wrote, and the template's prose: encoded without added tokens
+  kSpecial,    // one control marker the encoder itself placed: exactly one added token
+  kModelText,  // text this server's model generated (a replayed turn): encoded with added tokens,
+               // so its markers come back as the tokens the model produced
+};
+
+struct PromptSpan {
+  size_t begin = 0, end = 0;  // byte offsets into ChatPrompt::text
+  SpanKind kind = SpanKind::kText;
+};
+
 struct ChatPrompt {
   std::string text;
+  // Cover `text` in order, without gaps; neighbouring text spans are merged (the tokenizer
+  // pre-tokenises each span on its own, as DeepSeek's encoders do between special ranges).
+  std::vector<PromptSpan> spans;
   // URLs (or inline data) of the images whose <｜deepseek_image｜> placeholders the prompt holds,
   // in prompt order (V4.1 only; the vision path consumes them).
   std::vector<std::string> images;
@@ -65,9 +86,14 @@ Result<ChatPrompt> encode_chat(const nlohmann::ordered_json& messages, const Cha
 // "tools", which are attached to the first message as the official load_cases does).
 Result<ChatPrompt> encode_chat_json(std::string_view messages_json, const ChatOptions& options);
 
-// Encodes the prompt text into ids (BOS is part of the text, so no special tokens are added) and
-// checks that every control marker the format relies on is a single token of `tokenizer`: a
-// tokenizer from another model generation (e.g. V4's, whose id 128799 is not <｜System｜>) is a
+// The byte ranges of the prompt's special spans, ascending (deepseek-recipe's special_ranges, in
+// bytes rather than code points).
+std::vector<std::pair<size_t, size_t>> special_ranges(const ChatPrompt& prompt);
+
+// Encodes the prompt into ids span by span: each special span is its single token, text spans are
+// encoded without added tokens (so a marker a client spelled stays plain text), model text with
+// them. BOS is part of the text, so no special tokens are added. A special span that is not a single
+// token of `tokenizer` (e.g. <｜System｜> with V4's tokenizer, where id 128799 is a placeholder) is a
 // FailedPrecondition error naming the missing marker.
 Result<std::vector<TokenId>> encode_chat_ids(const Tokenizer& tokenizer, const ChatPrompt& prompt,
                                              PromptFormat format);
@@ -89,6 +115,10 @@ inline constexpr std::string_view kUserMarker = "<｜User｜>";
 inline constexpr std::string_view kAssistantMarker = "<｜Assistant｜>";
 inline constexpr std::string_view kLatestReminderMarker = "<｜latest_reminder｜>";
 inline constexpr std::string_view kImagePlaceholder = "<｜deepseek_image｜>";
+
+// An assistant message with this key set to true carries content and reasoning_content that this
+// server's model generated (a replayed turn): they become SpanKind::kModelText rather than text.
+inline constexpr const char* kModelTextKey = "cedar_model_text";
 
 // DSML tag names of a format: V4.1 " calls"/" invoke"/" parameter", V4 "tool_calls"/"invoke"/
 // "parameter" (the tags are "<" + kDsml + name ...).

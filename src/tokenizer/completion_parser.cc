@@ -196,6 +196,7 @@ bool CompletionParser::scan_text(std::vector<ParseEvent>* events, bool at_end) {
   const auto delta_type = reasoning ? ParseEvent::Type::kReasoningDelta : ParseEvent::Type::kContentDelta;
   // Markers in order of handling: the block/section ends first, then tokens that may not appear.
   std::vector<std::string_view> markers = {calls_start_, kEos, kThinkEnd, kBos, kThinkStart, kDsml};
+  if (!parse_tool_calls_) markers = {kEos, kThinkEnd, kBos, kThinkStart};
   const Found f = find_first(pending_, markers);
   // Text from `partial_start` on may still grow into a marker (a longer one can begin before a
   // shorter one already found, e.g. "\n\n<｜DSML｜" before " calls" arrives).

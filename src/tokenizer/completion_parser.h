@@ -42,6 +42,9 @@ struct ParseEvent {
 class CompletionParser {
  public:
   explicit CompletionParser(ThinkingMode mode, PromptFormat format = PromptFormat::kV41);
+  // Off: DSML in the content is plain text and no tool call is ever reported (a request that
+  // declared no tools, or tool_choice "none": deepseek-recipe's parse_tool_calls = false).
+  void set_parse_tool_calls(bool on) { parse_tool_calls_ = on; }
 
   // Consumes the next piece of completion text.
   std::vector<ParseEvent> feed(std::string_view text);
@@ -62,6 +65,7 @@ class CompletionParser {
 
   PromptFormat format_;
   State state_;
+  bool parse_tool_calls_ = true;
   CallState call_state_ = CallState::kBetweenInvokes;
   std::string pending_;  // text received but not yet consumed
   // Markers of the format.

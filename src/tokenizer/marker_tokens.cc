@@ -13,6 +13,10 @@ namespace {
 using json = nlohmann::json;
 
 constexpr std::string_view kPlaceholderPrefix = "<｜place▁holder▁no▁";
+// The image token: V4.1's config (image_token_id) and deepseek-recipe (IMAGE_SPECIAL_TOKEN_ID) put
+// it at 129264, which the V4-series tokenizer.json names as below.
+constexpr int64_t kImageTokenId = 129264;
+constexpr std::string_view kV4ImageName = "<｜image2｜>";
 
 // V4.1's ids for markers whose id V3 also has as a placeholder.
 const std::map<std::string_view, int64_t>& preferred_ids() {
@@ -75,6 +79,20 @@ Result<std::string> add_v41_markers(std::string_view tokenizer_json, std::vector
     out.replace(at, from.size(), to);
     if (added) added->push_back(std::string(marker) + "=" + std::to_string(it->first));
     placeholders.erase(it);
+  }
+  // V4-series files name V4.1's image token (id 129264) <｜image2｜>; V4.1 spells it as its encoder
+  // writes the placeholder.
+  if (!contents.count(std::string(kImagePlaceholder))) {
+    for (const json& a : tokens) {
+      if (a["id"].get<int64_t>() != kImageTokenId || a["content"] != kV4ImageName) continue;
+      const std::string from = json(std::string(kV4ImageName)).dump(), to = json(std::string(kImagePlaceholder)).dump();
+      const size_t at = out.find(from);
+      if (at == std::string::npos || out.find(from, at + 1) != std::string::npos)
+        return failed_precondition("tokenizer.json: " + std::string(kV4ImageName) +
+                                   " does not occur exactly once; cannot rename it to " + std::string(kImagePlaceholder));
+      out.replace(at, from.size(), to);
+      if (added) added->push_back(std::string(kImagePlaceholder) + "=" + std::to_string(kImageTokenId));
+    }
   }
   return out;
 }

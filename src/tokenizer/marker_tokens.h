@@ -21,7 +21,8 @@ namespace cedar::tokenizer {
 std::vector<std::string_view> v41_marker_tokens();
 
 // Returns `tokenizer_json` with every V4.1 marker that is not yet a token renamed onto a
-// placeholder; *added (optional) receives "marker=id" for each. A file that already has them all
+// placeholder, and the V4-series name of the image token (id 129264, <｜image2｜>) renamed to
+// V4.1's <｜deepseek_image｜>; *added (optional) receives "marker=id" for each. A file that already has them all
 // comes back unchanged. Fails when the JSON is not a tokenizer or no placeholder is left.
 Result<std::string> add_v41_markers(std::string_view tokenizer_json, std::vector<std::string>* added = nullptr);
 

@@ -306,6 +306,21 @@ struct Tokenizer::Impl {
     return {};
   }
 
+  // Plain text: no added token is split out, so a marker spelled in the text is encoded like any
+  // other characters (what DeepSeek's prompt encoding does between its special ranges).
+  Status encode_without_added(std::string_view text, std::vector<TokenId>* out) const {
+    const size_t valid = valid_utf8_prefix(text);
+    if (valid != text.size()) {
+      return invalid_argument("text to encode is not valid UTF-8 (first bad byte at offset " + std::to_string(valid) +
+                              "); convert it to UTF-8 first");
+    }
+    Scratch& sc = thread_scratch(instance);
+    if (!normalizer) return encode_plain(text, sc, out);
+    std::string normalized(text);
+    CEDAR_RETURN_IF_ERROR(normalizer->apply(&normalized));
+    return encode_plain(normalized, sc, out);
+  }
+
   Status encode(std::string_view text, std::vector<TokenId>* out) const {
     const size_t valid = valid_utf8_prefix(text);
     if (valid != text.size()) {
@@ -596,6 +611,10 @@ Result<std::vector<TokenId>> Tokenizer::encode(std::string_view text, bool add_s
 
 Status Tokenizer::encode_append(std::string_view text, std::vector<TokenId>* out) const {
   return impl_->encode(text, out);
+}
+
+Status Tokenizer::encode_plain_append(std::string_view text, std::vector<TokenId>* out) const {
+  return impl_->encode_without_added(text, out);
 }
 
 Result<std::string> Tokenizer::decode(std::span<const TokenId> ids, bool skip_special) const {

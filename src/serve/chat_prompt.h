@@ -1,0 +1,39 @@
+// A neutral chat request -> the V4.1 prompt (text, special spans) and its token ids. The server
+// (ChatService) and `cedar render` share it, so what `cedar render` prints is what a request runs.
+// Conversion follows DeepSeek's protocol library (deepseek-recipe 0.2.0), which the corpus test
+// tests/serve/recipe checks body by body.
+#pragma once
+
+#include <cstdint>
+#include <variant>
+#include <vector>
+
+#include "serve/api_error.h"
+#include "serve/chat_types.h"
+#include "tokenizer/chat_encoding.h"
+#include "tokenizer/tokenizer.h"
+
+namespace cedar::serve {
+
+struct PromptSettings {
+  bool default_thinking = false;  // mode when the request says nothing
+  tokenizer::PromptFormat format = tokenizer::PromptFormat::kV41;
+};
+
+struct RenderedChat {
+  tokenizer::ChatPrompt prompt;
+  std::vector<int32_t> ids;
+  bool thinking = false;
+};
+
+// The V4.1 effort of a thinking turn whose request names none: deepseek-recipe's default "high".
+inline constexpr int kDefaultEffort = 75;
+
+// Renders `messages` (the request's, after any replay of generated turns) with the request's tools,
+// response format and reasoning options. 400 for what the encoder rejects; 500 when the tokenizer
+// lacks a control marker (a server misconfiguration).
+std::variant<RenderedChat, ApiError> render_chat_prompt(const ChatRequest& request, const std::vector<Message>& messages,
+                                                        const tokenizer::Tokenizer& tokenizer,
+                                                        const PromptSettings& settings);
+
+}  // namespace cedar::serve
