@@ -117,15 +117,31 @@ void ForwardPass::attention_chunk(int l, const ChunkSpan& ch) {
   // (get_window_topk_idxs with start_pos 0); positions below the window floor are -1 too.
   const size_t width = std::min(ch.n, win);
   const int64_t floor_row = ch.seq->window_floor - ch.p0;
-  int32_t* widx = scratch(ws_.idx, width);
-  for (size_t i = 0; i < ch.n; ++i) {
+  for_queries(ch.n, [&](size_t i, Workspace::QueryScratch& qs, ThreadPool* inner) {
+    int32_t* widx = scratch(qs.window_idx, width);
     const size_t start = i + 1 > win ? i + 1 - win : 0;
     for (size_t j = 0; j < width; ++j) {
       const int64_t r = static_cast<int64_t>(start + j);
       widx[j] = (r > static_cast<int64_t>(i) || r < floor_row) ? -1 : static_cast<int32_t>(r);
     }
-    attend(l, ch, ch.offset + i, kv, ch.n, widx, width);
+    attend(l, ch, ch.offset + i, kv, ch.n, widx, width, qs, inner);
+  });
+}
+
+// Queries of a prefill chunk are independent once the layer's shared state (published top-k rows,
+// dequantised index keys) is prepared: they run in parallel, each thread with its own scratch, and
+// the ops inside a query run inline. One query alone keeps the pool for its ops.
+template <typename Fn>
+void ForwardPass::for_queries(size_t n, Fn&& fn) {
+  const size_t threads = pool_ ? static_cast<size_t>(pool_->size()) : 1;
+  if (ws_.query_scratch.size() < threads) ws_.query_scratch.resize(threads);
+  if (n == 1 || threads == 1) {
+    for (size_t i = 0; i < n; ++i) fn(i, ws_.query_scratch[0], pool_);
+    return;
   }
+  pool_->parallel_for(n, 1, [&](size_t b, size_t e, int t) {
+    for (size_t i = b; i < e; ++i) fn(i, ws_.query_scratch[static_cast<size_t>(t)], nullptr);
+  });
 }
 
 // The compressed latent of one group (Compressor.forward), then the owner's index key and main
@@ -197,10 +213,12 @@ void ForwardPass::compress_and_index_prefill(int l, const ChunkSpan& ch) {
   }
   if (e.mode != AttnMode::kFull && e.mode != AttnMode::kReindex) return;
   const int64_t n_keys = (ch.p0 + static_cast<int64_t>(ch.n)) / r;  // end_pos // ratio
-  for (size_t i = 0; i < ch.n; ++i) {
+  begin_indexer_layer(l);
+  if (n_keys > 0) prepare_index_keys(l, ch, ch.p0, n_keys);
+  for_queries(ch.n, [&](size_t i, Workspace::QueryScratch& qs, ThreadPool* inner) {
     const int64_t pos = ch.p0 + static_cast<int64_t>(i);
-    run_indexer(l, ch, ch.offset + i, pos, n_keys, (pos + 1) / r, static_cast<int32_t>(ch.n));
-  }
+    run_indexer(l, ch, ch.offset + i, pos, n_keys, (pos + 1) / r, static_cast<int32_t>(ch.n), qs, inner);
+  });
 }
 
 void ForwardPass::decode_token(int l, const ChunkSpan& ch, size_t t) {
@@ -232,8 +250,12 @@ void ForwardPass::decode_token(int l, const ChunkSpan& ch, size_t t) {
       }
     }
     const int64_t n_keys = (i + 1) / r;
-    if (e.mode == AttnMode::kFull || e.mode == AttnMode::kReindex)
-      run_indexer(l, ch, row, i, n_keys, n_keys, static_cast<int32_t>(win));
+    if (e.mode == AttnMode::kFull || e.mode == AttnMode::kReindex) {
+      if (ws_.query_scratch.empty()) ws_.query_scratch.resize(1);
+      begin_indexer_layer(l);
+      if (n_keys > 0) prepare_index_keys(l, ch, i, n_keys);
+      run_indexer(l, ch, row, i, n_keys, n_keys, static_cast<int32_t>(win), ws_.query_scratch[0], pool_);
+    }
   }
   // The whole ring, oldest slot first; slots not yet written (slot > i) are -1, and so are slots
   // holding a position below the window floor (bounded replay truncates the window).
@@ -242,14 +264,16 @@ void ForwardPass::decode_token(int l, const ChunkSpan& ch, size_t t) {
     const uint8_t* src = ring + s * fmt.window_bytes();
     ops::fp8_dequant_e8m0(src, src + hd, hd, ws_.window_rows.data() + s * hd);
   }
-  int32_t* widx = scratch(ws_.idx, win);
+  if (ws_.query_scratch.empty()) ws_.query_scratch.resize(1);
+  Workspace::QueryScratch& qs = ws_.query_scratch[0];
+  int32_t* widx = scratch(qs.window_idx, win);
   const size_t oldest = static_cast<size_t>(i % win) + 1;
   for (size_t j = 0; j < win; ++j) {
     const size_t s = (oldest + j) % win;
     const int64_t held = i - static_cast<int64_t>((static_cast<size_t>(i) + win - s) % win);  // position in slot s
     widx[j] = (static_cast<int64_t>(s) > i || held < ch.seq->window_floor) ? -1 : static_cast<int32_t>(s);
   }
-  attend(l, ch, row, rows, win, widx, win);
+  attend(l, ch, row, rows, win, widx, win, qs, pool_);
 }
 
 // Index keys are written once and never change, so each (sequence, owner) is dequantised once per
@@ -283,35 +307,47 @@ const float* ForwardPass::dequantized_index_keys(const ChunkSpan& ch, int owner_
 
 // Indexer.forward for one query: bf16 scores against the published index keys, causal mask,
 // candidate pool (build or consume), top-k re-sorted ascending, unreachable -> -1, rest + offset.
+void ForwardPass::begin_indexer_layer(int l) {
+  if (ws_.published_topk_layer == l) return;
+  // First query of this layer in this forward: size the published lists for all T rows.
+  const size_t topk_width = c_.index_topk;
+  scratch(ws_.published_topk, T_ * (topk_width + 1));
+  ws_.published_topk_width = topk_width + 1;  // [count, entries...]
+  ws_.published_topk_layer = l;
+  for (size_t r = 0; r < T_; ++r) ws_.published_topk[r * ws_.published_topk_width] = 0;
+}
+
+// Which owner's index keys a query scores: the last published (reference) or the layer's own source.
+int ForwardPass::index_keys_layer(int l, const ChunkSpan& ch, int64_t query_pos) const {
+  if (m_.options_.index_keys == IndexKeyMode::kReference)
+    return ch.prefill ? ch.seq->index_key_slot : reference_slot(ch, l, query_pos);
+  return plan_.layers[l].index_keys_from;
+}
+
+const float* ForwardPass::prepare_index_keys(int l, const ChunkSpan& ch, int64_t query_pos, int64_t n_keys) {
+  const int keys_layer = index_keys_layer(l, ch, query_pos);
+  CEDAR_CHECK(keys_layer >= 0, "layer %d: no index keys were published before its indexer ran", l);
+  const KvOwnerState& owner = ch.seq->owner(keys_layer);
+  CEDAR_CHECK(owner.n_entries >= n_keys, "layer %d: index-key source %d holds %lld entries, %lld needed", l,
+              keys_layer, static_cast<long long>(owner.n_entries), static_cast<long long>(n_keys));
+  return dequantized_index_keys(ch, keys_layer, n_keys);
+}
+
 void ForwardPass::run_indexer(int l, const ChunkSpan& ch, size_t row, int64_t query_pos, int64_t n_keys,
-                              int64_t visible, int32_t offset) {
+                              int64_t visible, int32_t offset, Workspace::QueryScratch& qs, ThreadPool* inner) {
   const LayerPlanEntry& e = plan_.layers[l];
   const size_t nih = c_.index_n_heads, ihd = c_.index_head_dim;
   const size_t topk_width = c_.index_topk;
-  if (ws_.published_topk_layer != l) {
-    // First query of this layer in this forward: size the published lists for all T rows.
-    scratch(ws_.published_topk, T_ * (topk_width + 1));
-    ws_.published_topk_width = topk_width + 1;  // [count, entries...]
-    ws_.published_topk_layer = l;
-    for (size_t r = 0; r < T_; ++r) ws_.published_topk[r * ws_.published_topk_width] = 0;
-  }
+  CEDAR_CHECK(ws_.published_topk_layer == l, "layer %d: begin_indexer_layer was not called", l);
   int32_t* pub = ws_.published_topk.data() + row * ws_.published_topk_width;
   if (n_keys == 0) {
     pub[0] = 0;
     return;
   }
-  // Which owner's index keys: the last published (reference) or this layer's own source (owner).
-  int keys_layer = e.index_keys_from;
-  if (m_.options_.index_keys == IndexKeyMode::kReference)
-    keys_layer = ch.prefill ? ch.seq->index_key_slot : reference_slot(ch, l, query_pos);
-  CEDAR_CHECK(keys_layer >= 0, "layer %d: no index keys were published before its indexer ran", l);
-  const KvOwnerState& owner = ch.seq->owner(keys_layer);
-  CEDAR_CHECK(owner.n_entries >= n_keys, "layer %d: index-key source %d holds %lld entries, %lld needed", l,
-              keys_layer, static_cast<long long>(owner.n_entries), static_cast<long long>(n_keys));
-  const float* keys = dequantized_index_keys(ch, keys_layer, n_keys);  // [n_keys, index_head_dim]
-  float* scores = scratch(ws_.scores, n_keys);  // [n_keys]
+  const float* keys = prepare_index_keys(l, ch, query_pos, n_keys);  // [n_keys, index_head_dim]
+  float* scores = scratch(qs.scores, n_keys);  // [n_keys]
   ops::indexer_scores(ws_.idx_q.data() + row * nih * ihd, ws_.idx_w.data() + row * nih, nih, ihd, keys, n_keys,
-                      scores, nullptr);
+                      scores, inner);
   for (int64_t t = visible; t < n_keys; ++t) scores[t] = kNegInf;
 
   const size_t cand_width = static_cast<size_t>(n_keys);
@@ -320,7 +356,7 @@ void ForwardPass::run_indexer(int l, const ChunkSpan& ch, size_t row, int64_t qu
     // entry pinned to +inf, keep the best candidate_topk_blocks blocks that are reachable (> -inf).
     const size_t bs = c_.candidate_block_size;
     const size_t nb = (cand_width + bs - 1) / bs;
-    float* bscore = scratch(ws_.block_scores, nb);
+    float* bscore = scratch(qs.block_scores, nb);
     for (size_t b = 0; b < nb; ++b) {
       float mx = kNegInf;
       for (size_t t = b * bs; t < std::min(cand_width, (b + 1) * bs); ++t) mx = std::max(mx, scores[t]);
@@ -328,8 +364,8 @@ void ForwardPass::run_indexer(int l, const ChunkSpan& ch, size_t row, int64_t qu
     }
     if (visible >= 1) bscore[(visible - 1) / bs] = kPosInf;
     const size_t kb = std::min<size_t>(c_.candidate_topk_blocks, nb);
-    int32_t* chosen = scratch(ws_.topk_out, std::max<size_t>(kb, topk_width));
-    int32_t* tscratch = scratch(ws_.topk_scratch, std::max<size_t>(nb, cand_width));
+    int32_t* chosen = scratch(qs.topk_out, std::max<size_t>(kb, topk_width));
+    int32_t* tscratch = scratch(qs.topk_scratch, std::max<size_t>(nb, cand_width));
     ops::topk_ascending(bscore, nb, kb, chosen, tscratch);
     CEDAR_CHECK(nb <= ws_.candidate_width, "candidate pool of %zu blocks exceeds the sized %zu", nb, ws_.candidate_width);
     uint8_t* cand = ws_.candidates.data() + row * ws_.candidate_width;  // one flag per block
@@ -344,7 +380,7 @@ void ForwardPass::run_indexer(int l, const ChunkSpan& ch, size_t row, int64_t qu
   }
   const size_t k = std::min<size_t>(topk_width, n_keys);
   int32_t* out = pub + 1;
-  ops::topk_ascending(scores, n_keys, k, out, scratch(ws_.topk_scratch, std::max<size_t>(n_keys, 1)));
+  ops::topk_ascending(scores, n_keys, k, out, scratch(qs.topk_scratch, std::max<size_t>(n_keys, 1)));
   for (size_t j = 0; j < k; ++j) out[j] = out[j] < visible ? out[j] + offset : -1;
   pub[0] = static_cast<int32_t>(k);
 }
@@ -352,7 +388,8 @@ void ForwardPass::run_indexer(int l, const ChunkSpan& ch, size_t row, int64_t qu
 // sparse_attn over [window rows ; the compressed entries this query selected]. Only the selected
 // compressed entries are dequantised (into a compact block); indices are remapped, order kept.
 void ForwardPass::attend(int l, const ChunkSpan& ch, size_t row, const float* window_rows, size_t n_window_rows,
-                         const int32_t* window_idx, size_t n_window_idx) {
+                         const int32_t* window_idx, size_t n_window_idx, Workspace::QueryScratch& qs,
+                         ThreadPool* inner) {
   const LayerPlanEntry& e = plan_.layers[l];
   const size_t H = c_.n_heads, hd = c_.head_dim;
   const KvEntryFormat fmt{c_.head_dim, c_.index_head_dim};
@@ -365,9 +402,9 @@ void ForwardPass::attend(int l, const ChunkSpan& ch, size_t row, const float* wi
     n_comp = static_cast<size_t>(pub[0]);
     comp = pub + 1;
   }
-  int32_t* idx = scratch(ws_.topk_out, n_window_idx + n_comp + c_.index_topk);
+  int32_t* idx = scratch(qs.idx, n_window_idx + n_comp + c_.index_topk);
   std::memcpy(idx, window_idx, n_window_idx * sizeof(int32_t));
-  float* gathered = scratch(ws_.gathered_rows, std::max<size_t>(n_comp, 1) * hd);
+  float* gathered = scratch(qs.gathered, std::max<size_t>(n_comp, 1) * hd);
   size_t n_gathered = 0;
   if (n_comp) {
     const KvOwnerState& owner = ch.seq->owner(e.kv_from);
@@ -388,7 +425,7 @@ void ForwardPass::attend(int l, const ChunkSpan& ch, size_t row, const float* wi
   ops::KvRows kv{window_rows, n_window_rows, gathered, n_gathered};
   const float scale = static_cast<float>(std::pow(static_cast<double>(hd), -0.5));
   ops::sparse_attn(ws_.q.data() + row * H * hd, H, hd, kv, w_.blocks[l].attn.attn_sink, idx, n_window_idx + n_comp,
-                   scale, ws_.o.data() + row * H * hd, pool_);
+                   scale, ws_.o.data() + row * H * hd, inner);
 }
 
 }  // namespace cedar::model

@@ -40,6 +40,13 @@ struct Workspace {
   std::vector<ActiveExpert> moe_experts;
   std::vector<float> moe_act;
   std::vector<ops::Fp4GemmJob> fp4_jobs;
+  // Per-query scratch of the indexer and attention, one per pool thread: prefill runs its queries in
+  // parallel, each thread on its own set.
+  struct QueryScratch {
+    std::vector<float> scores, block_scores, gathered;
+    std::vector<int32_t> window_idx, idx, topk_out, topk_scratch;
+  };
+  std::vector<QueryScratch> query_scratch;
   // Dequantised index keys per (sequence, owner), valid for one forward pass.
   struct KeyCache {
     const SequenceState* seq = nullptr;
@@ -79,11 +86,22 @@ class ForwardPass {
   void compress_and_index_prefill(int layer, const ChunkSpan& ch);
   void decode_token(int layer, const ChunkSpan& ch, size_t t);
   void produce_latent(int layer, const ChunkSpan& ch, size_t row, int64_t group, float* latent);
+  // The indexer of one query. Before the first query of a layer: begin_indexer_layer, and the index
+  // keys dequantised (dequantized_index_keys) up to the largest n_keys, so that queries can then run
+  // in parallel, each with its own scratch; `inner` parallelises within the query (nullptr inside a
+  // parallel region).
+  void begin_indexer_layer(int layer);
+  int index_keys_layer(int layer, const ChunkSpan& ch, int64_t query_pos) const;
+  // The query's index keys (checked, dequantised up to n_keys on first use; read-only afterwards).
+  const float* prepare_index_keys(int layer, const ChunkSpan& ch, int64_t query_pos, int64_t n_keys);
   void run_indexer(int layer, const ChunkSpan& ch, size_t row, int64_t query_pos, int64_t n_keys,
-                   int64_t visible, int32_t offset);
+                   int64_t visible, int32_t offset, Workspace::QueryScratch& qs, ThreadPool* inner);
   const float* dequantized_index_keys(const ChunkSpan& ch, int owner_layer, int64_t n_keys);
+  // Runs fn(i, scratch, inner_pool) for queries i in [0, n), in parallel over the pool (prefill).
+  template <typename Fn>
+  void for_queries(size_t n, Fn&& fn);
   void attend(int layer, const ChunkSpan& ch, size_t row, const float* window_rows, size_t n_window_rows,
-              const int32_t* window_idx, size_t n_window_idx);
+              const int32_t* window_idx, size_t n_window_idx, Workspace::QueryScratch& qs, ThreadPool* inner);
   void moe(int layer, const float* x, float* out);
   void head(float* logits);
   const ops::RopeTable& rope_for(int layer) const;
