@@ -49,12 +49,12 @@ HWY_INLINE float FastBlockScale(const float* e8m0, const uint8_t* wscales, size_
 
 constexpr size_t kGemvRows = 4;  // activation rows sharing one decoded weight block
 
-// A block decoder for the GEMV: DecodeBlock, except FP8 on AVX2 and better, where 16 codes are
-// widened and masked at once in a 256-bit vector and converted as two halves (the same half-float
-// trick as DecodeE4m3Over256, same values, fewer instructions).
+// A block decoder for the GEMV: DecodeBlock, except FP8 on AVX2 (8-lane vectors), where 16 codes
+// are widened and masked at once in a 256-bit vector and converted as two halves (the half-float
+// trick of DecodeE4m3Over256: same values, fewer instructions). AVX-512 already decodes 16 per vector.
 template <bool kFp4>
 HWY_INLINE void GemvDecodeBlock(const uint8_t* src, VW* wv) {
-#if HWY_TARGET <= HWY_AVX2 && HWY_TARGET != HWY_AVX3 && HWY_TARGET != HWY_AVX3_DL
+#if HWY_TARGET == HWY_AVX2  // 8-lane VW: four vectors per block
   if constexpr (!kFp4) {
     const hn::Full128<int8_t> d8;
     const hn::Full256<int16_t> d16;
