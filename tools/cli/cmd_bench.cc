@@ -124,7 +124,7 @@ std::vector<int32_t> bench_ids(size_t n, size_t offset, size_t vocab) {
   return ids;
 }
 
-struct Result1 {
+struct BenchResult {
   std::string numerics, test;
   int threads = 0;
   long long depth = 0, tokens = 0;
@@ -198,7 +198,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
   const size_t vocab = m.sampleable_vocab();
   std::vector<float> logits(c.vocab_size);
 
-  std::vector<Result1> results;
+  std::vector<BenchResult> results;
   nlohmann::json machine = nlohmann::json::array();
   for (long long t : *threads) {
     ThreadPool pool(static_cast<int>(t));
@@ -235,7 +235,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
             }
             rates.push_back(static_cast<double>(n) / timer.seconds());
           }
-          Result1 res;
+          BenchResult res;
           res.numerics = ops::numerics_name(mode);
           res.test = (prefill ? "pp" : "tg") + std::to_string(n);
           res.threads = static_cast<int>(t);
@@ -277,7 +277,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
                         {"matmul_flop_per_prefill_token", flop_per_token},
                         {"machine", machine},
                         {"results", nlohmann::json::array()}};
-    for (const Result1& r : results) {
+    for (const BenchResult& r : results) {
       nlohmann::json e = {{"numerics", r.numerics}, {"test", r.test},      {"threads", r.threads},
                           {"depth", r.depth},       {"tokens", r.tokens},  {"tok_s_mean", r.tok_s.mean},
                           {"tok_s_sd", r.tok_s.sd}, {"repetitions", *reps}};
@@ -297,7 +297,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
               plan.decode_bytes_per_token / 1e6, flop_per_token / 1e9);
   std::printf("| numerics | threads | test | depth | tok/s | weights GB/s | %% of read bw | GFLOP/s | %% of GEMM peak |\n");
   std::printf("|---|---:|---|---:|---:|---:|---:|---:|---:|\n");
-  for (const Result1& r : results) {
+  for (const BenchResult& r : results) {
     const bool tg = r.test[0] == 't';
     char a[32], b[32], cc[32], d[32];
     std::snprintf(a, sizeof a, "%.2f", r.gb_s);

@@ -73,6 +73,14 @@ def call_args(g, inject):
 
 # --- Chat Completions --------------------------------------------------------------------------
 
+def final_user_turn(g, shape, inject):
+    """The last user message of a Chat or Messages body: two text parts or one string."""
+    if shape == "user_parts":
+        return {"role": "user", "content": [{"type": "text", "text": g.text(inject)},
+                                            {"type": "text", "text": g.text(inject)}]}
+    return {"role": "user", "content": g.text(inject)}
+
+
 def chat_body(g, shape, inject, thinking, effort, ntools, tool_choice):
     msgs = []
     kinds = set()
@@ -92,11 +100,7 @@ def chat_body(g, shape, inject, thinking, effort, ntools, tool_choice):
         kinds.update(["user", "assistant"])
     if shape == "multi_system":
         msgs.append({"role": "system", "content": g.text(inject)})
-    if shape == "user_parts":
-        msgs.append({"role": "user", "content": [{"type": "text", "text": g.text(inject)},
-                                                 {"type": "text", "text": g.text(inject)}]})
-    else:
-        msgs.append({"role": "user", "content": g.text(inject)})
+    msgs.append(final_user_turn(g, shape, inject))
     if shape == "tools_roundtrip":
         ncalls = g.r.randint(1, 3)
         calls = [{"id": "call_%d_%d" % (g.r.randint(0, 999), k), "type": "function",
@@ -191,11 +195,7 @@ def messages_body(g, shape, inject, thinking, effort, ntools, tool_choice):
             msgs.append({"role": "user", "content": g.text(inject)})
             content = [{"type": "text", "text": g.text(inject)}]
             msgs.append({"role": "assistant", "content": content if g.r.random() < 0.5 else g.text(inject)})
-    if shape == "user_parts":
-        msgs.append({"role": "user", "content": [{"type": "text", "text": g.text(inject)},
-                                                 {"type": "text", "text": g.text(inject)}]})
-    else:
-        msgs.append({"role": "user", "content": g.text(inject)})
+    msgs.append(final_user_turn(g, shape, inject))
     if shape == "tools_roundtrip":
         ncalls = g.r.randint(1, 3)
         ids = ["toolu_%d_%d" % (g.r.randint(0, 999), k) for k in range(ncalls)]
