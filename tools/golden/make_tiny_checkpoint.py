@@ -73,33 +73,47 @@ class Gen:
         v = self.normal(shape, std)
         self.tensors[name] = (0.5 + np.abs(v)).astype(np.float32) if positive else v
 
-    @staticmethod
-    def _pow2_exp(amax, qmax):
-        """Smallest e with amax / 2^e <= qmax."""
-        e = np.ceil(np.log2(np.maximum(amax, 1e-30) / qmax)).astype(np.int32)
-        return np.clip(e, -120, 120)
-
     def fp8(self, name, n, k, std=None, per_row=False):
         """E4M3 weight with one E8M0 scale per 32x32 tile (or per row per 32 columns: Engram)."""
         v = self.normal((n, k), std if std is not None else 1 / np.sqrt(k))
-        br = 1 if per_row else 32
-        nbr, nbc = -(-n // br), -(-k // 32)
-        pad = np.zeros((nbr * br, nbc * 32), np.float32)
-        pad[:n, :k] = v
-        tiles = np.abs(pad.reshape(nbr, br, nbc, 32)).max(axis=(1, 3))
-        e = self._pow2_exp(tiles, 448.0)
-        scale_full = np.repeat(np.repeat(np.exp2(e.astype(np.float32)), br, 0), 32, 1)[:n, :k]
-        self.tensors[name + ".weight"] = (v / scale_full).astype(ml_dtypes.float8_e4m3fn)
-        self.tensors[name + ".scale"] = np.exp2(e.astype(np.float32)).astype(ml_dtypes.float8_e8m0fnu)
+        self.tensors[name + ".weight"], self.tensors[name + ".scale"] = quantize_fp8(v, per_row)
 
     def fp4(self, name, n, k):
-        """E2M1 weight packed two per byte (even element low nibble), E8M0 scale per row per 32."""
-        v = self.normal((n, k), 1 / np.sqrt(k)).reshape(n, k // 32, 32)
-        e = self._pow2_exp(np.abs(v).max(-1), float(E2M1_GRID[-1]))
-        scaled = np.clip(v / np.exp2(e.astype(np.float32))[..., None], -6, 6).reshape(n, k)
-        codes = e2m1_codes(scaled.astype(np.float32))
-        self.tensors[name + ".weight"] = (codes[:, 0::2] | (codes[:, 1::2] << 4)).astype(np.uint8).view(np.int8)
-        self.tensors[name + ".scale"] = np.exp2(e.astype(np.float32)).astype(ml_dtypes.float8_e8m0fnu)
+        v = self.normal((n, k), 1 / np.sqrt(k))
+        self.tensors[name + ".weight"], self.tensors[name + ".scale"] = quantize_fp4(v)
+
+
+def _pow2_exp(amax, qmax):
+    """Smallest e with amax / 2^e <= qmax."""
+    e = np.ceil(np.log2(np.maximum(amax, 1e-30) / qmax)).astype(np.int32)
+    return np.clip(e, -120, 120)
+
+
+def quantize_fp8(v: np.ndarray, per_row: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """fp32 [N, K] -> (E4M3 weight, E8M0 scales): one power-of-two scale per 32x32 tile, or per row
+    per 32 columns (Engram tables); the scale is the smallest that keeps the tile within 448."""
+    n, k = v.shape
+    br = 1 if per_row else 32
+    nbr, nbc = -(-n // br), -(-k // 32)
+    pad = np.zeros((nbr * br, nbc * 32), np.float32)
+    pad[:n, :k] = v
+    tiles = np.abs(pad.reshape(nbr, br, nbc, 32)).max(axis=(1, 3))
+    e = _pow2_exp(tiles, 448.0)
+    scale_full = np.repeat(np.repeat(np.exp2(e.astype(np.float32)), br, 0), 32, 1)[:n, :k]
+    weight = np.clip(v / scale_full, -448.0, 448.0).astype(ml_dtypes.float8_e4m3fn)
+    return weight, np.exp2(e.astype(np.float32)).astype(ml_dtypes.float8_e8m0fnu)
+
+
+def quantize_fp4(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """fp32 [N, K] -> (E2M1 packed two per byte, even element in the low nibble; E8M0 scale per row
+    per 32 along K)."""
+    n, k = v.shape
+    g = v.reshape(n, k // 32, 32)
+    e = _pow2_exp(np.abs(g).max(-1), float(E2M1_GRID[-1]))
+    scaled = np.clip(g / np.exp2(e.astype(np.float32))[..., None], -6, 6).reshape(n, k)
+    codes = e2m1_codes(scaled.astype(np.float32))
+    packed = (codes[:, 0::2] | (codes[:, 1::2] << 4)).astype(np.uint8).view(np.int8)
+    return packed, np.exp2(e.astype(np.float32)).astype(ml_dtypes.float8_e8m0fnu)
 
 
 def make(out_dir: str, seed: int, tokenizer_dir: str) -> None:
