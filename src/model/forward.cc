@@ -60,7 +60,9 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const ModelOp
   return m;
 }
 
-SequenceState Model::new_sequence(int64_t capacity) const { return make_sequence_state(config_, plan_, capacity); }
+SequenceState Model::new_sequence(int64_t capacity) const {
+  return make_sequence_state(config_, plan_, capacity, options_.kv_dtype);
+}
 
 Status Model::prepare_resume(SequenceState& seq, std::span<const int32_t> tokens, int64_t restored,
                              int64_t replay_from) const {
@@ -92,10 +94,12 @@ Status Model::prepare_resume(SequenceState& seq, std::span<const int32_t> tokens
   return {};
 }
 
-Status Model::forward(std::span<const SeqChunk> chunks, float* logits, ThreadPool* pool) {
+Status Model::check_chunks(std::span<const SeqChunk> chunks) const {
   if (chunks.empty()) return invalid_argument("forward: no sequences");
   for (const SeqChunk& ch : chunks) {
     if (!ch.seq) return invalid_argument("forward: null sequence");
+    if (ch.seq->kv_dtype != options_.kv_dtype)
+      return invalid_argument("forward: the sequence's KV format differs from the model's (made before set_kv_dtype)");
     if (ch.tokens.empty()) return invalid_argument("forward: a sequence has no tokens to process");
     if (ch.seq->n_tokens + static_cast<int64_t>(ch.tokens.size()) > ch.seq->capacity)
       return invalid_argument("forward: sequence of " + std::to_string(ch.seq->n_tokens + ch.tokens.size()) +
@@ -108,6 +112,22 @@ Status Model::forward(std::span<const SeqChunk> chunks, float* logits, ThreadPoo
       for (size_t j = i + 1; j < chunks.size(); ++j)
         if (chunks[i].seq == chunks[j].seq) return invalid_argument("forward: a sequence appears twice in one batch");
   }
+  return {};
+}
+
+Status Model::forward(std::span<const SeqChunk> chunks, float* logits, ThreadPool* pool) {
+  CEDAR_RETURN_IF_ERROR(check_chunks(chunks));
+  return forward_rounds(chunks, logits, nullptr, pool);
+}
+
+Status Model::forward_all_rows(const SeqChunk& chunk, const RowLogitsSink& sink, ThreadPool* pool) {
+  CEDAR_RETURN_IF_ERROR(check_chunks({&chunk, 1}));
+  if (!sink) return invalid_argument("forward_all_rows: no sink");
+  return forward_rounds({&chunk, 1}, nullptr, &sink, pool);
+}
+
+Status Model::forward_rounds(std::span<const SeqChunk> chunks, float* logits, const RowLogitsSink* sink,
+                             ThreadPool* pool) {
   // A chunk after position 0 is split into pieces of at most p0 + 1 tokens when the reference's
   // index-key slot is reproduced: a ratio-2 indexer at an even position then reads layer 20's keys
   // of earlier positions only, which an earlier piece has produced (spec §9.1, NUMERICS.md).
@@ -130,8 +150,12 @@ Status Model::forward(std::span<const SeqChunk> chunks, float* logits, ThreadPoo
       done[i] += take;
     }
     if (round.empty()) break;
+    if (sink) {  // one chunk: its rows go to the sink, offset by the tokens of earlier rounds
+      CEDAR_RETURN_IF_ERROR(forward_round(round, nullptr, sink, done[0] - round[0].tokens.size(), pool));
+      continue;
+    }
     round_logits.resize(round.size() * vocab);
-    CEDAR_RETURN_IF_ERROR(forward_round(round, round_logits.data(), pool));
+    CEDAR_RETURN_IF_ERROR(forward_round(round, round_logits.data(), nullptr, 0, pool));
     for (size_t r = 0; r < round.size(); ++r)
       if (done[round_of[r]] == chunks[round_of[r]].tokens.size())
         std::memcpy(logits + round_of[r] * vocab, round_logits.data() + r * vocab, vocab * sizeof(float));
@@ -139,7 +163,8 @@ Status Model::forward(std::span<const SeqChunk> chunks, float* logits, ThreadPoo
   return {};
 }
 
-Status Model::forward_round(std::span<const SeqChunk> chunks, float* logits, ThreadPool* pool) {
+Status Model::forward_round(std::span<const SeqChunk> chunks, float* logits, const RowLogitsSink* sink,
+                            size_t sink_base, ThreadPool* pool) {
   std::vector<ChunkSpan> spans;
   spans.reserve(chunks.size());
   size_t T = 0;
@@ -158,7 +183,7 @@ Status Model::forward_round(std::span<const SeqChunk> chunks, float* logits, Thr
   }
   std::vector<ChunkSpan> original = spans;
   ForwardPass pass(*this, spans, T, pool);
-  pass.run(logits);
+  pass.run(logits, sink, sink_base);
   for (const ChunkSpan& s : original) {
     s.seq->tokens.insert(s.seq->tokens.end(), s.tokens, s.tokens + s.n);
     s.seq->n_tokens += static_cast<int64_t>(s.n);
@@ -168,7 +193,8 @@ Status Model::forward_round(std::span<const SeqChunk> chunks, float* logits, Thr
 
 ForwardPass::ForwardPass(Model& m, std::vector<ChunkSpan>& chunks, size_t n_tokens, ThreadPool* pool)
     : m_(m), c_(m.config_), plan_(m.plan_), w_(*m.weights_), ws_(*m.ws_), chunks_(chunks), T_(n_tokens),
-      pool_(pool), k_(m.kernels()), hc_dim_(static_cast<size_t>(m.config_.hc_mult) * m.config_.dim) {
+      pool_(pool), k_(m.kernels()), hc_dim_(static_cast<size_t>(m.config_.hc_mult) * m.config_.dim),
+      chunks_original_p0_(chunks.empty() ? 0 : chunks[0].p0) {
   ws_.published_topk_layer = -1;
   for (auto& k : ws_.key_caches) k.seq = nullptr;  // dequantised keys are valid within one pass
   // The candidate pool is kept as one flag per block of candidate_block_size entries, for every row;
@@ -198,7 +224,7 @@ const ops::RopeTable& ForwardPass::rope_for(int layer) const {
   return plan_.layers[layer].compress_ratio > 0 ? *m_.rope_compressed_ : *m_.rope_swa_;
 }
 
-void ForwardPass::run(float* logits) {
+void ForwardPass::run(float* logits, const RowLogitsSink* sink, size_t sink_base) {
   embed();
   const int last_kv_source = plan_.kv_owner_layers.empty() ? -1 : plan_.kv_owner_layers.back();
   for (int l = 0; l < c_.n_layers; ++l) {
@@ -213,7 +239,8 @@ void ForwardPass::run(float* logits) {
       m_.observer_(l, last.data(), chunks_.size());
     }
   }
-  head(logits);
+  if (sink) head_all_rows(*sink, sink_base);
+  else head(logits);
   // After a decode chunk the slot is what the last token's forward left published.
   for (const ChunkSpan& ch : chunks_)
     if (!ch.prefill) ch.seq->index_key_slot = reference_slot(ch, c_.n_layers - 1, ch.p0 + static_cast<int64_t>(ch.n) - 1);
@@ -321,6 +348,26 @@ void ForwardPass::head(float* logits) {
     ops::hc_pre(ws_.streams.data() + row * hc_dim_, ws_.pre_mix.data() + row * c_.hc_mult, 1, c_.hc_mult, dim, x);
     ops::rms_norm(x, 1, dim, w_.norm, static_cast<float>(c_.norm_eps), x);
     k_.linear_bf16(x, 1, w_.head, logits + i * static_cast<size_t>(c_.vocab_size), ops::LinearOut::kF32, pool_);
+  }
+}
+
+// head() for every row of the (single) chunk, kRowBlock rows per head GEMM: each row's collapse, norm
+// and logits are computed exactly as head() computes a last row (per-row ops), so they are bit-identical.
+void ForwardPass::head_all_rows(const RowLogitsSink& sink, size_t sink_base) {
+  constexpr size_t kRowBlock = 16;
+  const size_t dim = c_.dim, vocab = c_.vocab_size;
+  const ChunkSpan& ch = chunks_[0];
+  // Rows narrowing dropped are missing: ch.tokens moved forward by that many.
+  const size_t first_row = sink_base + static_cast<size_t>(ch.p0 - chunks_original_p0_);
+  float* x = scratch(ws_.x, kRowBlock * dim);
+  float* out = scratch(ws_.row_logits, kRowBlock * vocab);
+  for (size_t r0 = 0; r0 < ch.n; r0 += kRowBlock) {
+    const size_t n = std::min(kRowBlock, ch.n - r0);
+    const size_t row = ch.offset + r0;
+    ops::hc_pre(ws_.streams.data() + row * hc_dim_, ws_.pre_mix.data() + row * c_.hc_mult, n, c_.hc_mult, dim, x);
+    ops::rms_norm(x, n, dim, w_.norm, static_cast<float>(c_.norm_eps), x);
+    k_.linear_bf16(x, n, w_.head, out, ops::LinearOut::kF32, pool_);
+    sink(first_row + r0, n, out);
   }
 }
 

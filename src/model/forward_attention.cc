@@ -23,6 +23,25 @@ namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr float kPosInf = std::numeric_limits<float>::infinity();
 
+// Window entries: E4M3 + E8M0 (reference) or bf16 (the KvDtype::kBf16 experiment).
+void store_window_entry(const KvEntryFormat& f, const float* x, uint8_t* slot) {
+  if (f.bf16()) ops::f32_to_bf16_bytes(x, slot, f.head_dim);
+  else ops::act_quant_fp8(x, f.head_dim, slot, slot + f.head_dim);
+}
+void load_window_entry(const KvEntryFormat& f, const uint8_t* slot, float* x) {
+  if (f.bf16()) ops::bf16_bytes_to_f32(slot, x, f.head_dim);
+  else ops::fp8_dequant_e8m0(slot, slot + f.head_dim, f.head_dim, x);
+}
+// Main (compressed) entries: E2M1 + E4M3 scales (reference) or bf16.
+void store_main_entry(const KvEntryFormat& f, const float* x, uint8_t* entry) {
+  if (f.bf16()) ops::f32_to_bf16_bytes(x, entry, f.head_dim);
+  else ops::fp4_quant_e4m3(x, f.head_dim, entry, entry + f.head_dim / 2);
+}
+void load_main_entry(const KvEntryFormat& f, const uint8_t* entry, float* x) {
+  if (f.bf16()) ops::bf16_bytes_to_f32(entry, x, f.head_dim);
+  else ops::fp4_dequant_e4m3(entry, entry + f.head_dim / 2, f.head_dim, x);
+}
+
 }  // namespace
 
 void ForwardPass::attention(int l, const float* x, float* out) {
@@ -49,7 +68,9 @@ void ForwardPass::attention(int l, const float* x, float* out) {
     ops::apply_rope(rope, q + ch.offset * H * hd, ch.n, H, hd, ch.p0);
     ops::apply_rope(rope, kv + ch.offset * hd, ch.n, 1, hd, ch.p0);
   }
-  ops::act_qdq_fp8_inplace(kv, T_ * hd);
+  // (The bf16 KV experiment rounds to bf16 instead: the value its window entries hold.)
+  if (m_.options().kv_dtype == KvDtype::kBf16) ops::round_bf16_inplace({kv, T_ * hd});
+  else ops::act_qdq_fp8_inplace(kv, T_ * hd);
 
   if (e.compress_ratio > 0) {
     // Compressor inputs of a KV owner: ratio 2 runs in fp32 (weights promoted), ratio 1 in bf16.
@@ -99,7 +120,7 @@ void ForwardPass::attention(int l, const float* x, float* out) {
 
 void ForwardPass::attention_chunk(int l, const ChunkSpan& ch) {
   const size_t hd = c_.head_dim, win = c_.window_size;
-  const KvEntryFormat fmt{c_.head_dim, c_.index_head_dim};
+  const KvEntryFormat fmt{c_.head_dim, c_.index_head_dim, ch.seq->kv_dtype};
   if (!ch.prefill) {
     for (size_t t = 0; t < ch.n; ++t) decode_token(l, ch, t);
     return;
@@ -109,8 +130,7 @@ void ForwardPass::attention_chunk(int l, const ChunkSpan& ch) {
   const float* kv = ws_.kv.data() + ch.offset * hd;
   uint8_t* ring = ch.seq->window[l].data();
   for (size_t p = ch.n > win ? ch.n - win : 0; p < ch.n; ++p) {
-    uint8_t* slot = ring + ((ch.p0 + p) % win) * fmt.window_bytes();
-    ops::act_quant_fp8(kv + p * hd, hd, slot, slot + hd);
+    store_window_entry(fmt, kv + p * hd, ring + ((ch.p0 + p) % win) * fmt.window_bytes());
   }
   if (plan_.layers[l].compress_ratio > 0) compress_and_index_prefill(l, ch);
   // Row i sees rows max(0, i-win+1)..i, listed ascending and padded with -1 at the end
@@ -152,7 +172,7 @@ void ForwardPass::produce_latent(int l, const ChunkSpan& ch, size_t row, int64_t
   const ops::RopeTable& rope = rope_for(l);
   const size_t hd = c_.head_dim, ihd = c_.index_head_dim;
   const float eps = static_cast<float>(c_.norm_eps);
-  const KvEntryFormat fmt{c_.head_dim, c_.index_head_dim};
+  const KvEntryFormat fmt{c_.head_dim, c_.index_head_dim, ch.seq->kv_dtype};
   KvOwnerState& owner = ch.seq->owner(l);
   if (e.compress_ratio > 1) {
     // Per channel: softmax over the group's scores, weighted sum of its kv rows, in fp32 with the
@@ -182,8 +202,7 @@ void ForwardPass::produce_latent(int l, const ChunkSpan& ch, size_t row, int64_t
   ops::fp4_quant_e8m0(key, ihd, ik, ik + ihd / 2);
   // Main entry: RoPE, FP4 (E4M3 scale per 16).
   ops::apply_rope(rope, latent, 1, 1, hd, pos);
-  uint8_t* mk = owner.main.data() + group * fmt.main_bytes();
-  ops::fp4_quant_e4m3(latent, hd, mk, mk + hd / 2);
+  store_main_entry(fmt, latent, owner.main.data() + group * fmt.main_bytes());
   owner.n_entries = group + 1;
   ch.seq->index_key_slot = l;  // shared_attn.index_k = self.k_cache
 }
@@ -224,13 +243,12 @@ void ForwardPass::compress_and_index_prefill(int l, const ChunkSpan& ch) {
 void ForwardPass::decode_token(int l, const ChunkSpan& ch, size_t t) {
   const LayerPlanEntry& e = plan_.layers[l];
   const size_t hd = c_.head_dim, win = c_.window_size;
-  const KvEntryFormat fmt{c_.head_dim, c_.index_head_dim};
+  const KvEntryFormat fmt{c_.head_dim, c_.index_head_dim, ch.seq->kv_dtype};
   const int64_t i = ch.p0 + static_cast<int64_t>(t);
   const size_t row = ch.offset + t;
   // The token enters the ring before attending (slot i % win).
   uint8_t* ring = ch.seq->window[l].data();
-  uint8_t* slot = ring + (i % win) * fmt.window_bytes();
-  ops::act_quant_fp8(ws_.kv.data() + row * hd, hd, slot, slot + hd);
+  store_window_entry(fmt, ws_.kv.data() + row * hd, ring + (i % win) * fmt.window_bytes());
 
   if (e.compress_ratio > 0) {
     const int r = e.compress_ratio;
@@ -261,8 +279,7 @@ void ForwardPass::decode_token(int l, const ChunkSpan& ch, size_t t) {
   // holding a position below the window floor (bounded replay truncates the window).
   const float* rows = scratch(ws_.window_rows, win * hd);
   for (size_t s = 0; s < win; ++s) {
-    const uint8_t* src = ring + s * fmt.window_bytes();
-    ops::fp8_dequant_e8m0(src, src + hd, hd, ws_.window_rows.data() + s * hd);
+    load_window_entry(fmt, ring + s * fmt.window_bytes(), ws_.window_rows.data() + s * hd);
   }
   if (ws_.query_scratch.empty()) ws_.query_scratch.resize(1);
   Workspace::QueryScratch& qs = ws_.query_scratch[0];
@@ -392,7 +409,7 @@ void ForwardPass::attend(int l, const ChunkSpan& ch, size_t row, const float* wi
                          ThreadPool* inner) {
   const LayerPlanEntry& e = plan_.layers[l];
   const size_t H = c_.n_heads, hd = c_.head_dim;
-  const KvEntryFormat fmt{c_.head_dim, c_.index_head_dim};
+  const KvEntryFormat fmt{c_.head_dim, c_.index_head_dim, ch.seq->kv_dtype};
   size_t n_comp = 0;
   const int32_t* comp = nullptr;
   if (e.compress_ratio > 0) {
@@ -416,8 +433,7 @@ void ForwardPass::attend(int l, const ChunkSpan& ch, size_t row, const float* wi
       const int64_t entry = comp[j] - static_cast<int64_t>(n_window_rows);
       CEDAR_CHECK(entry >= 0 && entry < owner.n_entries, "layer %d: compressed index %lld out of range", l,
                   static_cast<long long>(entry));
-      const uint8_t* src = owner.main.data() + entry * fmt.main_bytes();
-      ops::fp4_dequant_e4m3(src, src + hd / 2, hd, gathered + n_gathered * hd);
+      load_main_entry(fmt, owner.main.data() + entry * fmt.main_bytes(), gathered + n_gathered * hd);
       idx[n_window_idx + j] = static_cast<int32_t>(n_window_rows + n_gathered);
       ++n_gathered;
     }

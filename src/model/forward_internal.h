@@ -30,6 +30,7 @@ struct Workspace {
   size_t published_topk_width = 0, candidate_width = 0;
   int published_topk_layer = -1;
   // MoE.
+  std::vector<float> row_logits;  // forward_all_rows: one block of head rows
   std::vector<float> logits, expert_w, moe_acc, expert_x, expert_g, expert_u, expert_out;
   std::vector<int32_t> expert_ids, expert_tokens, expert_slot;
   struct ActiveExpert {
@@ -74,7 +75,8 @@ struct ChunkSpan {
 class ForwardPass {
  public:
   ForwardPass(Model& m, std::vector<ChunkSpan>& chunks, size_t n_tokens, ThreadPool* pool);
-  void run(float* logits);
+  // logits: each chunk's last row; with a sink (one chunk), every row to the sink instead.
+  void run(float* logits, const RowLogitsSink* sink = nullptr, size_t sink_base = 0);
 
  private:
   void embed();
@@ -104,6 +106,7 @@ class ForwardPass {
               const int32_t* window_idx, size_t n_window_idx, Workspace::QueryScratch& qs, ThreadPool* inner);
   void moe(int layer, const float* x, float* out);
   void head(float* logits);
+  void head_all_rows(const RowLogitsSink& sink, size_t sink_base);
   const ops::RopeTable& rope_for(int layer) const;
   // The reference's published index-key owner as token i's forward reaches layer l, when tokens are
   // fed one per forward call (decode semantics).
@@ -119,6 +122,7 @@ class ForwardPass {
   ThreadPool* pool_;
   const ops::KernelSet& k_;  // exact or fast, chosen when the model loaded
   size_t hc_dim_;
+  int64_t chunks_original_p0_ = 0;  // chunk 0's first position before decoder narrowing
 };
 
 }  // namespace cedar::model

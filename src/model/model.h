@@ -46,6 +46,9 @@ struct ModelOptions {
   // the engine's equivalence tests rely on (chunked == token by token, resume == full run); the
   // commands and the server default to fast.
   ops::Numerics numerics = ops::Numerics::kExact;
+  // Window and main KV entry format (sequence_state.h). kBf16 is an experiment for `cedar eval`
+  // (docs/EVAL.md); sequences made under one format cannot be run under the other.
+  KvDtype kv_dtype = KvDtype::kReference;
   std::function<void(const io::CheckpointProgress&)> progress;
 };
 
@@ -54,6 +57,10 @@ struct SeqChunk {
   SequenceState* seq = nullptr;
   std::span<const int32_t> tokens;
 };
+
+// Receives the logits of a block of consecutive rows of one chunk: logits [n, vocab_size] (fp32) of the
+// chunk's tokens first .. first + n - 1 (counted from the chunk's first token). Model::forward_all_rows.
+using RowLogitsSink = std::function<void(size_t first, size_t n, const float* logits)>;
 
 // Per-layer observer for tests and the golden comparison: called after every block with the
 // hyper-connection streams of each chunk's last token, [n_chunks, hc_mult, dim].
@@ -72,6 +79,7 @@ class Model {
   void set_index_key_mode(IndexKeyMode m) { options_.index_keys = m; }
   void set_decoder_narrowing(bool on) { options_.decoder_narrowing = on; }
   void set_numerics(ops::Numerics n) { options_.numerics = n; }
+  void set_kv_dtype(KvDtype d) { options_.kv_dtype = d; }  // for sequences made afterwards
   const ops::KernelSet& kernels() const { return ops::kernel_set(options_.numerics); }
   void set_layer_observer(LayerObserver obs) { observer_ = std::move(obs); }
 
@@ -98,9 +106,20 @@ class Model {
   // InvalidArgument (empty chunk, token id out of range, capacity exceeded).
   Status forward(std::span<const SeqChunk> chunks, float* logits, ThreadPool* pool);
 
+  // Like forward() for one sequence's chunk (same semantics: the prefill path at position 0, the
+  // decode path after), but the head runs on every row, in blocks of rows handed to `sink` in order,
+  // instead of on the last token only (what scoring text needs: `cedar eval`). Each row's logits are
+  // bit-identical to the last-token logits forward() gives when the chunk ends at that row (the head
+  // is per-row). With decoder narrowing, a prefill chunk longer than the window only has rows for its
+  // last window_size tokens (the others never reach the head); `sink` sees just those.
+  Status forward_all_rows(const SeqChunk& chunk, const RowLogitsSink& sink, ThreadPool* pool);
+
  private:
   Model() = default;
-  Status forward_round(std::span<const SeqChunk> chunks, float* logits, ThreadPool* pool);
+  Status check_chunks(std::span<const SeqChunk> chunks) const;
+  Status forward_rounds(std::span<const SeqChunk> chunks, float* logits, const RowLogitsSink* sink, ThreadPool* pool);
+  Status forward_round(std::span<const SeqChunk> chunks, float* logits, const RowLogitsSink* sink, size_t sink_base,
+                       ThreadPool* pool);
 
   std::string dir_;
   ModelConfig config_;

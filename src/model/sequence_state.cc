@@ -4,12 +4,13 @@
 
 namespace cedar::model {
 
-SequenceState make_sequence_state(const ModelConfig& c, const LayerPlan& plan, int64_t capacity) {
+SequenceState make_sequence_state(const ModelConfig& c, const LayerPlan& plan, int64_t capacity, KvDtype dtype) {
   SequenceState s;
   s.capacity = capacity;
+  s.kv_dtype = dtype;
   s.tokens.reserve(capacity);
   s.engram.compressed.reserve(capacity);
-  const KvEntryFormat f{c.head_dim, c.index_head_dim};
+  const KvEntryFormat f{c.head_dim, c.index_head_dim, dtype};
   s.window.resize(c.n_layers);
   for (auto& w : s.window) w.assign(static_cast<size_t>(c.window_size) * f.window_bytes(), 0);
   s.owner_of_layer.assign(c.n_total_layers(), -1);
@@ -30,8 +31,8 @@ SequenceState make_sequence_state(const ModelConfig& c, const LayerPlan& plan, i
   return s;
 }
 
-uint64_t sequence_state_bytes(const ModelConfig& c, const LayerPlan& plan, int64_t capacity) {
-  const KvEntryFormat f{c.head_dim, c.index_head_dim};
+uint64_t sequence_state_bytes(const ModelConfig& c, const LayerPlan& plan, int64_t capacity, KvDtype dtype) {
+  const KvEntryFormat f{c.head_dim, c.index_head_dim, dtype};
   const uint64_t cap = static_cast<uint64_t>(capacity);
   uint64_t b = cap * sizeof(int32_t) * 2;  // tokens, Engram history
   b += static_cast<uint64_t>(c.n_layers) * static_cast<uint64_t>(c.window_size) * f.window_bytes();

@@ -17,10 +17,18 @@
 
 namespace cedar::model {
 
+// How window and main KV entries are stored. kReference is the released model's format above (what
+// the reference attends to, bit for bit); kBf16 is an experiment of `cedar eval` (docs/EVAL.md): the
+// window and main entries are kept as bf16 (no FP8/FP4 quantise-dequantise), the index keys stay FP4.
+// The prefix cache stores only the reference format.
+enum class KvDtype { kReference, kBf16 };
+
 struct KvEntryFormat {
   int head_dim = 0, index_head_dim = 0;
-  size_t window_bytes() const { return head_dim + head_dim / 32; }
-  size_t main_bytes() const { return head_dim / 2 + head_dim / 16; }
+  KvDtype dtype = KvDtype::kReference;
+  bool bf16() const { return dtype == KvDtype::kBf16; }
+  size_t window_bytes() const { return bf16() ? head_dim * 2 : head_dim + head_dim / 32; }
+  size_t main_bytes() const { return bf16() ? head_dim * 2 : head_dim / 2 + head_dim / 16; }
   size_t index_bytes() const { return index_head_dim / 2 + index_head_dim / 32; }
 };
 
@@ -50,17 +58,20 @@ struct SequenceState {
   // KV, index keys and compressor state were restored, not recomputed).
   int64_t window_floor = 0;
   int64_t replay_until = 0;
+  KvDtype kv_dtype = KvDtype::kReference;    // the entry format of window and main (KvEntryFormat)
 
   KvOwnerState& owner(int layer) { return owners[owner_of_layer[layer]]; }
 };
 
 // A fresh state for up to `capacity` positions; every buffer is allocated here, so the forward
 // pass does not allocate per token.
-SequenceState make_sequence_state(const ModelConfig& c, const LayerPlan& plan, int64_t capacity);
+SequenceState make_sequence_state(const ModelConfig& c, const LayerPlan& plan, int64_t capacity,
+                                  KvDtype dtype = KvDtype::kReference);
 
 // Bytes make_sequence_state allocates for `capacity` positions (what a server reserves per request),
 // and the bytes a state holds (capacities of its buffers).
-uint64_t sequence_state_bytes(const ModelConfig& c, const LayerPlan& plan, int64_t capacity);
+uint64_t sequence_state_bytes(const ModelConfig& c, const LayerPlan& plan, int64_t capacity,
+                              KvDtype dtype = KvDtype::kReference);
 uint64_t held_bytes(const SequenceState& s);
 
 }  // namespace cedar::model

@@ -112,6 +112,17 @@ void bf16_to_f32(const uint16_t* src, float* dst, size_t n) {
 void f32_to_bf16(const float* src, uint16_t* dst, size_t n) {
   for (size_t i = 0; i < n; ++i) dst[i] = f32_to_bf16_bits(src[i]);
 }
+void f32_to_bf16_bytes(const float* src, uint8_t* dst, size_t n) {
+  for (size_t i = 0; i < n; ++i) {
+    const uint16_t b = f32_to_bf16_bits(src[i]);
+    dst[2 * i] = static_cast<uint8_t>(b & 0xFF);
+    dst[2 * i + 1] = static_cast<uint8_t>(b >> 8);
+  }
+}
+void bf16_bytes_to_f32(const uint8_t* src, float* dst, size_t n) {
+  for (size_t i = 0; i < n; ++i)
+    dst[i] = bf16_bits_to_f32(static_cast<uint16_t>(src[2 * i] | (static_cast<uint16_t>(src[2 * i + 1]) << 8)));
+}
 
 // ---- E4M3 ----
 

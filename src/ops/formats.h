@@ -53,6 +53,10 @@ void round_bf16_inplace(std::span<float> x);
 void bf16_to_f32(const uint16_t* src, float* dst, size_t n);
 // Encodes n floats into bf16 bits (RNE).
 void f32_to_bf16(const float* src, uint16_t* dst, size_t n);
+// The same into / out of a byte buffer (2n bytes, little-endian bf16, any alignment): the entries of
+// the experimental bf16 KV (model/sequence_state.h KvDtype::kBf16).
+void f32_to_bf16_bytes(const float* src, uint8_t* dst, size_t n);
+void bf16_bytes_to_f32(const uint8_t* src, float* dst, size_t n);
 
 // ---- f16 ----------------------------------------------------------------------------------------
 

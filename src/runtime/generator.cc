@@ -1,6 +1,9 @@
 #include "runtime/generator.h"
 
+#include <algorithm>
+
 #include "core/timer.h"
+#include "ops/logprob.h"
 
 namespace cedar::runtime {
 
@@ -10,6 +13,7 @@ Result<std::vector<int32_t>> generate(model::Model& model, std::span<const int32
                                       ThreadPool* pool) {
   if (prompt.empty()) return invalid_argument("generate: the prompt is empty");
   if (options.max_new_tokens < 0) return invalid_argument("generate: max_new_tokens must be >= 0");
+  if (options.top_logprobs < 0) return invalid_argument("generate: top_logprobs must be >= 0");
   const size_t vocab = model.config().vocab_size;
   model::SequenceState seq = model.new_sequence(static_cast<int64_t>(prompt.size()) + options.max_new_tokens + 1);
   std::vector<float> logits(vocab);
@@ -38,12 +42,30 @@ Result<std::vector<int32_t>> generate(model::Model& model, std::span<const int32
 
   std::vector<int32_t> out;
   out.reserve(options.max_new_tokens);
+  TokenLogprobs& lp = st.logprobs;
+  const size_t top_k = std::min<size_t>(static_cast<size_t>(options.top_logprobs), model.sampleable_vocab());
+  lp = TokenLogprobs{};
+  if (options.top_logprobs > 0) {
+    lp.k = static_cast<int>(top_k);
+    lp.logprob.reserve(options.max_new_tokens);
+    lp.top_ids.reserve(options.max_new_tokens * top_k);
+    lp.top_logprobs.reserve(options.max_new_tokens * top_k);
+  }
   timer.reset();
   const int32_t eos = model.config().eos_token_id;
   for (int i = 0; i < options.max_new_tokens; ++i) {
     st.last_logits.assign(logits.begin(), logits.end());
     const int32_t next = ops::sample_token(logits.data(), model.sampleable_vocab(), options.temperature, rng);
     out.push_back(next);
+    if (top_k > 0) {
+      const ops::LogSoftmaxNorm z = ops::log_softmax_norm(logits.data(), model.sampleable_vocab());
+      lp.logprob.push_back(static_cast<float>(z.log_prob(logits.data(), next)));
+      const size_t at = lp.top_ids.size();
+      lp.top_ids.resize(at + top_k);  // within the reserved capacity
+      ops::top_k_ids(logits.data(), model.sampleable_vocab(), top_k, lp.top_ids.data() + at);
+      for (size_t j = 0; j < top_k; ++j)
+        lp.top_logprobs.push_back(static_cast<float>(z.log_prob(logits.data(), lp.top_ids[at + j])));
+    }
     const bool keep_going = !on_token || on_token(next);
     if (!keep_going || (options.stop_at_eos && next == eos) || i + 1 == options.max_new_tokens) break;
     model::SeqChunk c{&seq, {&out.back(), 1}};

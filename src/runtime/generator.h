@@ -24,6 +24,19 @@ struct GenerateOptions {
   size_t prefill_chunk = 0;  // 0 = the whole prompt in one call (the reference's way)
   PrefixStore* prefix_store = nullptr;  // resume from / save to the prefix cache when set
   ReplayMode replay = ReplayMode::kBounded;
+  // Record the log-probability of every sampled token and the top_logprobs most probable ids
+  // (GenerateStats::logprobs); 0 = off. Log-softmax of the raw fp32 logits over the sampleable
+  // vocabulary (ops/logprob.h), whatever the temperature.
+  int top_logprobs = 0;
+};
+
+// Per generated token i: logprob[i] of the sampled id; top_ids / top_logprobs [i * k, (i + 1) * k),
+// most probable first (ties: lower id). Reserved before decoding: the decode loop does not allocate.
+struct TokenLogprobs {
+  int k = 0;
+  std::vector<float> logprob;
+  std::vector<int32_t> top_ids;
+  std::vector<float> top_logprobs;
 };
 
 struct GenerateStats {
@@ -34,6 +47,7 @@ struct GenerateStats {
   double prefill_seconds = 0, decode_seconds = 0;
   std::vector<float> last_logits;  // logits that produced the last sampled token (fp32, [vocab])
   std::vector<float> first_logits; // logits after the prompt (the first sampled token's)
+  TokenLogprobs logprobs;          // when GenerateOptions::top_logprobs > 0
 };
 
 // Runs prompt + decode. on_token (may be empty) sees each new token as it is sampled; returning

@@ -15,6 +15,9 @@ PrefixStore::~PrefixStore() {
 }
 
 Result<std::unique_ptr<PrefixStore>> PrefixStore::create(const model::Model& model, const PrefixStoreOptions& o) {
+  if (model.options().kv_dtype != model::KvDtype::kReference)
+    return invalid_argument("the prefix cache stores the reference KV format (FP4/FP8); the bf16 KV is an "
+                            "experiment of `cedar eval` without a prefix cache");
   std::unique_ptr<PrefixStore> ps(new PrefixStore(model));
   std::ifstream in(model.dir() + "/config.json", std::ios::binary);
   std::stringstream text;

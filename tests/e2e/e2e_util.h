@@ -19,9 +19,8 @@ struct RunResult {
   std::string output;  // stdout and stderr together
 };
 
-inline RunResult run_cedar(const std::string& args) {
+inline RunResult run_command(const std::string& cmd) {
   RunResult r;
-  const std::string cmd = std::string(CEDAR_BIN) + " " + args + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return r;
   std::array<char, 4096> buf;
@@ -32,8 +31,12 @@ inline RunResult run_cedar(const std::string& args) {
   return r;
 }
 
+inline RunResult run_cedar(const std::string& args) { return run_command(std::string(CEDAR_BIN) + " " + args + " 2>&1"); }
+
 // Separate stdout (returned) from stderr (discarded) for commands whose stdout is JSON.
-inline RunResult run_cedar_stdout(const std::string& args) { return run_cedar(args + " 2>/dev/null"); }
+inline RunResult run_cedar_stdout(const std::string& args) {
+  return run_command(std::string(CEDAR_BIN) + " " + args + " 2>/dev/null");
+}
 
 inline std::string test_dir(const std::string& name) {
   auto d = std::filesystem::path(CEDAR_BINARY_DIR) / "e2e_data" / name;

@@ -8,7 +8,8 @@ namespace cedar::cli {
 Result<Args> Args::parse(const std::vector<std::string>& argv,
                          const std::set<std::string>& value_flags,
                          const std::set<std::string>& bool_flags,
-                         const std::map<std::string, std::string>& aliases) {
+                         const std::map<std::string, std::string>& aliases,
+                         const std::set<std::string>& list_flags) {
   Args out;
   for (size_t i = 0; i < argv.size(); ++i) {
     std::string a = argv[i];
@@ -27,6 +28,12 @@ Result<Args> Args::parse(const std::vector<std::string>& argv,
     if (bool_flags.count(a)) {
       if (has_inline) return invalid_argument("flag " + a + " takes no value");
       out.values_[a] = "1";
+    } else if (list_flags.count(a)) {
+      auto& list = out.lists_[a];
+      if (has_inline) list.push_back(value);
+      while (i + 1 < argv.size() && !(argv[i + 1].size() >= 2 && argv[i + 1][0] == '-')) list.push_back(argv[++i]);
+      if (list.empty()) return invalid_argument("flag " + a + " needs at least one value");
+      out.values_[a] = list.front();
     } else if (value_flags.count(a)) {
       if (!has_inline) {
         if (i + 1 >= argv.size()) return invalid_argument("flag " + a + " needs a value");
@@ -44,6 +51,11 @@ std::optional<std::string> Args::get(const std::string& flag) const {
   auto it = values_.find(flag);
   if (it == values_.end()) return std::nullopt;
   return it->second;
+}
+
+std::vector<std::string> Args::get_list(const std::string& flag) const {
+  auto it = lists_.find(flag);
+  return it == lists_.end() ? std::vector<std::string>{} : it->second;
 }
 
 std::string Args::get_or(const std::string& flag, const std::string& fallback) const {

@@ -33,7 +33,9 @@ constexpr const char* kUsage =
     "  --replay MODE          after a cache hit: bounded (default; replay the last window of tokens)\n"
     "                         or full (recompute the whole prompt; exact)\n"
     "  --decoder-narrowing    prefill the layers after the last KV source on the last window only\n"
-    "  --json                 print {\"prompt_ids\", \"ids\", \"text\"} instead of streaming text\n";
+    "  --json                 print {\"prompt_ids\", \"ids\", \"text\"} instead of streaming text\n"
+    "  --top-logprobs K       with --json: \"logprobs\", per generated token its log-probability and the K\n"
+    "                         most probable ids with theirs (log-softmax of the fp32 logits, 1 <= K <= 100)\n";
 
 Result<std::vector<int32_t>> parse_ids(const std::string& s) {
   std::vector<int32_t> ids;
@@ -57,7 +59,8 @@ int fail(const Status& st) {
 int cmd_generate(const std::vector<std::string>& argv) {
   auto args = Args::parse(argv,
                           {"--model", "--prompt", "--prompt-ids", "--n-predict", "--temperature", "--seed",
-                           "--threads", "--numerics", "--index-keys", "--prefill-chunk", "--cache-dir", "--replay"},
+                           "--threads", "--numerics", "--index-keys", "--prefill-chunk", "--cache-dir", "--replay",
+                           "--top-logprobs"},
                           {"--json", "--ignore-eos", "--decoder-narrowing", "--help"},
                           {{"-m", "--model"}, {"-p", "--prompt"}, {"-n", "--n-predict"}});
   if (!args.ok()) {
@@ -77,13 +80,23 @@ int cmd_generate(const std::vector<std::string>& argv) {
   auto seed = args->get_int("--seed", 0);
   auto threads = args->get_int("--threads", 0);
   auto chunk = args->get_int("--prefill-chunk", 0);
-  for (const Status* st : {&n.status(), &temp.status(), &seed.status(), &threads.status(), &chunk.status()})
+  auto top_logprobs = args->get_int("--top-logprobs", 0);
+  for (const Status* st : {&n.status(), &temp.status(), &seed.status(), &threads.status(), &chunk.status(),
+                           &top_logprobs.status()})
     if (!st->ok()) {
       std::fprintf(stderr, "cedar generate: %s\n", st->message().c_str());
       return 2;
     }
   if (*n < 0 || *temp < 0 || *threads < 0 || *chunk < 0) {
     std::fprintf(stderr, "cedar generate: -n, --temperature, --threads and --prefill-chunk must be >= 0\n");
+    return 2;
+  }
+  if (args->has("--top-logprobs") && (*top_logprobs < 1 || *top_logprobs > 100)) {
+    std::fprintf(stderr, "cedar generate: --top-logprobs must be between 1 and 100\n");
+    return 2;
+  }
+  if (args->has("--top-logprobs") && !args->has("--json")) {
+    std::fprintf(stderr, "cedar generate: --top-logprobs reports in the JSON output: add --json\n");
     return 2;
   }
   model::ModelOptions mopts;
@@ -133,6 +146,7 @@ int cmd_generate(const std::vector<std::string>& argv) {
   gopts.seed = static_cast<uint64_t>(*seed);
   gopts.stop_at_eos = !args->has("--ignore-eos");
   gopts.prefill_chunk = static_cast<size_t>(*chunk);
+  gopts.top_logprobs = static_cast<int>(*top_logprobs);
   const bool json = args->has("--json");
 
   // Stream text: print what the decoded output gained, holding back an incomplete UTF-8 tail.
@@ -172,6 +186,23 @@ int cmd_generate(const std::vector<std::string>& argv) {
   if (!text.ok()) return fail(text.status());
   if (json) {
     nlohmann::json j = {{"prompt_ids", prompt}, {"ids", *out}, {"text", *text}};
+    if (gopts.top_logprobs > 0) {
+      const auto& lp = stats.logprobs;
+      auto token_text = [&](int32_t id) {
+        auto t = (*tok)->decode(std::vector<int32_t>{id}, /*skip_special=*/false);
+        return t.ok() ? *t : std::string();
+      };
+      nlohmann::json arr = nlohmann::json::array();
+      for (size_t i = 0; i < out->size(); ++i) {
+        nlohmann::json top = nlohmann::json::array();
+        for (int k = 0; k < lp.k; ++k) {
+          const int32_t id = lp.top_ids[i * lp.k + k];
+          top.push_back({{"id", id}, {"token", token_text(id)}, {"logprob", lp.top_logprobs[i * lp.k + k]}});
+        }
+        arr.push_back({{"id", (*out)[i]}, {"token", token_text((*out)[i])}, {"logprob", lp.logprob[i]}, {"top", top}});
+      }
+      j["logprobs"] = arr;
+    }
     if (store)
       j["cache"] = {{"cached_tokens", stats.cached_tokens}, {"replayed_tokens", stats.replayed_tokens},
                     {"computed_tokens", stats.computed_tokens}, {"prefill_seconds", stats.prefill_seconds}};
