@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
-# The main job on an embedded default: install dependencies, build, write a tiny random-weight
-# checkpoint in the released DeepSeek-V4.1 layout, show its layer plan and generate from it.
+# The main job: install dependencies, build cedar, and complete a Python prompt with cedar-mini
+# (models/cedar-mini: a DeepSeek-V4.1 model trained at small scale on Python sources, committed in
+# the released checkpoint layout; docs/CEDAR_MINI.md). The completion streams as it is generated.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
 scripts/build.sh
 BIN=${CEDAR_BUILD_DIR:-build}/tools/cli/cedar
-DIR=${CEDAR_DEMO_DIR:-${CEDAR_BUILD_DIR:-build}/tiny}
-"$BIN" make-tiny --out "$DIR" --seed 0
-"$BIN" inspect -m "$DIR" | head -n 60
+MODEL=${CEDAR_DEMO_MODEL:-models/cedar-mini}
+PROMPT=${CEDAR_DEMO_PROMPT:-$'import os\n\n\ndef read_lines(path):\n    """Return the lines of the file at path."""\n'}
+"$BIN" inspect -m "$MODEL" | head -n 24
 echo
-echo "== cedar generate (random weights: the text is noise; the numerics are the reference's) =="
-"$BIN" generate -m "$DIR" -p "The quick brown fox" -n 24
-"$BIN" kv-report --config configs/deepseek-v4.1-flash.json
+echo "== cedar generate -m $MODEL (greedy, 96 tokens) =="
+printf '%s' "$PROMPT"
+"$BIN" generate -m "$MODEL" -p "$PROMPT" -n 96
+echo

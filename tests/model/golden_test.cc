@@ -1,6 +1,7 @@
 // cedar against the independent golden implementation (tools/golden/, docs/GOLDEN.md): greedy
 // token ids, last-position logits and per-layer stream summaries on tiny checkpoints written by
-// make-tiny, for both index-key behaviours.
+// make-tiny, for both index-key behaviours, and on the trained cedar-mini (models/cedar-mini) with
+// held-out prompts.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -18,10 +19,11 @@ namespace {
 using nlohmann::json;
 
 std::string golden_dir() { return std::string(CEDAR_SOURCE_DIR) + "/tests/model/data/golden"; }
+std::string mini_golden_dir() { return std::string(CEDAR_SOURCE_DIR) + "/tests/model/data/golden-mini"; }
 
-std::vector<std::string> golden_files() {
+std::vector<std::string> manifest_files(const std::string& dir) {
   std::vector<std::string> out;
-  std::ifstream in(golden_dir() + "/manifest.json");
+  std::ifstream in(dir + "/manifest.json");
   if (!in) return out;
   json m = json::parse(in);
   for (const auto& r : m["runs"]) out.push_back(r["file"].get<std::string>());
@@ -33,15 +35,19 @@ struct StepTrace {
   std::vector<std::vector<float>> layer_last;  // [layer][hc*dim] of the chunk's last token
 };
 
-class Golden : public ::testing::TestWithParam<std::string> {};
+json read_golden(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot read " + path);
+  return json::parse(in);
+}
 
-TEST_P(Golden, MatchesReferenceImplementation) {
-  std::ifstream in(golden_dir() + "/" + GetParam());
-  ASSERT_TRUE(in) << GetParam();
-  const json g = json::parse(in);
-  const uint64_t seed = std::stoull(g["checkpoint"]["name"].get<std::string>().substr(std::string("tiny-cedar-s").size()));
-  const IndexKeyMode mode = g["index_keys"] == "owner" ? IndexKeyMode::kOwner : IndexKeyMode::kReference;
-  auto m = testing::load_tiny(seed, mode);
+IndexKeyMode golden_index_keys(const json& g) {
+  return g["index_keys"] == "owner" ? IndexKeyMode::kOwner : IndexKeyMode::kReference;
+}
+
+// Replays the golden's calls (one prefill, then one token per call) and compares, bit for bit,
+// the per-layer summaries, the top-32 logits and every greedy id.
+void expect_matches_golden(Model* m, const json& g, const std::string& name) {
   ThreadPool pool(2);
   const auto prompt = g["prompt_ids"].get<std::vector<int32_t>>();
   const auto want_ids = g["greedy_ids"].get<std::vector<int32_t>>();
@@ -68,7 +74,7 @@ TEST_P(Golden, MatchesReferenceImplementation) {
           const auto first8 = gl["first8"][j].get<std::vector<float>>();
           for (size_t k = 0; k < first8.size(); ++k)
             ASSERT_EQ(tr.layer_last[l][j * dim + k], first8[k])
-                << GetParam() << " step " << step << " layer " << l << " stream " << j << " element " << k;
+                << name << " step " << step << " layer " << l << " stream " << j << " element " << k;
         }
       }
     }
@@ -80,22 +86,46 @@ TEST_P(Golden, MatchesReferenceImplementation) {
       const int id = pair[0].get<int>();
       worst = std::max(worst, std::fabs(double(tr.logits[id]) - double(pair[1].get<float>())));
     }
-    EXPECT_EQ(worst, 0.0) << GetParam() << " step " << step << ": max |logit diff| over the golden's top-32";
+    EXPECT_EQ(worst, 0.0) << name << " step " << step << ": max |logit diff| over the golden's top-32";
     const int32_t next = ops::argmax(tr.logits.data(), V);
     got_ids.push_back(next);
-    ASSERT_EQ(next, gs["next_id"].get<int32_t>()) << GetParam() << " step " << step;
+    ASSERT_EQ(next, gs["next_id"].get<int32_t>()) << name << " step " << step;
     feed.assign(1, next);
   }
   m->set_layer_observer(nullptr);
   EXPECT_EQ(got_ids, want_ids);
 }
 
-INSTANTIATE_TEST_SUITE_P(Tiny, Golden, ::testing::ValuesIn(golden_files()), [](const auto& info) {
+class Golden : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(Golden, MatchesReferenceImplementation) {
+  const json g = read_golden(golden_dir() + "/" + GetParam());
+  const uint64_t seed = std::stoull(g["checkpoint"]["name"].get<std::string>().substr(std::string("tiny-cedar-s").size()));
+  auto m = testing::load_tiny(seed, golden_index_keys(g));
+  expect_matches_golden(m.get(), g, GetParam());
+}
+
+// cedar-mini is committed with the repository, so its goldens always run (docs/CEDAR_MINI.md).
+class MiniGolden : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MiniGolden, MatchesReferenceImplementation) {
+  const json g = read_golden(mini_golden_dir() + "/" + GetParam());
+  ModelOptions o;
+  o.index_keys = golden_index_keys(g);
+  auto m = Model::load(std::string(CEDAR_SOURCE_DIR) + "/models/cedar-mini", o);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  expect_matches_golden(m->get(), g, GetParam());
+}
+
+std::string param_name(const ::testing::TestParamInfo<std::string>& info) {
   std::string n = info.param.substr(0, info.param.size() - 5);
   for (char& ch : n)
     if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
   return n;
-});
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiny, Golden, ::testing::ValuesIn(manifest_files(golden_dir())), param_name);
+INSTANTIATE_TEST_SUITE_P(CedarMini, MiniGolden, ::testing::ValuesIn(manifest_files(mini_golden_dir())), param_name);
 
 }  // namespace
 }  // namespace cedar::model

@@ -35,7 +35,8 @@ from train import BOS, engram_hash_ids  # noqa: E402
 def full_logits(model: MiniV41, final: torch.Tensor) -> np.ndarray:
     """All vocabulary logits of one position: trained rows from the head, zero elsewhere."""
     out = np.zeros(model.cfg.vocab_size, np.float32)
-    out[model.head_ids.numpy()] = model.head_logits(final).numpy()
+    with torch.no_grad():
+        out[model.head_ids.numpy()] = model.head_logits(final).numpy()
     return out
 
 

@@ -123,6 +123,7 @@ def export(run_dir: str, tokenizer_dir: str, out_dir: str) -> dict:
     for i, members in enumerate(shards):
         fname = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
         save_file({n: tensors[n] for n in members}, os.path.join(out_dir, fname), metadata={"format": "pt"})
+        os.chmod(os.path.join(out_dir, fname), 0o644)
         for n in members:
             weight_map[n] = fname
             total += tensors[n].nbytes
