@@ -61,7 +61,7 @@ class SlotCache {
   enum class Mode { kHold, kPrefetch };
   static constexpr int kNoSlot = -1;
   static constexpr uint8_t kMaxRef = 3;
-  static constexpr size_t kMaxReadsPerKey = 64;
+  static constexpr size_t kMaxReadsPerKey = 128;
 
   // Errors: InvalidArgument for zero slots, ResourceExhausted when the slab cannot be allocated.
   static Result<std::unique_ptr<SlotCache>> create(BlockReader* reader, SlotFiller* filler,
