@@ -99,8 +99,10 @@ Result<ResidencyPlan> plan_residency(const ModelConfig& c, const LayerPlan& plan
         "--memory-budget " + gib(static_cast<double>(budget)) + " cannot hold the dense weights (" + gib(p.dense_bytes) +
         ")" + (p.kv_reserve_bytes ? " plus the KV reserve (" + gib(p.kv_reserve_bytes) + ")" : std::string()) +
         " and the smallest streaming caches (" + gib(n_active * p.expert_slot + min_engram) +
-        "); raise --memory-budget to at least " + gib(min_needed) + " (about " +
-        std::to_string((min_needed + kGiB - 1) / kGiB) + "G)");
+        "); raise --memory-budget to at least " + gib(min_needed) + " (" +
+        (min_needed >= kGiB ? std::to_string((min_needed + kGiB - 1) / kGiB) + "G"
+                            : std::to_string((min_needed + (1 << 20) - 1) >> 20) + "M") +
+        ")");
   }
   int64_t avail = static_cast<int64_t>(budget) - fixed;
   // Experts first: at 0% hits they cost ~n_layers * 6 experts per token, Engram rows 48 pages; a
