@@ -28,9 +28,12 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const ModelOp
     return unimplemented(dir + ": cedar runs DeepSeek-V4.1 checkpoints; this config is DeepSeek-V4 (use it "
                          "with `cedar inspect` / `cedar kv-report` only)");
   m->plan_ = make_layer_plan(c);
+  // The residency plan comes first: a streaming run maps only the dense weights.
+  CEDAR_RETURN_IF_ERROR(m->plan_residency_for_load());
   io::CheckpointOptions copts;
   copts.progress = options.progress;
   copts.read_all_data = options.verify_data;
+  if (m->stream_) copts.map_filter = [](std::string_view name) { return !is_streamed_tensor(name); };
   CEDAR_ASSIGN_OR_RETURN(m->checkpoint_, io::Checkpoint::open(dir, copts));
   CEDAR_ASSIGN_OR_RETURN(WeightMap map, WeightMap::bind(m->checkpoint_, weight_inventory(c)));
   m->weight_map_ = std::make_unique<WeightMap>(std::move(map));
@@ -63,7 +66,7 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const ModelOp
   return m;
 }
 
-Status Model::init_residency() {
+Status Model::plan_residency_for_load() {
   const ResidencyOptions& r = options_.residency;
   const ParamCounts counts = count_params(weight_inventory(config_));
   residency_plan_ = resident_plan(config_, plan_, counts);
@@ -72,7 +75,13 @@ Status Model::init_residency() {
     po.kv_reserve_bytes = r.kv_reserve;
     CEDAR_ASSIGN_OR_RETURN(residency_plan_, plan_residency(config_, plan_, counts, r.memory_budget, po));
   }
-  if (!residency_plan_.streaming && r.expert_slots == 0 && r.engram_slots == 0) {
+  stream_ = residency_plan_.streaming || r.expert_slots > 0 || r.engram_slots > 0;
+  return {};
+}
+
+Status Model::init_residency() {
+  const ResidencyOptions& r = options_.residency;
+  if (!stream_) {
     source_ = make_mapped_source(*weights_, config_.engram_head_dim);
     return {};
   }

@@ -150,6 +150,7 @@ class Model {
 
  private:
   Model() = default;
+  Status plan_residency_for_load();
   Status init_residency();
   Status check_chunks(std::span<const SeqChunk> chunks) const;
   Status forward_rounds(std::span<const SeqChunk> chunks, float* logits, const RowLogitsSink* sink, ThreadPool* pool);
@@ -165,6 +166,7 @@ class Model {
   std::unique_ptr<ModelWeights> weights_;
   std::unique_ptr<WeightSource> source_;
   ResidencyPlan residency_plan_;
+  bool stream_ = false;  // experts and Engram rows come from the SSD (unmapped)
   uint64_t lookahead_predicted_ = 0, lookahead_correct_ = 0;
   std::unique_ptr<ops::RopeTable> rope_swa_, rope_compressed_;
   EngramLayout engram_layout_;

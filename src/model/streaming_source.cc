@@ -372,6 +372,12 @@ Status StreamingSource::save_stats() {
 
 }  // namespace
 
+bool is_streamed_tensor(std::string_view name) {
+  if (!name.starts_with("layers.")) return false;  // DSpark stages (mtp.*) and vision stay mapped
+  return name.find(".ffn.experts.") != std::string_view::npos || name.ends_with(".engram.embed.weight") ||
+         name.ends_with(".engram.embed.scale");
+}
+
 Result<std::unique_ptr<WeightSource>> make_streaming_source(const io::Checkpoint& ckpt, const WeightMap& map,
                                                             const ModelConfig& c, const LayerPlan& plan,
                                                             const StreamingOptions& options) {

@@ -10,6 +10,7 @@
 
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "core/status.h"
 #include "io/checkpoint.h"
@@ -28,6 +29,10 @@ struct StreamingOptions {
   bool direct_io = true;         // O_DIRECT for experts where the filesystem allows
   bool io_uring = true;          // else the pread pool
 };
+
+// The tensors a streaming run reads itself (routed experts of backbone layers, Engram tables): the
+// checkpoint leaves them unmapped.
+bool is_streamed_tensor(std::string_view name);
 
 // Errors: IoError when a shard cannot be opened for reading, ResourceExhausted when a slab cannot
 // be allocated, InvalidArgument for zero slots.

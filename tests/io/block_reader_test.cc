@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "io/block_reader.h"
+#include "io/safetensors.h"
+#include "io/safetensors_writer.h"
 #include "io/slot_cache.h"
 
 namespace cedar::io {
@@ -125,6 +127,52 @@ TEST_F(ScratchFile, SlotCacheReportsAReadPastTheEnd) {
   (*c)->wait(s);
   ASSERT_FALSE((*c)->error().ok());
   EXPECT_NE((*c)->error().message().find(path_), std::string::npos) << (*c)->error().message();
+}
+
+}  // namespace
+}  // namespace cedar::io
+
+namespace cedar::io {
+namespace {
+
+// A filtered open maps only the kept tensors; their views hold the same bytes as a whole-file open.
+TEST(SafetensorsFilter, MapsOnlyKeptTensors) {
+  const std::string path = ::testing::TempDir() + "/cedar_filter_" + std::to_string(::getpid()) + ".safetensors";
+  SafetensorsWriter w;
+  std::vector<uint8_t> a(10000), b(300000), c(5000), d(7);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = static_cast<uint8_t>(i * 7);
+  for (size_t i = 0; i < c.size(); ++i) c[i] = static_cast<uint8_t>(i * 13 + 1);
+  for (size_t i = 0; i < d.size(); ++i) d[i] = static_cast<uint8_t>(200 + i);
+  ASSERT_TRUE(w.add("a", Dtype::kU8, {10000}, a).ok());
+  ASSERT_TRUE(w.add("big.skip", Dtype::kU8, {300000}, b).ok());
+  ASSERT_TRUE(w.add("c", Dtype::kU8, {5000}, c).ok());
+  ASSERT_TRUE(w.add("d", Dtype::kU8, {7}, d).ok());
+  ASSERT_TRUE(w.write(path).ok());
+  auto whole = SafetensorsFile::open(path);
+  auto part = SafetensorsFile::open(path, [](std::string_view n) { return !n.ends_with(".skip"); });
+  ASSERT_TRUE(whole.ok() && part.ok()) << part.status().to_string();
+  EXPECT_EQ(part->file_size(), whole->file_size());
+  EXPECT_EQ(part->mapping().data(), nullptr);
+  EXPECT_EQ(part->find("big.skip")->data, nullptr);
+  EXPECT_EQ(part->find("big.skip")->file_offset, whole->find("big.skip")->file_offset);
+  for (const char* n : {"a", "c", "d"}) {
+    const TensorView* p = part->find(n);
+    const TensorView* q = whole->find(n);
+    ASSERT_NE(p->data, nullptr) << n;
+    EXPECT_EQ(0, std::memcmp(p->data, q->data, q->nbytes)) << n;
+    part->prefetch(*p);  // a hint on a window: must not fault or crash
+  }
+  part->prefetch(*part->find("big.skip"));  // unmapped: ignored
+  std::filesystem::remove(path);
+}
+
+TEST(SafetensorsFilter, TruncatedFileIsStillReported) {
+  const std::string path = ::testing::TempDir() + "/cedar_filter_trunc_" + std::to_string(::getpid());
+  std::ofstream(path, std::ios::binary) << std::string("\x10\x00\x00\x00\x00\x00\x00\x00{\"a\"", 12);
+  auto f = SafetensorsFile::open(path, [](std::string_view) { return true; });
+  ASSERT_FALSE(f.ok());
+  EXPECT_NE(f.status().message().find(path), std::string::npos) << f.status().message();
+  std::filesystem::remove(path);
 }
 
 }  // namespace

@@ -68,6 +68,11 @@ TEST_P(StreamingExactness, LogitsAndTokensBitIdenticalToResident) {
   streamed->set_numerics(c.numerics);
   ASSERT_FALSE(resident->streaming());
   ASSERT_TRUE(streamed->streaming());
+  // Streamed tensors are not even mapped; dense ones are.
+  EXPECT_EQ(streamed->checkpoint().find("layers.3.ffn.experts.5.w2.weight")->data, nullptr);
+  EXPECT_EQ(streamed->checkpoint().find("layers.1.engram.embed.weight")->data, nullptr);
+  EXPECT_NE(streamed->checkpoint().find("layers.3.ffn.shared_experts.w2.weight")->data, nullptr);
+  EXPECT_NE(resident->checkpoint().find("layers.3.ffn.experts.5.w2.weight")->data, nullptr);
   const auto prompt = test_prompt(40, 7);
   std::vector<int32_t> ta, tb;
   const auto la = run(*resident, prompt, 12, &ta);
