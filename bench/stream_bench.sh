@@ -12,6 +12,8 @@ CKPT=${1:-/tmp/cedar-stream-ckpt}
 BUDGETS=${2:-100%,50%,25%}
 PROMPT=${PROMPT:-256}
 GEN=${GEN:-24}
+PROMPT_FILE=${PROMPT_FILE:-docs/NUMERICS.md}   # real text: its n-grams repeat, as Engram rows do in use
+NO_LOOKAHEAD_BUDGET=${NO_LOOKAHEAD_BUDGET:-25%}  # one more run without look-ahead ('' for none)
 THREADS=${THREADS:-$(nproc)}
 command -v fio >/dev/null || { echo "stream_bench: needs fio (apt-get install fio)" >&2; exit 1; }
 [ -x "$CEDAR" ] || { echo "stream_bench: build cedar first ($CEDAR)" >&2; exit 1; }
@@ -33,10 +35,13 @@ FIO_BW=$(printf '%s' "$FIO_JSON" | python3 -c 'import json,sys; print(json.load(
 echo "fio random read, 1 MiB blocks, O_DIRECT, iodepth 16 on $(basename "$SHARD"): $(python3 -c "print(f'{$FIO_BW/1e9:.2f}')") GB/s" >&2
 
 HEADER_DONE=0
-IFS=',' read -ra LIST <<< "$BUDGETS"
-for b in "${LIST[@]}"; do
+run() {  # budget [extra flags]
   drop_caches
-  OUT=$("$CEDAR" bench -m "$CKPT" --memory-budget "$b" -p "$PROMPT" -n "$GEN" -t "$THREADS" \
-        --fio-bandwidth "$FIO_BW" --residency-stats none)
+  OUT=$("$CEDAR" bench -m "$CKPT" --memory-budget "$1" -p "$PROMPT" -n "$GEN" -t "$THREADS" \
+        --fio-bandwidth "$FIO_BW" --residency-stats none --prompt-file "$PROMPT_FILE" "${@:2}")
   if [ $HEADER_DONE -eq 0 ]; then printf '%s\n' "$OUT"; HEADER_DONE=1; else printf '%s\n' "$OUT" | tail -n +3; fi
-done
+}
+IFS=',' read -ra LIST <<< "$BUDGETS"
+for b in "${LIST[@]}"; do run "$b"; done
+[ -n "$NO_LOOKAHEAD_BUDGET" ] && run "$NO_LOOKAHEAD_BUDGET" --no-lookahead
+exit 0

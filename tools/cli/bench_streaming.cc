@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/file.h"
 #include "core/thread_pool.h"
 #include "core/timer.h"
 #include "model/model.h"
@@ -15,6 +16,7 @@
 #include "model/weight_inventory.h"
 #include "ops/kernel_set.h"
 #include "ops/sample.h"
+#include "tokenizer/tokenizer.h"
 
 namespace cedar::cli {
 namespace {
@@ -88,6 +90,23 @@ int bench_streaming(const Args& args) {
     std::fprintf(stderr, "cedar bench: bad -p / -n / -t / -r / --numerics for a --memory-budget run\n");
     return 2;
   }
+  // A real text repeats n-grams (Engram rows) and routes like text; synthetic ids do neither.
+  std::vector<int32_t> text_ids;
+  if (args.has("--prompt-file")) {
+    auto text = read_whole_file(*args.get("--prompt-file"));
+    auto tok = tokenizer::Tokenizer::load_dir(dir);
+    if (!text.ok() || !tok.ok()) {
+      std::fprintf(stderr, "cedar bench: --prompt-file: %s\n",
+                   (!text.ok() ? text.status() : tok.status()).message().c_str());
+      return 1;
+    }
+    auto ids = (*tok)->encode(*text, /*add_special=*/false);
+    if (!ids.ok() || ids->empty()) {
+      std::fprintf(stderr, "cedar bench: --prompt-file: cannot tokenize it\n");
+      return 1;
+    }
+    text_ids = *ids;
+  }
   ThreadPool pool(threads);
   std::vector<Row> rows;
   for (const auto& [label, budget] : *budgets) {
@@ -95,6 +114,7 @@ int bench_streaming(const Args& args) {
     o.numerics = *numerics;
     o.residency.memory_budget = budget;
     o.residency.stats_file = args.get_or("--residency-stats", "none") == "none" ? "" : *args.get("--residency-stats");
+    o.residency.lookahead = !args.has("--no-lookahead");
     auto loaded = model::Model::load(dir, o);
     if (!loaded.ok()) {
       std::fprintf(stderr, "cedar bench: budget %s: %s\n", label.c_str(), loaded.status().message().c_str());
@@ -109,7 +129,11 @@ int bench_streaming(const Args& args) {
     // pp then tg on one sequence per repetition: decode runs after the prompt, as in real use.
     for (int r = 0; r < reps; ++r) {
       model::SequenceState seq = m.new_sequence(p + n + 2);
-      const auto prompt = ids_for(static_cast<size_t>(std::max<long long>(p, 1)), static_cast<size_t>(r) * 1000, vocab);
+      std::vector<int32_t> prompt = ids_for(static_cast<size_t>(std::max<long long>(p, 1)), static_cast<size_t>(r) * 1000, vocab);
+      if (!text_ids.empty())
+        for (size_t i = 0; i < prompt.size(); ++i)
+          prompt[i] = std::min<int32_t>(text_ids[(i + static_cast<size_t>(r) * 997) % text_ids.size()],
+                                        static_cast<int32_t>(vocab) - 1);
       auto measure = [&](const std::string& test, long long tokens, auto&& body) -> Status {
         m.reset_residency_stats();
         Timer t;
@@ -169,7 +193,7 @@ int bench_streaming(const Args& args) {
     nlohmann::json j = {{"model", dir}, {"fio_random_read_bytes_per_s", fio}, {"results", nlohmann::json::array()}};
     for (const Row& r : rows)
       j["results"].push_back({{"budget", r.budget_label}, {"budget_bytes", r.budget}, {"streaming", r.streaming},
-                              {"test", r.test}, {"tokens", r.tokens}, {"tok_s", r.tok_s},
+                              {"lookahead", !args.has("--no-lookahead")}, {"test", r.test}, {"tokens", r.tokens}, {"tok_s", r.tok_s},
                               {"ssd_bytes_per_token", r.ssd_bytes_per_token}, {"expert_hit", r.expert_hit},
                               {"engram_hit", r.engram_hit}, {"lookahead_precision", r.lookahead_precision},
                               {"read_gb_s", r.read_gb_s}, {"io_wait_share", r.io_wait_share},
@@ -189,7 +213,7 @@ int bench_streaming(const Args& args) {
       if (r.ssd_bytes_per_token > 0) std::snprintf(b, sizeof b, "%.2f", r.tok_s / (fio / r.ssd_bytes_per_token));
     }
     std::printf("| %s | %s | %s | %.2f | %.1f | %.1f%% | %.1f%% | %.1f%% | %.2f | %.0f%% | %s | %s |\n",
-                r.budget_label.c_str(), r.streaming ? "stream" : "resident", r.test.c_str(), r.tok_s,
+                r.budget_label.c_str(), !r.streaming ? "resident" : args.has("--no-lookahead") ? "stream, no look-ahead" : "stream", r.test.c_str(), r.tok_s,
                 r.ssd_bytes_per_token / 1e6, 100 * r.expert_hit, 100 * r.engram_hit, 100 * r.lookahead_precision,
                 r.read_gb_s, 100 * r.io_wait_share, a, b);
   }

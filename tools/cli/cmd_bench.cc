@@ -43,6 +43,8 @@ constexpr const char* kUsage =
     "                       pp then tg on one sequence with SSD bytes/token, hit rates, look-ahead\n"
     "                       precision and read bandwidth (docs/STREAMING.md; -n defaults to 32, -r to 1)\n"
     "  --fio-bandwidth B/S  the device's random-read bandwidth (bench/stream_bench.sh measures it with fio)\n"
+    "  --prompt-file FILE   with --memory-budget: prompt tokens from this text (real n-grams) instead of ids\n"
+    "  --no-lookahead       with --memory-budget: no look-ahead prefetch (to measure what it brings)\n"
     "Each test starts a fresh sequence, prefills `depth` tokens (not timed), then times a prefill of\n"
     "`p` tokens (ppP) or `n` single-token decode steps (tgN).\n";
 
@@ -139,8 +141,9 @@ struct BenchResult {
 
 int cmd_bench(const std::vector<std::string>& argv) {
   auto args = Args::parse(argv, {"--model", "--n-prompt", "--n-gen", "--depth", "--threads", "--repetitions",
-                                 "--numerics", "--output", "--memory-budget", "--fio-bandwidth", "--residency-stats"},
-                          {"--help"},
+                                 "--numerics", "--output", "--memory-budget", "--fio-bandwidth", "--residency-stats",
+                                 "--prompt-file"},
+                          {"--help", "--no-lookahead"},
                           {{"-m", "--model"}, {"-p", "--n-prompt"}, {"-n", "--n-gen"}, {"-d", "--depth"},
                            {"-t", "--threads"}, {"-r", "--repetitions"}, {"-o", "--output"}});
   if (!args.ok()) {
