@@ -139,8 +139,9 @@ int SlotCache::fetch(uint64_t key, Mode mode) {
   }
   s = pick_victim();
   while (s == kNoSlot) {
-    // Every slot is held or loading: loading slots free up as their reads land.
-    if (reader_->outstanding() == 0) return kNoSlot;
+    // Every slot is held or loading. A prefetch is optional: it gives up rather than wait. A demand
+    // fetch waits for loading slots to land (one becomes evictable once its reads are done).
+    if (mode == Mode::kPrefetch || reader_->outstanding() == 0) return kNoSlot;
     process({done_.data(), reader_->reap(done_, true)});
     s = pick_victim();
   }

@@ -71,8 +71,9 @@ class SlotCache {
   SlotCache& operator=(const SlotCache&) = delete;
 
   // The slot of `key`, starting its reads on a miss. kHold pins the slot (release() unpins); kPrefetch
-  // does not and counts as a prefetch. Returns kNoSlot when every slot is held (kHold callers never
-  // hold more than n_slots() keys at once, so that is only possible for prefetches).
+  // does not and counts as a prefetch. Returns kNoSlot when every slot is held, or for a prefetch
+  // also when every other slot is loading (a prefetch never waits); kHold callers never hold more
+  // than n_slots() keys at once.
   int fetch(uint64_t key, Mode mode);
   // Waits until the slot's reads finished; returns its bytes.
   const uint8_t* wait(int slot);

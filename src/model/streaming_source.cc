@@ -73,7 +73,9 @@ class StreamingSource final : public WeightSource {
         ++expert_misses_;
         ++reads_[key];
       }
-      held_.push_back({key, experts_->fetch(key, io::SlotCache::Mode::kHold)});
+      const int slot = experts_->fetch(key, io::SlotCache::Mode::kHold);
+      CEDAR_CHECK(slot != io::SlotCache::kNoSlot, "expert cache: more experts announced than max_held()");
+      held_.push_back({key, slot});
     }
   }
   void hint(int layer, std::span<const int32_t> ids) override {
@@ -107,30 +109,48 @@ class StreamingSource final : public WeightSource {
   void will_need_rows(std::span<const int64_t> rows, size_t per_token, size_t n_columns) override {
     if (!rows_) return;
     const size_t n_tokens = rows.size() / per_token;
-    for (size_t t = 0; t < n_tokens; ++t)
-      for (size_t j = 0; j < per_token; ++j) {
-        const int64_t r = rows[t * per_token + j];
-        const size_t layer = j / n_columns;
-        if (r < 0 || layer >= tables_.size() || r >= tables_[layer].rows) continue;  // reported at gather
-        const uint64_t key = (static_cast<uint64_t>(layer) << 48) | static_cast<uint64_t>(r);
-        if (rows_->resident(key)) {
-          ++engram_hits_;
-        } else {
-          ++engram_misses_;
-          (void)rows_->fetch(key, io::SlotCache::Mode::kPrefetch);
+    // Layer by layer (the first Engram layer's rows are needed first), prefetching at most half the
+    // row cache: rows beyond that would evict each other before use; gather_rows reads them then.
+    size_t budget = std::max<size_t>(1, rows_->n_slots() / 2);
+    for (size_t j0 = 0; j0 < per_token; j0 += n_columns)
+      for (size_t t = 0; t < n_tokens; ++t)
+        for (size_t j = j0; j < j0 + n_columns; ++j) {
+          const int64_t r = rows[t * per_token + j];
+          const size_t layer = j / n_columns;
+          if (r < 0 || layer >= tables_.size() || r >= tables_[layer].rows) continue;  // reported at gather
+          const uint64_t key = (static_cast<uint64_t>(layer) << 48) | static_cast<uint64_t>(r);
+          if (rows_->resident(key)) {
+            ++engram_hits_;
+          } else {
+            ++engram_misses_;
+            if (budget > 0) {
+              --budget;
+              (void)rows_->fetch(key, io::SlotCache::Mode::kPrefetch);
+            }
+          }
         }
-      }
   }
   void gather_rows(int engram_index, std::span<const int64_t> rows, uint8_t* codes, uint8_t* scales) override {
     const Table& tb = tables_[engram_index];
     Timer t;
-    for (size_t i = 0; i < rows.size(); ++i) {
-      const uint64_t key = (static_cast<uint64_t>(engram_index) << 48) | static_cast<uint64_t>(rows[i]);
-      const int s = rows_->fetch(key, io::SlotCache::Mode::kHold);
-      const uint8_t* p = rows_->wait(s);
-      std::memcpy(codes + i * tb.code_bytes, p, tb.code_bytes);
-      std::memcpy(scales + i * tb.scale_bytes, p + tb.code_bytes, tb.scale_bytes);
-      rows_->release(s);
+    // In batches of half the cache: start every missing row of the batch, then copy them out, so
+    // rows that were not prefetched (or were evicted since) are read in parallel, not one by one.
+    const size_t batch = std::max<size_t>(1, rows_->n_slots() / 2);
+    for (size_t b0 = 0; b0 < rows.size(); b0 += batch) {
+      const size_t b1 = std::min(rows.size(), b0 + batch);
+      for (size_t i = b0; i < b1; ++i) {
+        const uint64_t key = (static_cast<uint64_t>(engram_index) << 48) | static_cast<uint64_t>(rows[i]);
+        if (!rows_->resident(key)) (void)rows_->fetch(key, io::SlotCache::Mode::kPrefetch);
+      }
+      for (size_t i = b0; i < b1; ++i) {
+        const uint64_t key = (static_cast<uint64_t>(engram_index) << 48) | static_cast<uint64_t>(rows[i]);
+        const int s = rows_->fetch(key, io::SlotCache::Mode::kHold);
+        CEDAR_CHECK(s != io::SlotCache::kNoSlot, "Engram row cache: no slot");
+        const uint8_t* p = rows_->wait(s);
+        std::memcpy(codes + i * tb.code_bytes, p, tb.code_bytes);
+        std::memcpy(scales + i * tb.scale_bytes, p + tb.code_bytes, tb.scale_bytes);
+        rows_->release(s);
+      }
     }
     io_wait_ += t.seconds();
   }

@@ -20,8 +20,10 @@ using testing::test_prompt;
 using testing::tiny_checkpoint;
 
 std::unique_ptr<Model> load_streamed(size_t expert_slots, size_t engram_slots, const std::string& stats = "",
-                                     bool lookahead = true) {
+                                     bool lookahead = true, bool io_uring = true) {
   ModelOptions o;
+  o.residency.io_uring = io_uring;
+  o.residency.direct_io = io_uring;  // the fallback case also takes buffered reads
   o.residency.expert_slots = expert_slots;
   o.residency.engram_slots = engram_slots;
   o.residency.stats_file = stats;
@@ -56,6 +58,7 @@ std::vector<float> run(Model& m, const std::vector<int32_t>& prompt, int n, std:
 struct Case {
   ops::Numerics numerics;
   size_t expert_slots, engram_slots;
+  bool io_uring = true;  // false: the pread pool with buffered reads (the fallback path)
 };
 
 class StreamingExactness : public ::testing::TestWithParam<Case> {};
@@ -64,7 +67,7 @@ TEST_P(StreamingExactness, LogitsAndTokensBitIdenticalToResident) {
   const Case c = GetParam();
   auto resident = load_tiny(0);
   resident->set_numerics(c.numerics);
-  auto streamed = load_streamed(c.expert_slots, c.engram_slots);
+  auto streamed = load_streamed(c.expert_slots, c.engram_slots, "", true, c.io_uring);
   streamed->set_numerics(c.numerics);
   ASSERT_FALSE(resident->streaming());
   ASSERT_TRUE(streamed->streaming());
@@ -90,7 +93,8 @@ TEST_P(StreamingExactness, LogitsAndTokensBitIdenticalToResident) {
 INSTANTIATE_TEST_SUITE_P(Budgets, StreamingExactness,
                          ::testing::Values(Case{ops::Numerics::kExact, 8, 64}, Case{ops::Numerics::kFast, 8, 64},
                                            Case{ops::Numerics::kExact, 3, 5}, Case{ops::Numerics::kFast, 1, 1},
-                                           Case{ops::Numerics::kExact, 200, 4096}));
+                                           Case{ops::Numerics::kExact, 200, 4096},
+                                           Case{ops::Numerics::kFast, 6, 32, /*io_uring=*/false}));
 
 TEST(Streaming, BudgetBelowCheckpointStreamsAndStaysExact) {
   const std::string dir = tiny_checkpoint(0);
