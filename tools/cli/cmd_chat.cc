@@ -35,7 +35,7 @@ constexpr const char* kUsage =
     "  --memory-budget SIZE RAM for weights, e.g. 64G (default: what the machine can spare beside the\n"
     "                       KV budget); what does not fit streams from the SSD (docs/STREAMING.md)\n"
     "  --residency-stats PATH  routing statistics for warm restarts (default DIR/.cedar-expert-stats;\n"
-    "                       'none' keeps none)\n"
+    "                       ~/.cache/cedar/ when DIR is read-only; 'none' keeps none)\n"
     "\n"
     "In the chat: /think on|off, /effort E, /system TEXT, /reset, /help, /quit. Ctrl-C stops the\n"
     "answer being written; Ctrl-D (end of input) leaves.\n";

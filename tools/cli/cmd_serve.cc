@@ -54,7 +54,7 @@ constexpr const char* kUsage =
     "  --memory-budget SIZE     RAM for weights, e.g. 64G (default: what the machine can spare beside\n"
     "                           --kv-memory); what does not fit streams from the SSD (docs/STREAMING.md)\n"
     "  --residency-stats PATH   routing statistics for warm restarts (default DIR/.cedar-expert-stats;\n"
-    "                           'none' keeps none)\n";
+    "                           ~/.cache/cedar/ when DIR is read-only; 'none' keeps none)\n";
 
 // "8G", "512M", "64K" or plain bytes.
 Result<uint64_t> size_flag(const Args& args, const char* flag) {

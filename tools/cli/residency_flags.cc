@@ -1,10 +1,36 @@
 #include "residency_flags.h"
 
+#include <unistd.h>
+
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <functional>
 
 #include "model/residency_plan.h"
 
 namespace cedar::cli {
+
+namespace {
+
+// DIR/.cedar-expert-stats when the model directory is writable, else a file under
+// $XDG_CACHE_HOME/cedar (or ~/.cache/cedar) named after the directory: model directories are often
+// read-only (a shared download), and the statistics are only a warm-start hint.
+std::string default_stats_path(const std::string& model_dir) {
+  if (::access(model_dir.c_str(), W_OK) == 0) return model_dir + "/.cedar-expert-stats";
+  std::error_code ec;
+  const std::string abs = std::filesystem::absolute(model_dir, ec).lexically_normal().string();
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  std::string base = xdg && *xdg ? std::string(xdg) : home && *home ? std::string(home) + "/.cache" : "/tmp";
+  base += "/cedar";
+  std::filesystem::create_directories(base, ec);
+  char name[64];
+  std::snprintf(name, sizeof name, "/expert-stats-%016zx", std::hash<std::string>{}(abs));
+  return base + name;
+}
+
+}  // namespace
 
 Status residency_from_flags(const Args& args, const std::string& model_dir, model::ResidencyOptions* out,
                             bool* auto_budget) {
@@ -14,7 +40,8 @@ Status residency_from_flags(const Args& args, const std::string& model_dir, mode
   } else if (!auto_budget) {
     out->memory_budget = model::default_memory_budget(0);
   }
-  const std::string stats = args.get_or("--residency-stats", model_dir + "/.cedar-expert-stats");
+  const std::string stats =
+      args.has("--residency-stats") ? *args.get("--residency-stats") : default_stats_path(model_dir);
   out->stats_file = stats == "none" ? "" : stats;
   return {};
 }

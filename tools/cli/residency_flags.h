@@ -13,7 +13,7 @@ inline constexpr const char* kResidencyUsage =
     "  --memory-budget SIZE   RAM for weights, e.g. 64G (default: what the machine can spare beside the\n"
     "                         KV budget); what does not fit streams from the SSD (docs/STREAMING.md)\n"
     "  --residency-stats PATH routing statistics for warm restarts when streaming (default:\n"
-    "                         DIR/.cedar-expert-stats; 'none' keeps none)\n";
+    "                         DIR/.cedar-expert-stats, or ~/.cache/cedar/ when DIR is read-only; 'none')\n";
 
 // Fills `out` from the flags. With no --memory-budget: when `auto_budget` is given it is set to true
 // and the caller picks the default beside its KV budget; otherwise the budget is MemAvailable.
