@@ -154,6 +154,8 @@ class UringReader final : public BlockReader {
 class PreadReader final : public BlockReader {
  public:
   explicit PreadReader(int threads) {
+    todo_.reserve(4096);
+    done_.reserve(4096);
     for (int i = 0; i < threads; ++i) workers_.emplace_back([this] { work(); });
   }
   ~PreadReader() override {
@@ -242,6 +244,8 @@ Result<std::unique_ptr<BlockReader>> BlockReader::open(const std::vector<std::st
                      std::strerror(err));
   }
   if (!reader) reader = std::make_unique<PreadReader>(options.pool_threads);
+  // Room for a burst of queued reads up front, so that steady-state streaming never grows it.
+  reader->queued_.reserve(4096);
   for (const std::string& p : paths) {
     File f;
     f.path = p;
