@@ -107,6 +107,9 @@ class UringReader final : public BlockReader {
       free_.pop_back();
       slots_[slot] = r;
       io_uring_prep_read(sqe, files_[r.file].fd, r.dest, static_cast<unsigned>(r.length), r.offset);
+      // Punt to io_uring's workers at once: an O_DIRECT read on a device whose queue is full would
+      // otherwise block inside io_uring_submit, on the thread that should be computing.
+      io_uring_sqe_set_flags(sqe, IOSQE_ASYNC);
       io_uring_sqe_set_data64(sqe, slot);
       ++in_flight_;
       any = true;

@@ -64,6 +64,7 @@ class StreamingSource final : public WeightSource {
   size_t max_held() const override { return experts_->n_slots(); }
 
   void will_need(int layer, std::span<const int32_t> ids) override {
+    Timer timer;  // issuing reads can block too (a full device queue): count it as I/O time
     for (int32_t x : ids) {
       const uint64_t key = layer_base_[layer] + static_cast<uint64_t>(x);
       if (routed_[key] < UINT32_MAX) ++routed_[key];
@@ -77,14 +78,17 @@ class StreamingSource final : public WeightSource {
       CEDAR_CHECK(slot != io::SlotCache::kNoSlot, "expert cache: more experts announced than max_held()");
       held_.push_back({key, slot});
     }
+    io_wait_ += timer.seconds();
   }
   void hint(int layer, std::span<const int32_t> ids) override {
+    Timer timer;
     for (int32_t x : ids) {
       const uint64_t key = layer_base_[layer] + static_cast<uint64_t>(x);
       if (experts_->resident(key)) continue;
       // A prefetched expert costs a read even when the guess is wrong; count it.
       if (experts_->fetch(key, io::SlotCache::Mode::kPrefetch) != io::SlotCache::kNoSlot) ++reads_[key];
     }
+    io_wait_ += timer.seconds();
   }
   ExpertWeights get(int layer, int expert) override {
     const uint64_t key = layer_base_[layer] + static_cast<uint64_t>(expert);
@@ -108,6 +112,7 @@ class StreamingSource final : public WeightSource {
 
   void will_need_rows(std::span<const int64_t> rows, size_t per_token, size_t n_columns) override {
     if (!rows_) return;
+    Timer timer;
     const size_t n_tokens = rows.size() / per_token;
     // Layer by layer (the first Engram layer's rows are needed first), prefetching at most half the
     // row cache: rows beyond that would evict each other before use; gather_rows reads them then.
@@ -129,6 +134,7 @@ class StreamingSource final : public WeightSource {
             }
           }
         }
+    io_wait_ += timer.seconds();
   }
   void gather_rows(int engram_index, std::span<const int64_t> rows, uint8_t* codes, uint8_t* scales) override {
     const Table& tb = tables_[engram_index];

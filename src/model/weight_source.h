@@ -27,7 +27,7 @@ struct ResidencyStats {
   uint64_t expert_bytes = 0;    // read from the SSD
   uint64_t engram_hits = 0, engram_misses = 0, engram_bytes = 0;
   uint64_t max_reads_per_expert = 0;  // since reset_stats(): the most reads any one expert needed
-  double io_wait_seconds = 0;   // time the forward pass waited for reads
+  double io_wait_seconds = 0;   // time the forward pass spent in the source: issuing and waiting for reads
 };
 
 class WeightSource {
