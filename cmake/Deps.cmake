@@ -6,7 +6,7 @@ find_package(PkgConfig REQUIRED)
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
-pkg_check_modules(URING IMPORTED_TARGET liburing)
+pkg_check_modules(URING REQUIRED IMPORTED_TARGET liburing)  # liburing-dev: streaming reads
 find_path(HTTPLIB_INCLUDE_DIR httplib.h REQUIRED)  # libcpp-httplib-dev (header + shared lib)
 find_library(HTTPLIB_LIBRARY cpp-httplib)
 if(CEDAR_BUILD_TESTS)

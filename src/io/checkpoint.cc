@@ -181,7 +181,9 @@ Result<Checkpoint> Checkpoint::open(const std::string& dir, const CheckpointOpti
   ck.shards_.reserve(shard_names.size());
   std::vector<std::string> problems;
   for (const std::string& shard : shard_names) {
-    CEDAR_ASSIGN_OR_RETURN(SafetensorsFile file, SafetensorsFile::open((root / shard).string()));
+    CEDAR_ASSIGN_OR_RETURN(SafetensorsFile file, options.map_filter
+                                                     ? SafetensorsFile::open((root / shard).string(), options.map_filter)
+                                                     : SafetensorsFile::open((root / shard).string()));
     if (index) {
       // Both directions: every tensor the index places here exists, and nothing else is here.
       const std::vector<std::string>& expected = index->tensors_by_shard.at(shard);

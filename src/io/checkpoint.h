@@ -46,6 +46,9 @@ struct CheckpointOptions {
   // IoError naming the shard and tensor, where a mapped read would die of SIGBUS). This pulls the
   // whole checkpoint through the page cache, so it is slow for big models; off by default.
   bool read_all_data = false;
+  // When set, only the tensors it accepts are mapped (the others keep data == nullptr and are read by
+  // whoever streams them); unset maps every shard whole.
+  TensorFilter map_filter;
 };
 
 class Checkpoint {

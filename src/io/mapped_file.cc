@@ -47,12 +47,44 @@ Result<MappedFile> MappedFile::open(const std::string& path) {
   return MappedFile(path, data, size);
 }
 
+Result<MappedFile> MappedFile::open_range(const std::string& path, uint64_t offset, uint64_t length) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return io_error("cannot open " + path, errno);
+  struct stat st {};
+  if (fstat(fd, &st) != 0) {
+    int err = errno;
+    ::close(fd);
+    return io_error("cannot stat " + path, err);
+  }
+  if (offset > static_cast<uint64_t>(st.st_size) || length > static_cast<uint64_t>(st.st_size) - offset) {
+    ::close(fd);
+    return invalid_argument(path + ": range [" + std::to_string(offset) + ", +" + std::to_string(length) +
+                            ") lies past the end of the file");
+  }
+  const uint64_t begin = offset / page_size() * page_size();
+  const size_t size = static_cast<size_t>(offset + length - begin);
+  uint8_t* data = nullptr;
+  if (size > 0) {
+    void* p = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(begin));
+    if (p == MAP_FAILED) {
+      int err = errno;
+      ::close(fd);
+      return io_error("cannot mmap " + path + " (" + std::to_string(size) + " bytes at " + std::to_string(begin) + ")",
+                      err);
+    }
+    data = static_cast<uint8_t*>(p);
+  }
+  ::close(fd);
+  return MappedFile(path, data, size, begin);
+}
+
 MappedFile::~MappedFile() { reset(); }
 
 MappedFile::MappedFile(MappedFile&& other) noexcept
     : path_(std::move(other.path_)),
       data_(std::exchange(other.data_, nullptr)),
-      size_(std::exchange(other.size_, 0)) {}
+      size_(std::exchange(other.size_, 0)),
+      offset_(std::exchange(other.offset_, 0)) {}
 
 MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
   if (this != &other) {
@@ -60,6 +92,7 @@ MappedFile& MappedFile::operator=(MappedFile&& other) noexcept {
     path_ = std::move(other.path_);
     data_ = std::exchange(other.data_, nullptr);
     size_ = std::exchange(other.size_, 0);
+    offset_ = std::exchange(other.offset_, 0);
   }
   return *this;
 }
@@ -94,13 +127,13 @@ bool page_range(size_t size, size_t offset, size_t length, size_t* begin, size_t
 
 void MappedFile::prefetch(size_t offset, size_t length) const {
   size_t begin = 0, len = 0;
-  if (data_ == nullptr || !page_range(size_, offset, length, &begin, &len)) return;
+  if (data_ == nullptr || offset < offset_ || !page_range(size_, offset - offset_, length, &begin, &len)) return;
   (void)madvise(data_ + begin, len, MADV_WILLNEED);
 }
 
 void MappedFile::drop(size_t offset, size_t length) const {
   size_t begin = 0, len = 0;
-  if (data_ == nullptr || !page_range(size_, offset, length, &begin, &len)) return;
+  if (data_ == nullptr || offset < offset_ || !page_range(size_, offset - offset_, length, &begin, &len)) return;
   (void)madvise(data_ + begin, len, MADV_DONTNEED);
 }
 

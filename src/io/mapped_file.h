@@ -17,6 +17,11 @@ class MappedFile {
   // processes). An empty file maps to data() == nullptr, size() == 0. Errors are IoError naming
   // the path and the failing call.
   static Result<MappedFile> open(const std::string& path);
+  // Maps only the bytes [offset, offset + length) of `path` (rounded out to whole pages), so that a
+  // streaming run never maps the parts of a shard it reads itself. data() then holds file offset
+  // offset() (page aligned, <= the requested offset). Errors as open(); a range past the end of the
+  // file is an InvalidArgument.
+  static Result<MappedFile> open_range(const std::string& path, uint64_t offset, uint64_t length);
 
   MappedFile() = default;
   ~MappedFile();
@@ -29,12 +34,13 @@ class MappedFile {
   size_t size() const { return size_; }
   std::span<const uint8_t> bytes() const { return {data_, size_}; }
   const std::string& path() const { return path_; }
+  uint64_t offset() const { return offset_; }  // file offset of data()[0]; 0 for a whole file
   bool is_open() const { return data_ != nullptr || !path_.empty(); }
 
   // True when [p, p + n) lies inside the mapping (used to prove views point into it).
   bool contains(const void* p, size_t n) const;
 
-  // Hints, both clamped to the mapping and rounded out to whole pages; a hint that the kernel
+  // Hints (offsets are file offsets), both clamped to the mapping and rounded out to whole pages; a hint that the kernel
   // refuses is harmless, so these return nothing.
   //   prefetch: MADV_WILLNEED, start reading these bytes from disk in the background.
   //   drop:     MADV_DONTNEED, release this process's pages for the range (the data stays
@@ -43,13 +49,14 @@ class MappedFile {
   void drop(size_t offset, size_t length) const;
 
  private:
-  MappedFile(std::string path, uint8_t* data, size_t size)
-      : path_(std::move(path)), data_(data), size_(size) {}
+  MappedFile(std::string path, uint8_t* data, size_t size, uint64_t offset = 0)
+      : path_(std::move(path)), data_(data), size_(size), offset_(offset) {}
   void reset();
 
   std::string path_;
   uint8_t* data_ = nullptr;
   size_t size_ = 0;
+  uint64_t offset_ = 0;
 };
 
 }  // namespace cedar::io

@@ -1,5 +1,9 @@
 #include "io/safetensors.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstring>
 #include <limits>
@@ -8,6 +12,8 @@
 #include <utility>
 
 #include <nlohmann/json.hpp>
+
+#include "core/check.h"
 
 namespace cedar::io {
 namespace {
@@ -379,8 +385,14 @@ int64_t TensorView::numel() const {
 
 Result<SafetensorsHeader> parse_safetensors_header(std::span<const uint8_t> file_bytes,
                                                    std::string_view file_label) {
+  return parse_safetensors_header(file_bytes, file_bytes.size(), file_label);
+}
+
+Result<SafetensorsHeader> parse_safetensors_header(std::span<const uint8_t> head, uint64_t file_size,
+                                                   std::string_view file_label) {
   const std::string file(file_label);
-  const uint64_t size = file_bytes.size();
+  const uint64_t size = file_size;
+  const std::span<const uint8_t> file_bytes = head;
   if (size < 8)
     return data_loss(file + ": file is " + std::to_string(size) +
                      " bytes, shorter than the 8-byte header length; it is truncated or not a "
@@ -397,6 +409,7 @@ Result<SafetensorsHeader> parse_safetensors_header(std::span<const uint8_t> file
                      " bytes); the file is truncated (re-download or re-copy it)");
   h.data_offset = 8 + h.header_bytes;
   const uint64_t data_size = size - h.data_offset;
+  CEDAR_CHECK(file_bytes.size() >= h.data_offset, "%s: header bytes not supplied", file.c_str());
 
   const auto* text = reinterpret_cast<const char*>(file_bytes.data() + 8);
   HeaderSax sax(file, data_size, &h);
@@ -438,10 +451,59 @@ Result<SafetensorsHeader> parse_safetensors_header(std::span<const uint8_t> file
 Result<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
   SafetensorsFile f;
   CEDAR_ASSIGN_OR_RETURN(f.mapping_, MappedFile::open(path));
+  f.path_ = path;
+  f.file_size_ = f.mapping_.size();
   CEDAR_ASSIGN_OR_RETURN(SafetensorsHeader header, parse_safetensors_header(f.mapping_.bytes(), path));
-  f.data_offset_ = header.data_offset;
-  f.metadata_ = std::move(header.metadata);
-  f.tensors_.reserve(header.tensors.size());
+  CEDAR_RETURN_IF_ERROR(f.bind(std::move(header), nullptr));
+  return f;
+}
+
+Result<SafetensorsFile> SafetensorsFile::open(const std::string& path, const TensorFilter& keep) {
+  SafetensorsFile f;
+  f.path_ = path;
+  std::vector<uint8_t> head;
+  {
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return io_error("cannot open " + path, errno);
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      const int err = errno;
+      ::close(fd);
+      return err ? io_error("cannot stat " + path, err) : invalid_argument(path + " is not a regular file");
+    }
+    f.file_size_ = static_cast<uint64_t>(st.st_size);
+    // The 8-byte length, then the header it announces (clamped: the parser reports a bad length).
+    head.resize(static_cast<size_t>(std::min<uint64_t>(f.file_size_, 8)));
+    uint64_t want = head.size();
+    for (int pass = 0; pass < 2; ++pass) {
+      head.resize(static_cast<size_t>(want));
+      for (uint64_t got = 0; got < want;) {
+        const ssize_t n = ::pread(fd, head.data() + got, want - got, static_cast<off_t>(got));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) {
+          const int err = n < 0 ? errno : EIO;
+          ::close(fd);
+          return io_error("cannot read the header of " + path, err);
+        }
+        got += static_cast<uint64_t>(n);
+      }
+      if (pass == 0 && want == 8) {
+        uint64_t n = 0;
+        for (int i = 7; i >= 0; --i) n = (n << 8) | head[i];
+        want = 8 + std::min({n, kMaxSafetensorsHeaderBytes, f.file_size_ - 8});
+      }
+    }
+    ::close(fd);
+  }
+  CEDAR_ASSIGN_OR_RETURN(SafetensorsHeader header, parse_safetensors_header(head, f.file_size_, path));
+  CEDAR_RETURN_IF_ERROR(f.bind(std::move(header), &keep));
+  return f;
+}
+
+Status SafetensorsFile::bind(SafetensorsHeader header, const TensorFilter* keep) {
+  data_offset_ = header.data_offset;
+  metadata_ = std::move(header.metadata);
+  tensors_.reserve(header.tensors.size());
   for (SafetensorsEntry& e : header.tensors) {
     TensorView v;
     v.name = std::move(e.name);
@@ -449,16 +511,43 @@ Result<SafetensorsFile> SafetensorsFile::open(const std::string& path) {
     v.shape = std::move(e.shape);
     v.file_offset = header.data_offset + e.begin;
     v.nbytes = static_cast<size_t>(e.end - e.begin);
-    v.data = f.mapping_.data() + v.file_offset;  // in range: end <= file size, checked above
-    v.file = path;
-    f.tensor_bytes_ += v.nbytes;
-    f.tensors_.push_back(std::move(v));
+    // In range: end <= file size, checked by the parser. Filtered files bind below.
+    v.data = keep ? nullptr : mapping_.data() + v.file_offset;
+    v.file = path_;
+    tensor_bytes_ += v.nbytes;
+    tensors_.push_back(std::move(v));
   }
-  f.by_name_.resize(f.tensors_.size());
-  for (uint32_t i = 0; i < f.by_name_.size(); ++i) f.by_name_[i] = i;
-  std::sort(f.by_name_.begin(), f.by_name_.end(),
-            [&](uint32_t a, uint32_t b) { return f.tensors_[a].name < f.tensors_[b].name; });
-  return f;
+  if (keep) {
+    // tensors_ is in data order: map each maximal run of kept tensors once.
+    for (size_t i = 0; i < tensors_.size();) {
+      if (!(*keep)(tensors_[i].name)) {
+        ++i;
+        continue;
+      }
+      size_t j = i + 1;
+      uint64_t end = tensors_[i].file_offset + tensors_[i].nbytes;
+      while (j < tensors_.size() && (*keep)(tensors_[j].name)) {
+        end = std::max<uint64_t>(end, tensors_[j].file_offset + tensors_[j].nbytes);
+        ++j;
+      }
+      CEDAR_ASSIGN_OR_RETURN(MappedFile w, MappedFile::open_range(path_, tensors_[i].file_offset,
+                                                                  end - tensors_[i].file_offset));
+      for (size_t k = i; k < j; ++k) tensors_[k].data = w.data() + (tensors_[k].file_offset - w.offset());
+      windows_.push_back(std::move(w));
+      i = j;
+    }
+  }
+  by_name_.resize(tensors_.size());
+  for (uint32_t i = 0; i < by_name_.size(); ++i) by_name_[i] = i;
+  std::sort(by_name_.begin(), by_name_.end(), [&](uint32_t a, uint32_t b) { return tensors_[a].name < tensors_[b].name; });
+  return {};
+}
+
+const MappedFile* SafetensorsFile::window_of(const TensorView& tensor) const {
+  if (windows_.empty()) return &mapping_;
+  for (const MappedFile& w : windows_)
+    if (tensor.data != nullptr && w.contains(tensor.data, tensor.nbytes)) return &w;
+  return nullptr;
 }
 
 const TensorView* SafetensorsFile::find(std::string_view name) const {
@@ -469,11 +558,11 @@ const TensorView* SafetensorsFile::find(std::string_view name) const {
 }
 
 void SafetensorsFile::prefetch(const TensorView& tensor) const {
-  mapping_.prefetch(tensor.file_offset, tensor.nbytes);
+  if (const MappedFile* m = window_of(tensor)) m->prefetch(tensor.file_offset, tensor.nbytes);
 }
 
 void SafetensorsFile::drop(const TensorView& tensor) const {
-  mapping_.drop(tensor.file_offset, tensor.nbytes);
+  if (const MappedFile* m = window_of(tensor)) m->drop(tensor.file_offset, tensor.nbytes);
 }
 
 }  // namespace cedar::io

@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <span>
 #include <string>
@@ -75,6 +76,14 @@ struct SafetensorsHeader {
 // safetensors format defines but cedar does not support (e.g. F64), NotFound never.
 Result<SafetensorsHeader> parse_safetensors_header(std::span<const uint8_t> file_bytes,
                                                    std::string_view file_label);
+// The same checks when only the start of the file is at hand: `head` holds its first bytes (at least
+// 8 + N of them when the file has that many, fewer only when the file is shorter), `file_size` is its size.
+Result<SafetensorsHeader> parse_safetensors_header(std::span<const uint8_t> head, uint64_t file_size,
+                                                   std::string_view file_label);
+
+// Which tensors of a file to map (true = map). Tensors left out keep data == nullptr: their bytes are
+// read some other way (streamed experts and Engram tables, docs/STREAMING.md).
+using TensorFilter = std::function<bool(std::string_view name)>;
 
 // One mapped safetensors file with its validated tensor table.
 class SafetensorsFile {
@@ -82,14 +91,18 @@ class SafetensorsFile {
   // Maps and validates `path`. Errors: IoError (cannot open/map), DataLoss/Unimplemented (see
   // parse_safetensors_header); every message names `path`.
   static Result<SafetensorsFile> open(const std::string& path);
+  // Reads the header with pread and maps only the runs of tensors `keep` accepts (each run of
+  // consecutive kept tensors, in file order, is one mapping). Same errors as open().
+  static Result<SafetensorsFile> open(const std::string& path, const TensorFilter& keep);
 
   SafetensorsFile() = default;
   SafetensorsFile(SafetensorsFile&&) noexcept = default;
   SafetensorsFile& operator=(SafetensorsFile&&) noexcept = default;
 
-  const std::string& path() const { return mapping_.path(); }
+  const std::string& path() const { return path_; }
+  // The whole-file mapping (empty when the file was opened with a filter).
   const MappedFile& mapping() const { return mapping_; }
-  uint64_t file_size() const { return mapping_.size(); }
+  uint64_t file_size() const { return file_size_; }
   uint64_t data_offset() const { return data_offset_; }
   const std::map<std::string, std::string>& metadata() const { return metadata_; }
   // In data order. Element addresses are stable for the life of the object, moves included.
@@ -103,7 +116,13 @@ class SafetensorsFile {
   void drop(const TensorView& tensor) const;
 
  private:
+  Status bind(SafetensorsHeader header, const TensorFilter* keep);
+  const MappedFile* window_of(const TensorView& tensor) const;
+
+  std::string path_;
+  uint64_t file_size_ = 0;
   MappedFile mapping_;
+  std::vector<MappedFile> windows_;  // with a filter: one mapping per run of kept tensors
   uint64_t data_offset_ = 0;
   uint64_t tensor_bytes_ = 0;
   std::map<std::string, std::string> metadata_;

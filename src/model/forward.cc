@@ -5,6 +5,8 @@
 
 #include "core/check.h"
 #include "model/forward_internal.h"
+#include "model/streaming_source.h"
+#include "model/weight_inventory.h"
 #include "ops/formats.h"
 #include "ops/hc.h"
 #include "ops/linear.h"
@@ -26,13 +28,17 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const ModelOp
     return unimplemented(dir + ": cedar runs DeepSeek-V4.1 checkpoints; this config is DeepSeek-V4 (use it "
                          "with `cedar inspect` / `cedar kv-report` only)");
   m->plan_ = make_layer_plan(c);
+  // The residency plan comes first: a streaming run maps only the dense weights.
+  CEDAR_RETURN_IF_ERROR(m->plan_residency_for_load());
   io::CheckpointOptions copts;
   copts.progress = options.progress;
   copts.read_all_data = options.verify_data;
+  if (m->stream_) copts.map_filter = [](std::string_view name) { return !is_streamed_tensor(name); };
   CEDAR_ASSIGN_OR_RETURN(m->checkpoint_, io::Checkpoint::open(dir, copts));
   CEDAR_ASSIGN_OR_RETURN(WeightMap map, WeightMap::bind(m->checkpoint_, weight_inventory(c)));
   m->weight_map_ = std::make_unique<WeightMap>(std::move(map));
   CEDAR_ASSIGN_OR_RETURN(m->weights_, bind_model_weights(c, m->plan_, *m->weight_map_));
+  CEDAR_RETURN_IF_ERROR(m->init_residency());
 
   // One RoPE table per (theta, YaRN) pair: SWA-only layers use the base theta without YaRN, every
   // compressed layer uses compress_rope_theta with YaRN (spec §2.5).
@@ -58,6 +64,36 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const ModelOp
   }
   m->ws_ = std::make_unique<Workspace>();
   return m;
+}
+
+Status Model::plan_residency_for_load() {
+  const ResidencyOptions& r = options_.residency;
+  const ParamCounts counts = count_params(weight_inventory(config_));
+  residency_plan_ = resident_plan(config_, plan_, counts);
+  if (r.memory_budget > 0) {
+    ResidencyPlanOptions po;
+    po.kv_reserve_bytes = r.kv_reserve;
+    CEDAR_ASSIGN_OR_RETURN(residency_plan_, plan_residency(config_, plan_, counts, r.memory_budget, po));
+  }
+  stream_ = residency_plan_.streaming || r.expert_slots > 0 || r.engram_slots > 0;
+  return {};
+}
+
+Status Model::init_residency() {
+  const ResidencyOptions& r = options_.residency;
+  if (!stream_) {
+    source_ = make_mapped_source(*weights_, config_.engram_head_dim);
+    return {};
+  }
+  StreamingOptions so;
+  so.expert_slots = r.expert_slots ? r.expert_slots : static_cast<size_t>(residency_plan_.expert_slots);
+  so.engram_slots = r.engram_slots ? r.engram_slots : static_cast<size_t>(std::max<int64_t>(1, residency_plan_.engram_slots));
+  so.stats_file = r.stats_file;
+  so.warm_start = r.warm_start;
+  so.direct_io = r.direct_io;
+  so.io_uring = r.io_uring;
+  CEDAR_ASSIGN_OR_RETURN(source_, make_streaming_source(checkpoint_, *weight_map_, config_, plan_, so));
+  return {};
 }
 
 SequenceState Model::new_sequence(int64_t capacity) const {
@@ -180,10 +216,14 @@ Status Model::forward_round(std::span<const SeqChunk> chunks, float* logits, con
     for (const ChunkSpan& s : spans)
       CEDAR_RETURN_IF_ERROR(engram_hasher_->hash(s.seq->engram, s.p0, {s.tokens, s.n}, {},
                                                  {rows + s.offset * per_token, s.n * per_token}));
+    // Row ids depend on token ids only: their reads start now, before the first layer runs.
+    source_->will_need_rows({rows, T * per_token}, per_token, engram_hasher_->n_columns());
   }
   std::vector<ChunkSpan> original = spans;
   ForwardPass pass(*this, spans, T, pool);
   pass.run(logits, sink, sink_base);
+  // A streaming read that failed left zeros in its slot: the step's output is void.
+  CEDAR_RETURN_IF_ERROR(source_->error());
   for (const ChunkSpan& s : original) {
     s.seq->tokens.insert(s.seq->tokens.end(), s.tokens, s.tokens + s.n);
     s.seq->n_tokens += static_cast<int64_t>(s.n);

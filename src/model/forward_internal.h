@@ -41,6 +41,14 @@ struct Workspace {
   std::vector<ActiveExpert> moe_experts;
   std::vector<float> moe_act;
   std::vector<ops::Fp4GemmJob> fp4_jobs;
+  std::vector<int32_t> moe_ids;              // the active experts, ascending
+  std::vector<ExpertWeights> moe_held;       // weights of the group being computed
+  std::vector<float> shared_g, shared_u, shared_out;
+  // Look-ahead: the next layer's router on this layer's input (streaming only).
+  int lookahead_layer = -1;
+  std::vector<float> lookahead_logits, lookahead_w;
+  std::vector<int32_t> lookahead_ids, lookahead_list;
+  std::vector<uint8_t> lookahead_pred;       // [n_routed_experts] guessed for lookahead_layer
   // Per-query scratch of the indexer and attention, one per pool thread: prefill runs its queries in
   // parallel, each thread on its own set.
   struct QueryScratch {
@@ -59,6 +67,8 @@ struct Workspace {
   // Engram.
   std::vector<int64_t> engram_rows, engram_layer_rows;
   std::vector<float> engram_e, engram_kv;
+  std::vector<uint8_t> engram_codes, engram_scales;
+  std::vector<int64_t> engram_local;
 };
 
 // Where each chunk's tokens sit in the token-major batch tensors.
@@ -105,6 +115,9 @@ class ForwardPass {
   void attend(int layer, const ChunkSpan& ch, size_t row, const float* window_rows, size_t n_window_rows,
               const int32_t* window_idx, size_t n_window_idx, Workspace::QueryScratch& qs, ThreadPool* inner);
   void moe(int layer, const float* x, float* out);
+  void lookahead(int layer, const float* x);
+  void score_lookahead(int layer);
+  static constexpr size_t kLookaheadMaxTokens = 8;
   void head(float* logits);
   void head_all_rows(const RowLogitsSink& sink, size_t sink_base);
   const ops::RopeTable& rope_for(int layer) const;

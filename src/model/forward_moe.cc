@@ -35,6 +35,7 @@ void ForwardPass::moe(int l, const float* x, float* out) {
   int32_t* tokens = scratch(ws_.expert_tokens, R);  // row -> token
   int32_t* slots = scratch(ws_.expert_slot, R);     // row -> selection slot
   ws_.moe_experts.clear();
+  ws_.moe_ids.clear();
   for (size_t ex = 0, row = 0; ex < E; ++ex) {
     const size_t first = row;
     for (size_t t = 0; t < T_; ++t)
@@ -44,8 +45,32 @@ void ForwardPass::moe(int l, const float* x, float* out) {
           slots[row] = static_cast<int32_t>(k);
           ++row;
         }
-    if (row > first) ws_.moe_experts.push_back({static_cast<int32_t>(ex), first, row - first, 0});
+    if (row > first) {
+      ws_.moe_experts.push_back({static_cast<int32_t>(ex), first, row - first, 0});
+      ws_.moe_ids.push_back(static_cast<int32_t>(ex));
+    }
   }
+  score_lookahead(l);
+  // The routed experts run in groups of at most max_held() (all of them when resident): each group's
+  // weights are held while its GEMMs run, so every expert is fetched once per chunk, however many
+  // tokens chose it. Router-first: the first group is announced now, so its reads are in flight while
+  // the look-ahead router and the shared expert compute.
+  WeightSource& src = *m_.source_;
+  const size_t n_active = ws_.moe_experts.size();
+  const size_t group = std::max<size_t>(1, std::min(n_active, src.max_held()));
+  src.will_need(l, {ws_.moe_ids.data(), std::min(group, n_active)});
+  if (src.streaming() && m_.options_.residency.lookahead) lookahead(l, x);
+
+  // Shared expert (FP8, same clamped SwiGLU, no routing weight), added last below.
+  float* sg = scratch(ws_.shared_g, T_ * inter);
+  float* su = scratch(ws_.shared_u, T_ * inter);
+  float* sy = scratch(ws_.shared_out, T_ * dim);
+  const ops::Fp8Activations xs = k_.quantize_activations(x, T_, dim, act_span);
+  k_.gemm_fp8(xs, bw.shared.w1, sg, pool_);
+  k_.gemm_fp8(xs, bw.shared.w3, su, pool_);
+  for (size_t t = 0; t < T_; ++t) ops::swiglu_clamped(sg + t * inter, su + t * inter, inter, limit, 1.0f, sg + t * inter);
+  k_.linear_fp8(sg, T_, bw.shared.w2, sy, act_span, pool_);
+
   float* xe = scratch(ws_.expert_x, R * dim);     // [R, dim]
   float* g = scratch(ws_.expert_g, R * inter);    // [R, inter]
   float* u = scratch(ws_.expert_u, R * inter);    // [R, inter]
@@ -58,42 +83,82 @@ void ForwardPass::moe(int l, const float* x, float* out) {
     act_total += k_.act_scratch_floats(ae.rows, std::max(dim, inter));
   }
   float* moe_act = scratch(ws_.moe_act, act_total);
-  // w1 and w3 of every selected expert in one parallel region, then w2 of every expert in another.
-  ws_.fp4_jobs.clear();
-  for (const auto& ae : ws_.moe_experts) {
-    const ExpertWeights& we = bw.experts[ae.expert];
-    const ops::Fp8Activations xa = k_.quantize_activations(
-        xe + ae.row0 * dim, ae.rows, dim, {moe_act + ae.act_offset, k_.act_scratch_floats(ae.rows, dim)});
-    ws_.fp4_jobs.push_back({xa, we.w1, g + ae.row0 * inter});
-    ws_.fp4_jobs.push_back({xa, we.w3, u + ae.row0 * inter});
+  ws_.moe_held.resize(group);
+  for (size_t g0 = 0; g0 < n_active; g0 += group) {
+    const size_t g1 = std::min(n_active, g0 + group);
+    if (g0 > 0) src.will_need(l, {ws_.moe_ids.data() + g0, g1 - g0});
+    for (size_t j = g0; j < g1; ++j) ws_.moe_held[j - g0] = src.get(l, ws_.moe_experts[j].expert);
+    // w1 and w3 of every expert of the group in one parallel region, then w2 of every expert in another.
+    ws_.fp4_jobs.clear();
+    for (size_t j = g0; j < g1; ++j) {
+      const auto& ae = ws_.moe_experts[j];
+      const ExpertWeights& we = ws_.moe_held[j - g0];
+      const ops::Fp8Activations xa = k_.quantize_activations(
+          xe + ae.row0 * dim, ae.rows, dim, {moe_act + ae.act_offset, k_.act_scratch_floats(ae.rows, dim)});
+      ws_.fp4_jobs.push_back({xa, we.w1, g + ae.row0 * inter});
+      ws_.fp4_jobs.push_back({xa, we.w3, u + ae.row0 * inter});
+    }
+    ops::gemm_fp4_batch(k_, ws_.fp4_jobs, pool_);
+    const size_t r0 = ws_.moe_experts[g0].row0, r1 = ws_.moe_experts[g1 - 1].row0 + ws_.moe_experts[g1 - 1].rows;
+    for (size_t i = r0; i < r1; ++i)
+      ops::swiglu_clamped(g + i * inter, u + i * inter, inter, limit, weights[tokens[i] * K + slots[i]], g + i * inter);
+    ws_.fp4_jobs.clear();
+    for (size_t j = g0; j < g1; ++j) {
+      const auto& ae = ws_.moe_experts[j];
+      const ops::Fp8Activations ga = k_.quantize_activations(
+          g + ae.row0 * inter, ae.rows, inter, {moe_act + ae.act_offset, k_.act_scratch_floats(ae.rows, inter)});
+      ws_.fp4_jobs.push_back({ga, ws_.moe_held[j - g0].w2, ye + ae.row0 * dim});
+    }
+    ops::gemm_fp4_batch(k_, ws_.fp4_jobs, pool_);
+    src.release_all();
   }
-  ops::gemm_fp4_batch(k_, ws_.fp4_jobs, pool_);
-  for (size_t i = 0; i < R; ++i)
-    ops::swiglu_clamped(g + i * inter, u + i * inter, inter, limit, weights[tokens[i] * K + slots[i]], g + i * inter);
-  ws_.fp4_jobs.clear();
-  for (const auto& ae : ws_.moe_experts) {
-    const ops::Fp8Activations ga = k_.quantize_activations(
-        g + ae.row0 * inter, ae.rows, inter, {moe_act + ae.act_offset, k_.act_scratch_floats(ae.rows, inter)});
-    ws_.fp4_jobs.push_back({ga, bw.experts[ae.expert].w2, ye + ae.row0 * dim});
-  }
-  ops::gemm_fp4_batch(k_, ws_.fp4_jobs, pool_);
   // Each token adds its experts' outputs in ascending expert id order (fp32), as the reference does.
   float* acc = scratch(ws_.moe_acc, T_ * dim);  // [T, dim] fp32
   std::memset(acc, 0, T_ * dim * sizeof(float));
   for (const auto& ae : ws_.moe_experts) {
     for (size_t i = ae.row0; i < ae.row0 + ae.rows; ++i) {
       float* dst = acc + tokens[i] * dim;
-      const float* src = ye + i * dim;
-      for (size_t d = 0; d < dim; ++d) dst[d] += src[d];
+      const float* src_row = ye + i * dim;
+      for (size_t d = 0; d < dim; ++d) dst[d] += src_row[d];
     }
   }
-  // Shared expert (FP8, same clamped SwiGLU, no routing weight), added last.
-  const ops::Fp8Activations xa = k_.quantize_activations(x, T_, dim, act_span);
-  k_.gemm_fp8(xa, bw.shared.w1, g, pool_);
-  k_.gemm_fp8(xa, bw.shared.w3, u, pool_);
-  for (size_t t = 0; t < T_; ++t) ops::swiglu_clamped(g + t * inter, u + t * inter, inter, limit, 1.0f, g + t * inter);
-  k_.linear_fp8(g, T_, bw.shared.w2, ye, act_span, pool_);
-  for (size_t i = 0; i < T_ * dim; ++i) out[i] = ops::round_bf16(acc[i] + ye[i]);
+  for (size_t i = 0; i < T_ * dim; ++i) out[i] = ops::round_bf16(acc[i] + sy[i]);
+}
+
+// Look-ahead: layer l+1's router applied to layer l's FFN input guesses the experts layer l+1 will
+// choose (the residual stream changes little in one layer), so their reads start a layer early.
+// Decode-sized batches only: a prefill chunk needs nearly every expert anyway.
+void ForwardPass::lookahead(int l, const float* x) {
+  ws_.lookahead_layer = -1;
+  if (l + 1 >= c_.n_layers || T_ > kLookaheadMaxTokens) return;
+  const LayerPlanEntry& e = plan_.layers[l + 1];
+  const BlockWeights& bw = w_.blocks[l + 1];
+  const size_t E = e.n_routed_experts, K = e.n_activated_experts;
+  float* logits = scratch(ws_.lookahead_logits, T_ * E);
+  k_.linear_bf16(x, T_, bw.gate, logits, ops::LinearOut::kF32, pool_);
+  int32_t* ids = scratch(ws_.lookahead_ids, T_ * K);
+  float* wts = scratch(ws_.lookahead_w, T_ * K);
+  ws_.lookahead_pred.assign(E, 0);  // capacity kept: no allocation after the first step
+  for (size_t t = 0; t < T_; ++t) {
+    ops::route_sqrt_softplus(logits + t * E, bw.gate_bias, E, K, static_cast<float>(c_.route_scale), ids + t * K,
+                             wts + t * K);
+    for (size_t k = 0; k < K; ++k) ws_.lookahead_pred[ids[t * K + k]] = 1;
+  }
+  ws_.lookahead_list.clear();
+  for (size_t ex = 0; ex < E; ++ex)
+    if (ws_.lookahead_pred[ex]) ws_.lookahead_list.push_back(static_cast<int32_t>(ex));
+  ws_.lookahead_layer = l + 1;
+  m_.source_->hint(l + 1, ws_.lookahead_list);
+}
+
+// Precision of the previous layer's guess: guessed experts that this layer's router chose.
+void ForwardPass::score_lookahead(int l) {
+  if (ws_.lookahead_layer != l) return;
+  size_t hit = 0;
+  for (int32_t ex : ws_.moe_ids) hit += ws_.lookahead_pred[ex];
+  m_.lookahead_predicted_ += ws_.lookahead_list.size();
+  m_.lookahead_correct_ += hit;
+  ws_.lookahead_layer = -1;
 }
 
 // Engram before block l: dequantised table rows of every column -> wkv -> gated residual update.
@@ -107,10 +172,21 @@ void ForwardPass::engram(int l) {
   int64_t* layer_rows = scratch(ws_.engram_layer_rows, T_ * n_cols);  // [T, n_cols]
   for (size_t t = 0; t < T_; ++t)
     std::memcpy(layer_rows + t * n_cols, rows + t * per_token + e.engram_index * n_cols, n_cols * sizeof(int64_t));
-  float* E = scratch(ws_.engram_e, T_ * n_cols * hdim);  // [T, n_cols * head_dim]
-  const size_t table_bytes = static_cast<size_t>(ew.rows) * hdim;
-  Status st = dequant_engram_rows({ew.table, table_bytes}, {ew.table_scale, table_bytes / 32}, ew.rows,
-                                  static_cast<int>(hdim), {layer_rows, T_ * n_cols}, {E, T_ * n_cols * hdim});
+  const size_t n_rows = T_ * n_cols;
+  for (size_t i = 0; i < n_rows; ++i)
+    CEDAR_CHECK(layer_rows[i] >= 0 && layer_rows[i] < ew.rows,
+                "engram layer %d: row id %lld is outside the embedding table (%lld rows); the checkpoint's "
+                "engram.embed does not match config.json's engram_* fields",
+                l, static_cast<long long>(layer_rows[i]), static_cast<long long>(ew.rows));
+  // The rows' bytes, gathered (from the mapping or the row cache), then dequantised as a small table.
+  uint8_t* codes = scratch(ws_.engram_codes, n_rows * hdim);
+  uint8_t* scales = scratch(ws_.engram_scales, n_rows * hdim / 32);
+  m_.source_->gather_rows(e.engram_index, {layer_rows, n_rows}, codes, scales);
+  int64_t* local = scratch(ws_.engram_local, n_rows);
+  for (size_t i = 0; i < n_rows; ++i) local[i] = static_cast<int64_t>(i);
+  float* E = scratch(ws_.engram_e, n_rows * hdim);  // [T, n_cols * head_dim]
+  Status st = dequant_engram_rows({codes, n_rows * hdim}, {scales, n_rows * hdim / 32}, static_cast<int64_t>(n_rows),
+                                  static_cast<int>(hdim), {local, n_rows}, {E, n_rows * hdim});
   CEDAR_CHECK(st.ok(), "engram layer %d: %s", l, st.message().c_str());
   float* kv = scratch(ws_.engram_kv, T_ * (hc + 1) * dim);  // [T, (hc+1)*dim]
   float* act = scratch(ws_.act_scratch, k_.act_scratch_floats(T_, n_cols * hdim));

@@ -23,6 +23,8 @@
 #include "model/engram_layout.h"
 #include "model/layer_plan.h"
 #include "model/model_weights.h"
+#include "model/residency_plan.h"
+#include "model/weight_source.h"
 #include "model/sequence_state.h"
 #include "model/weight_map.h"
 #include "ops/kernel_set.h"
@@ -34,6 +36,20 @@ namespace cedar::model {
 enum class IndexKeyMode {
   kReference,  // the official code: whatever index-key cache was published last (quirk reproduced)
   kOwner,      // the corrected behaviour: always the layer's own KV source's keys
+};
+
+// Where routed experts and Engram rows live (docs/STREAMING.md). With no budget everything is mapped
+// and resident; with a budget the planner decides, and whatever does not fit streams from the SSD.
+struct ResidencyOptions {
+  uint64_t memory_budget = 0;    // bytes; 0 = map everything (no planning)
+  uint64_t kv_reserve = 0;       // KV memory the caller keeps beside the weights
+  // Overrides of the plan's cache sizes (tests, experiments): non-zero forces streaming.
+  size_t expert_slots = 0, engram_slots = 0;
+  std::string stats_file;        // routing statistics sidecar (warm restarts); empty = none
+  bool lookahead = true;         // prefetch with the next layer's router
+  bool warm_start = true;
+  bool direct_io = true;
+  bool io_uring = true;
 };
 
 struct ModelOptions {
@@ -50,6 +66,12 @@ struct ModelOptions {
   // (docs/EVAL.md); sequences made under one format cannot be run under the other.
   KvDtype kv_dtype = KvDtype::kReference;
   std::function<void(const io::CheckpointProgress&)> progress;
+  ResidencyOptions residency;
+};
+
+// Look-ahead precision counters: experts guessed for the next layer, and how many it chose.
+struct LookaheadStats {
+  uint64_t predicted = 0, correct = 0;
 };
 
 // One sequence's next tokens in a batch.
@@ -94,6 +116,18 @@ class Model {
   }
   const std::string& dir() const { return dir_; }
 
+  // Residency: the plan in force, and the source's counters (hits, misses, bytes read).
+  const ResidencyPlan& residency_plan() const { return residency_plan_; }
+  bool streaming() const { return source_->streaming(); }
+  ResidencyStats residency_stats() const { return source_->stats(); }
+  LookaheadStats lookahead_stats() const { return {lookahead_predicted_, lookahead_correct_}; }
+  void reset_residency_stats() {
+    source_->reset_stats();
+    lookahead_predicted_ = lookahead_correct_ = 0;
+  }
+  // Writes the routing statistics sidecar (streaming with a stats file only).
+  Status save_residency_stats() { return source_->save_stats(); }
+
   // Prepares `seq` (fresh, with global KV of positions [0, restored) already copied in by a prefix
   // cache) for a bounded-replay resume: the next forward starts at `replay_from` (at most `restored`);
   // positions [replay_from, restored) rebuild only window KV and attend no window slot below
@@ -116,6 +150,8 @@ class Model {
 
  private:
   Model() = default;
+  Status plan_residency_for_load();
+  Status init_residency();
   Status check_chunks(std::span<const SeqChunk> chunks) const;
   Status forward_rounds(std::span<const SeqChunk> chunks, float* logits, const RowLogitsSink* sink, ThreadPool* pool);
   Status forward_round(std::span<const SeqChunk> chunks, float* logits, const RowLogitsSink* sink, size_t sink_base,
@@ -128,6 +164,10 @@ class Model {
   io::Checkpoint checkpoint_;
   std::unique_ptr<WeightMap> weight_map_;
   std::unique_ptr<ModelWeights> weights_;
+  std::unique_ptr<WeightSource> source_;
+  ResidencyPlan residency_plan_;
+  bool stream_ = false;  // experts and Engram rows come from the SSD (unmapped)
+  uint64_t lookahead_predicted_ = 0, lookahead_correct_ = 0;
   std::unique_ptr<ops::RopeTable> rope_swa_, rope_compressed_;
   EngramLayout engram_layout_;
   std::unique_ptr<NgramHasher> engram_hasher_;

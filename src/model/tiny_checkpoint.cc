@@ -106,7 +106,7 @@ ModelConfig tiny_config(TinyPreset preset) {
     c.dspark_markov_rank = 16;
     c.dspark_n_routed_experts = 8;
     c.dspark_n_activated_experts = 3;
-  } else {
+  } else if (preset == TinyPreset::kSmall) {
     // About 1.6 GB: real head geometry (rope 64, window 128), smaller width and expert count.
     c.dim = 1024;
     c.moe_inter_dim = 512;
@@ -129,6 +129,39 @@ ModelConfig tiny_config(TinyPreset preset) {
     c.engram_vocab_size = 20000;
     c.dspark_markov_rank = 64;
     c.dspark_n_routed_experts = 16;
+    c.dspark_n_activated_experts = 3;
+  } else {
+    // Streaming test bed: released expert shapes, few layers, many experts, big Engram tables; the
+    // attention is as small as the layer plan allows (dim stays 5120 because the experts need it).
+    c.n_layers = 6;
+    c.n_mtp_layers = 0;
+    c.compress_ratios = {0, 2, 2, 1, 1, 1};
+    c.kv_source_layers = {1, 3};
+    c.index_source_layers = {1, 3, 5};
+    c.candidate_source_layer = 3;
+    c.engram_layer_ids = {1, 2};
+    c.dspark_target_layer_ids = {};
+    c.dim = 5120;
+    c.moe_inter_dim = 2304;
+    c.n_heads = 8;
+    c.head_dim = 128;
+    c.rope_head_dim = 64;
+    c.q_lora_rank = 256;
+    c.o_groups = 4;
+    c.o_lora_rank = 128;
+    c.n_routed_experts = 96;
+    c.n_activated_experts = 6;
+    c.window_size = 128;
+    c.index_n_heads = 8;
+    c.index_head_dim = 128;
+    c.index_topk = 128;
+    c.candidate_topk_blocks = 16;
+    c.candidate_block_size = 8;
+    c.engram_n_heads = 4;
+    c.engram_head_dim = 256;
+    c.engram_vocab_size = 790000;  // 12 hash tables of ~790k rows per layer: 2.5 GB of 264-byte rows
+    c.dspark_markov_rank = 16;
+    c.dspark_n_routed_experts = 8;
     c.dspark_n_activated_experts = 3;
   }
   EngramLayout layout = make_engram_layout(c);
@@ -172,9 +205,42 @@ struct TensorBytes {
   std::vector<uint8_t> data, scale;
 };
 
-TensorBytes make_tensor(const WeightSpec& w, uint64_t seed, int block) {
+// The power-of-two exponent e with 2^e <= x < 2^(e+1), by integer steps (no libm: portable bits).
+int floor_log2(double x) {
+  int e = 0;
+  while (x >= 2) x /= 2, ++e;
+  while (x < 1) x *= 2, --e;
+  return e;
+}
+
+// kStream's experts and Engram tables, drawn as bytes. FP4: uniform random E2M1 nibbles (RMS 2.93)
+// with one scale per row giving logical values of standard deviation ~1/sqrt(k). Engram: E4M3 codes
+// with exponent field 5..8 (magnitudes 0.25..3.75, never NaN) and unit scales.
+bool fast_tensor(const WeightSpec& w, uint64_t seed, TensorBytes* out) {
+  if (w.kind != WeightKind::kFp4Weight && w.kind != WeightKind::kEngramTable) return false;
   WeightRng rng(name_seed(seed, w.name));
+  const int64_t rows = w.shape[0], cols = w.shape.back();
+  out->data.resize(static_cast<size_t>(rows * cols));
+  for (size_t i = 0; i < out->data.size(); i += 8) {
+    const uint64_t r = rng.next_u64();
+    const size_t n = std::min<size_t>(8, out->data.size() - i);
+    std::memcpy(&out->data[i], &r, n);
+  }
+  if (w.kind == WeightKind::kFp4Weight) {
+    const int64_t k = 2 * cols;
+    const int e = floor_log2(1.0 / (2.93 * std::sqrt(static_cast<double>(k))));
+    out->scale.assign(static_cast<size_t>(rows * (k / 32)), static_cast<uint8_t>(127 + e));
+  } else {
+    for (uint8_t& b : out->data) b = static_cast<uint8_t>((b & 0x87) | ((5 + ((b >> 3) & 3)) << 3));
+    out->scale.assign(static_cast<size_t>(rows * (cols / 32)), 127);
+  }
+  return true;
+}
+
+TensorBytes make_tensor(const WeightSpec& w, uint64_t seed, int block, bool fast) {
   TensorBytes out;
+  if (fast && fast_tensor(w, seed, &out)) return out;
+  WeightRng rng(name_seed(seed, w.name));
   const int64_t rows = w.shape.size() >= 2 ? w.shape[0] : 1;
   const int64_t cols_stored = w.shape.empty() ? 1 : w.shape.back();
   const int64_t numel = rows * cols_stored;
@@ -299,7 +365,10 @@ Status write_tiny_checkpoint(const ModelConfig& c, const TinyOptions& opt) {
   if (ec) return io_error("make-tiny: cannot create " + opt.out_dir, ec.value());
 
   const std::vector<WeightSpec> inventory = weight_inventory(c);
-  const int n_shards = opt.n_shards > 1 ? opt.n_shards : (opt.preset == TinyPreset::kTiny ? 4 : 8);
+  const int n_shards = opt.n_shards > 1 ? opt.n_shards
+                       : opt.preset == TinyPreset::kTiny ? 4
+                       : opt.preset == TinyPreset::kSmall ? 8
+                                                          : 13;  // kStream: about one layer per two shards
   std::map<std::string, std::string> weight_map;
   uint64_t total = 0;
   for (int s = 0; s < n_shards; ++s) {
@@ -311,7 +380,7 @@ Status write_tiny_checkpoint(const ModelConfig& c, const TinyOptions& opt) {
     for (size_t i = 0; i < inventory.size(); ++i) {
       const WeightSpec& w = inventory[i];
       if (w.kind == WeightKind::kScale || shard_of(w.name, c.n_layers, n_shards) != s) continue;
-      TensorBytes tb = make_tensor(w, opt.seed, c.weight_block_size);
+      TensorBytes tb = make_tensor(w, opt.seed, c.weight_block_size, opt.preset == TinyPreset::kStream);
       CEDAR_RETURN_IF_ERROR(writer.add(w.name, w.dtype, w.shape, std::move(tb.data)));
       weight_map[w.name] = fname;
       if (i + 1 < inventory.size() && inventory[i + 1].kind == WeightKind::kScale) {

@@ -13,7 +13,12 @@
 
 namespace cedar::model {
 
-enum class TinyPreset { kTiny, kSmall };
+// kTiny: ~40 MB, dims tiny. kSmall: ~1.6 GB. kStream: the released routed-expert shapes (dim 5120,
+// moe_inter 2304: 17.9 MiB per expert), 96 experts in each of 6 layers (no DSpark stages) and Engram
+// tables of 2.5 GB each, ~18 GB in all: for measuring SSD streaming (bench/stream_bench.sh). Its
+// experts and Engram tables are drawn from bytes directly (random E2M1 codes with a fixed
+// power-of-two scale per row), not quantised from floats, so that it writes in minutes.
+enum class TinyPreset { kTiny, kSmall, kStream };
 
 // The preset's config. `engram_compressed_vocab_size` is filled by the caller from the tokenizer
 // that ships with the checkpoint (its class count under the Engram normaliser chain).

@@ -55,6 +55,8 @@ class LocalEngine final : public Engine {
     }
     cv_.notify_all();
     thread_.join();
+    // Routing statistics for a warm restart; a failure to write them must not fail the shutdown.
+    if (Status st = model_->save_residency_stats(); !st.ok()) CEDAR_LOG_WARN("%s", st.message().c_str());
   }
 
   Result<GenerationResult> generate(const GenerationRequest& request) override {
@@ -258,6 +260,7 @@ Result<std::unique_ptr<Engine>> make_engine(const std::string& model_dir, const 
   if (options.index_keys_owner) mopts.index_keys = model::IndexKeyMode::kOwner;
   mopts.decoder_narrowing = options.decoder_narrowing;
   mopts.numerics = options.numerics;
+  mopts.residency = options.residency;
   CEDAR_ASSIGN_OR_RETURN(auto model, model::Model::load(model_dir, mopts));
   std::unique_ptr<PrefixStore> store;
   if (options.prefix_cache) {

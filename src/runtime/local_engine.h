@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "model/model.h"
 #include "ops/kernel_set.h"
 #include "runtime/engine.h"
 
@@ -31,6 +32,8 @@ struct EngineOptions {
   // Kernel set (ops/kernel_set.h). The library default is exact; `cedar serve` and `cedar chat`
   // default to fast (serve::EngineSetup).
   ops::Numerics numerics = ops::Numerics::kExact;
+  // Memory budget and streaming (model/model.h); the library default maps everything.
+  model::ResidencyOptions residency;
 };
 
 // Loads the checkpoint in `model_dir` and starts the scheduler.

@@ -1,5 +1,7 @@
 #include "serve/engine_setup.h"
 
+#include "model/residency_plan.h"
+
 #include <filesystem>
 
 #include <unistd.h>
@@ -63,6 +65,8 @@ Result<ServingEngine> open_serving_engine(const EngineSetup& setup) {
     }
     options.replay_full = setup.replay_full;
     options.numerics = setup.numerics;
+    options.residency = setup.residency;
+    if (setup.auto_budget) options.residency.memory_budget = model::default_memory_budget(options.kv_memory_bytes);
     CEDAR_ASSIGN_OR_RETURN(out.engine, runtime::make_engine(setup.model_dir, options));
     out.description = "model " + setup.model_dir;
   } else {

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "model/model.h"
 #include "ops/kernel_set.h"
 #include "runtime/engine.h"
 #include "tokenizer/tokenizer.h"
@@ -25,6 +26,10 @@ struct EngineSetup {
   bool replay_full = false;   // after a prefix hit recompute the whole prompt instead of bounded replay
   uint64_t kv_memory_bytes = 0;  // running sequences' working state limit; 0: a quarter of the RAM
   ops::Numerics numerics = ops::Numerics::kFast;  // --numerics: the commands default to fast
+  // --memory-budget / --residency-stats. auto_budget: the budget is what the machine can spare
+  // beside kv_memory_bytes (model::default_memory_budget).
+  model::ResidencyOptions residency;
+  bool auto_budget = false;
 };
 
 struct ServingEngine {

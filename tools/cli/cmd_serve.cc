@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "args.h"
+#include "residency_flags.h"
 #include "command.h"
 #include "core/log.h"
 #include "serve/engine_setup.h"
@@ -49,7 +50,11 @@ constexpr const char* kUsage =
     "  --replay MODE            after a prefix hit: bounded (default) or full (exact recompute)\n"
     "  --numerics MODE          fast (default) or exact (the bit-exact numerics contract)\n"
     "  --kv-memory SIZE         limit on running sequences' KV state, e.g. 8G, 512M or bytes (default:\n"
-    "                           a quarter of the RAM); requests wait for room, larger ones get 400\n";
+    "                           a quarter of the RAM); requests wait for room, larger ones get 400\n"
+    "  --memory-budget SIZE     RAM for weights, e.g. 64G (default: what the machine can spare beside\n"
+    "                           --kv-memory); what does not fit streams from the SSD (docs/STREAMING.md)\n"
+    "  --residency-stats PATH   routing statistics for warm restarts (default DIR/.cedar-expert-stats;\n"
+    "                           ~/.cache/cedar/ when DIR is read-only; 'none' keeps none)\n";
 
 // "8G", "512M", "64K" or plain bytes.
 Result<uint64_t> size_flag(const Args& args, const char* flag) {
@@ -144,6 +149,7 @@ Result<ServeConfig> read_flags(const Args& args) {
   if (!numerics) return invalid_argument("--numerics must be 'fast' or 'exact'");
   c.engine.numerics = *numerics;
   CEDAR_ASSIGN_OR_RETURN(c.engine.kv_memory_bytes, size_flag(args, "--kv-memory"));
+  CEDAR_RETURN_IF_ERROR(residency_from_flags(args, c.engine.model_dir, &c.engine.residency, &c.engine.auto_budget));
   CEDAR_ASSIGN_OR_RETURN(c.engine.max_context, int_flag(args, "--max-context", 0, 0, 1 << 24));
   CEDAR_ASSIGN_OR_RETURN(c.engine.threads, int_flag(args, "--threads", 0, 0, 4096));
   CEDAR_ASSIGN_OR_RETURN(c.server.queue.workers, int_flag(args, "--parallel", 16, 1, 4096));
@@ -178,7 +184,8 @@ int cmd_serve(const std::vector<std::string>& argv) {
                           {"--model", "--scripted", "--tokenizer", "--host", "--port", "--api-key", "--api-key-file",
                            "--max-concurrent-per-key", "--max-connections",
                            "--served-model-name", "--parallel", "--queue", "--max-context", "--max-prompt-tokens",
-                           "--max-tokens", "--max-body-bytes", "--thinking", "--threads", "--cache-dir", "--replay", "--kv-memory", "--numerics"},
+                           "--max-tokens", "--max-body-bytes", "--thinking", "--threads", "--cache-dir", "--replay", "--kv-memory", "--numerics",
+                           "--memory-budget", "--residency-stats"},
                           {"--help", "--allow-remote-origins"}, {{"-m", "--model"}});
   if (!args.ok()) {
     std::fprintf(stderr, "cedar serve: %s\n%s", args.status().message().c_str(), kUsage);

@@ -1,0 +1,75 @@
+// The residency planner on the released config: expert and row sizes from the tensor shapes worked
+// out by hand, and the plan's invariants at 64 / 128 / 256 / 512 GiB.
+#include <gtest/gtest.h>
+
+#include "model/residency_plan.h"
+#include "model/weight_inventory.h"
+
+namespace cedar::model {
+namespace {
+
+struct Released {
+  ModelConfig c;
+  LayerPlan plan;
+  ParamCounts counts;
+};
+
+Released released() {
+  auto c = load_config(std::string(CEDAR_SOURCE_DIR) + "/configs/deepseek-v4.1-flash.json");
+  if (!c.ok()) throw std::runtime_error(c.status().to_string());
+  Released r{*c, make_layer_plan(*c), {}};
+  r.counts = count_params(weight_inventory(r.c));
+  return r;
+}
+
+TEST(ResidencyPlan, SizesOfOneExpertAndOneRow) {
+  const Released r = released();
+  // w1 and w3: [2304, 5120/2] packed E2M1 + [2304, 5120/32] E8M0 = 5,898,240 + 368,640 bytes;
+  // w2: [5120, 2304/2] + [5120, 2304/32] = 5,898,240 + 368,640 bytes.
+  EXPECT_EQ(routed_expert_bytes(r.c), 3 * (5898240 + 368640));
+  // Engram: 256 E4M3 codes + 8 E8M0 scales per row.
+  EXPECT_EQ(engram_row_bytes(r.c), 264);
+}
+
+TEST(ResidencyPlan, BudgetsFromSmallToLarge) {
+  const Released r = released();
+  double last_decode = 1e30;
+  int64_t last_slots = -1;
+  for (uint64_t gib : {64, 128, 256}) {
+    auto p = plan_residency(r.c, r.plan, r.counts, gib << 30);
+    ASSERT_TRUE(p.ok()) << p.status().to_string();
+    EXPECT_TRUE(p->streaming);
+    EXPECT_LE(p->resident_total(), static_cast<int64_t>(gib << 30));
+    EXPECT_GT(p->expert_slots, last_slots);
+    EXPECT_LT(p->expert_slots, 40 * 384);
+    EXPECT_LT(p->ssd_bytes_per_decode_token, last_decode);
+    // A chunk reads each expert at most once, so a prefill token never costs more than a decode token.
+    EXPECT_LE(p->ssd_bytes_per_prefill_token, p->ssd_bytes_per_decode_token);
+    last_decode = p->ssd_bytes_per_decode_token;
+    last_slots = p->expert_slots;
+  }
+  auto big = plan_residency(r.c, r.plan, r.counts, uint64_t{512} << 30);
+  ASSERT_TRUE(big.ok());
+  EXPECT_FALSE(big->streaming);  // 475 GiB on disk, of which DSpark and vision are never read
+}
+
+TEST(ResidencyPlan, TooSmallNamesTheSmallestBudget) {
+  const Released r = released();
+  auto p = plan_residency(r.c, r.plan, r.counts, uint64_t{8} << 30);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), StatusCode::kFailedPrecondition);
+  EXPECT_NE(p.status().message().find("raise --memory-budget to at least"), std::string::npos);
+}
+
+TEST(ResidencyPlan, ParseSize) {
+  EXPECT_EQ(*parse_size("64G", "--memory-budget"), uint64_t{64} << 30);
+  EXPECT_EQ(*parse_size("512M", "--memory-budget"), uint64_t{512} << 20);
+  EXPECT_EQ(*parse_size("64GB", "--memory-budget"), uint64_t{64} << 30);
+  EXPECT_EQ(*parse_size("4096", "--memory-budget"), 4096u);
+  EXPECT_FALSE(parse_size("lots", "--memory-budget").ok());
+  EXPECT_FALSE(parse_size("0", "--memory-budget").ok());
+  EXPECT_FALSE(parse_size("12Q", "--memory-budget").ok());
+}
+
+}  // namespace
+}  // namespace cedar::model
