@@ -8,10 +8,10 @@ scripts/deps.sh
 scripts/build.sh
 BIN=${CEDAR_BUILD_DIR:-build}/tools/cli/cedar
 MODEL=${CEDAR_DEMO_MODEL:-models/cedar-mini}
-PROMPT=${CEDAR_DEMO_PROMPT:-$'import os\n\n\ndef read_lines(path):\n    """Return the lines of the file at path."""\n'}
+PROMPT=${CEDAR_DEMO_PROMPT:-$'def is_even(n):\n    return n % 2 == 0\n\n\ndef is_odd(n):\n'}
 "$BIN" inspect -m "$MODEL" | head -n 24
 echo
-echo "== cedar generate -m $MODEL (greedy, 96 tokens) =="
+echo "== cedar generate -m $MODEL (greedy, 64 tokens) =="
 printf '%s' "$PROMPT"
-"$BIN" generate -m "$MODEL" -p "$PROMPT" -n 96
+"$BIN" generate -m "$MODEL" -p "$PROMPT" -n 64
 echo
