@@ -1,6 +1,8 @@
 // Tokenizer throughput on one core: encode and decode MB/s over the 1.2 MB real-text corpus of the
-// tokenizer tests (tests/tokenizer/data/corpus), with the shared DeepSeek-V3 tokenizer. Compare
-// with Hugging Face's Rust tokenizer on the same texts: tools/tokenizer/bench_hf.py.
+// tokenizer tests (tests/tokenizer/data/corpus), with the DeepSeek-V3 tokenizer of ../shared where
+// it exists (the figures of docs/TOKENIZER.md), otherwise the repository's V4-series one
+// (data/tokenizers/deepseek-v4). Compare with Hugging Face's Rust tokenizer on the same texts:
+// tools/tokenizer/bench_hf.py.
 // Run: build/bench/cedar_bench --benchmark_filter=Tokenizer
 #include <benchmark/benchmark.h>
 
@@ -46,9 +48,12 @@ const std::vector<std::string>& corpus() {
   return texts;
 }
 
-const Tokenizer& v3() {
+const Tokenizer& bench_tokenizer() {
   static const std::unique_ptr<Tokenizer> tok = [] {
-    auto r = Tokenizer::load_dir(CEDAR_SOURCE_DIR "/../shared/tokenizers/deepseek-v3");
+    std::string dir = CEDAR_SOURCE_DIR "/../shared/tokenizers/deepseek-v3";
+    if (!std::filesystem::exists(dir + "/tokenizer.json")) dir = CEDAR_SOURCE_DIR "/data/tokenizers/deepseek-v4";
+    std::fprintf(stderr, "tokenizer benchmarks: %s\n", dir.c_str());
+    auto r = Tokenizer::load_dir(dir);
     if (!r.ok()) {
       std::fprintf(stderr, "%s\n", r.status().to_string().c_str());
       std::abort();
@@ -59,7 +64,7 @@ const Tokenizer& v3() {
 }
 
 void BM_TokenizerEncodeCorpus(benchmark::State& state) {
-  const Tokenizer& tok = v3();
+  const Tokenizer& tok = bench_tokenizer();
   size_t bytes = 0, ids = 0;
   for (auto _ : state) {
     for (const auto& text : corpus()) {
@@ -75,7 +80,7 @@ void BM_TokenizerEncodeCorpus(benchmark::State& state) {
 BENCHMARK(BM_TokenizerEncodeCorpus)->Unit(benchmark::kMillisecond);
 
 void BM_TokenizerDecodeCorpus(benchmark::State& state) {
-  const Tokenizer& tok = v3();
+  const Tokenizer& tok = bench_tokenizer();
   std::vector<std::vector<TokenId>> encoded;
   for (const auto& text : corpus()) encoded.push_back(*tok.encode(text));
   size_t bytes = 0;
@@ -91,7 +96,7 @@ void BM_TokenizerDecodeCorpus(benchmark::State& state) {
 BENCHMARK(BM_TokenizerDecodeCorpus)->Unit(benchmark::kMillisecond);
 
 void BM_TokenizerEngramMap(benchmark::State& state) {
-  const Tokenizer& tok = v3();
+  const Tokenizer& tok = bench_tokenizer();
   for (auto _ : state) {
     int n = 0;
     benchmark::DoNotOptimize(build_engram_token_map(tok, &n).data());

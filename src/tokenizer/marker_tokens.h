@@ -1,7 +1,8 @@
 // Gives a tokenizer.json the DeepSeek-V4.1 control markers as single tokens.
 //
-// Test checkpoints ship the DeepSeek-V3 vocabulary (the V4.1 file comes only with the released
-// checkpoint). V3 lacks five of V4.1's markers (<｜System｜>, <think>, </think>, ｜DSML｜,
+// Test checkpoints ship the repository's DeepSeek-V4-series vocabulary (the V4.1 file comes only with
+// the released checkpoint), which lacks <｜System｜> (id 128799 is a placeholder there); the older
+// DeepSeek-V3 vocabulary lacks five of V4.1's markers (<｜System｜>, <think>, </think>, ｜DSML｜,
 // <｜latest_reminder｜>), so the V4.1 prompt encoder refuses every chat prompt with it. V3 does have
 // unused added tokens named <｜place▁holder▁no▁N｜>: each missing marker takes over one of them,
 // which keeps the id count, the byte-level vocabulary and the Engram class layout unchanged.

@@ -15,7 +15,9 @@
 
 namespace cedar::model::testing {
 
-inline std::string shared_tokenizer_dir() { return std::string(CEDAR_SOURCE_DIR) + "/../shared/tokenizers/deepseek-v3"; }
+// The tokenizer test checkpoints ship: the repository's DeepSeek-V4-series tokenizer (the default of
+// `cedar make-tiny`, data/tokenizers/deepseek-v4), so the tests need nothing outside the repository.
+inline std::string repo_tokenizer_dir() { return std::string(CEDAR_SOURCE_DIR) + "/data/tokenizers/deepseek-v4"; }
 
 inline std::string tiny_checkpoint(uint64_t seed) {
   static std::mutex mu;
@@ -28,7 +30,7 @@ inline std::string tiny_checkpoint(uint64_t seed) {
   if (!std::filesystem::exists(dir + "/config.json")) {
     const std::string tmp = dir + ".tmp." + std::to_string(::getpid());
     std::filesystem::remove_all(tmp);
-    auto tok = prepare_tiny_tokenizer(shared_tokenizer_dir());
+    auto tok = prepare_tiny_tokenizer(repo_tokenizer_dir());
     if (!tok.ok()) throw std::runtime_error(tok.status().to_string());
     ModelConfig c = tiny_config(TinyPreset::kTiny);
     c.engram_compressed_vocab_size = tok->engram_classes;

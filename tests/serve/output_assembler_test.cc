@@ -1,5 +1,5 @@
-// OutputAssembler: the official parser's results on the shared golden completions
-// (shared/encoding/v41-parse-public.jsonl, from DeepSeek's encoding.py) must come out of the token
+// OutputAssembler: the official parser's results on the golden completions
+// (tests/tokenizer/data/official/v41-parse-public.jsonl, from DeepSeek's encoding.py) must come out of the token
 // stream one token at a time, through the StreamSink events and the final Completion; stop strings
 // are checked on hand-worked texts.
 #include <gtest/gtest.h>
@@ -40,7 +40,7 @@ runtime::GenerationResult result_of(const std::vector<int32_t>& ids, runtime::Fi
 }
 
 TEST(OutputAssembler, ReproducesTheOfficialParserTokenByToken) {
-  const auto cases = test::read_jsonl(test::shared_dir() + "/encoding/v41-parse-public.jsonl");
+  const auto cases = test::read_jsonl(test::official_dir() + "/v41-parse-public.jsonl");
   ASSERT_FALSE(cases.empty());
   for (const auto& c : cases) {
     SCOPED_TRACE(c["name"].get<std::string>());

@@ -1,5 +1,5 @@
 // The server's prompt path (OpenAI request JSON -> schema -> ChatService::prepare_chat -> token ids)
-// must reproduce the official V4.1 encoder's prompts in shared/encoding/v41-encode-public.jsonl,
+// must reproduce the official V4.1 encoder's prompts in tests/tokenizer/data/official/v41-encode-public.jsonl,
 // with the request expressed the way an API client sends it: tools and response_format at the top
 // level, thinking and effort through reasoning_effort / thinking.
 #include <gtest/gtest.h>
@@ -55,7 +55,7 @@ int v41_alias(const std::string& word) {
 }
 
 TEST_F(PromptTest, ReproducesTheOfficialEncoderThroughTheApi) {
-  const auto cases = test::read_jsonl(test::shared_dir() + "/encoding/v41-encode-public.jsonl");
+  const auto cases = test::read_jsonl(test::official_dir() + "/v41-encode-public.jsonl");
   ASSERT_FALSE(cases.empty());
   int compared = 0;
   for (const auto& c : cases) {

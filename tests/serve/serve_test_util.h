@@ -24,7 +24,8 @@ namespace cedar::serve::test {
 using json = nlohmann::ordered_json;
 
 inline std::string data_dir() { return CEDAR_SOURCE_DIR "/tests/serve/data"; }
-inline std::string shared_dir() { return CEDAR_SOURCE_DIR "/../shared"; }
+// The official V4.1 encoder's golden prompts and parses (tests/tokenizer/data/official/SOURCE.md).
+inline std::string official_dir() { return CEDAR_SOURCE_DIR "/tests/tokenizer/data/official"; }
 
 inline std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

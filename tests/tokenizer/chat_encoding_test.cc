@@ -1,5 +1,5 @@
 // The V4.1 prompt encoder against the golden prompts the official encoding.py produced
-// (shared/encoding/v41-encode-public.jsonl), plus hand-worked cases from spec §6.2/§6.3 and the
+// (tests/tokenizer/data/official/v41-encode-public.jsonl), plus hand-worked cases from spec §6.2/§6.3 and the
 // official encoder's documented behaviour.
 #include "tokenizer/chat_encoding.h"
 
@@ -27,7 +27,7 @@ ChatOptions options_from_case(const ojson& c) {
 }
 
 TEST(ChatEncoding, GoldenPromptsFromOfficialEncoder) {
-  std::ifstream in(shared_dir() + "/encoding/v41-encode-public.jsonl");
+  std::ifstream in(official_dir() + "/v41-encode-public.jsonl");
   ASSERT_TRUE(in);
   std::string line;
   int prompts = 0, errors = 0;
@@ -175,8 +175,8 @@ TEST(ChatEncoding, IdsNeedTheMarkersAsSingleTokens) {
   auto prompt = encode_chat(ojson::parse(R"([{"role": "system", "content": "S"}, {"role": "user", "content": "U"}])"),
                             ChatOptions{});
   ASSERT_TRUE(prompt.ok());
-  // The V4 tokenizer (id 128799 is a placeholder there) has no <｜System｜> token, and the V3 one
-  // not even </think>: encoding V4.1 prompts with them must fail loudly, naming the marker.
+  // The V4 tokenizer (id 128799 is a placeholder there) has no <｜System｜> token: encoding V4.1
+  // prompts with it must fail loudly, naming the marker.
   auto v4_ids = encode_chat_ids(v4_tokenizer(), *prompt, PromptFormat::kV41);
   ASSERT_FALSE(v4_ids.ok());
   EXPECT_EQ(v4_ids.status().code(), StatusCode::kFailedPrecondition);
@@ -184,13 +184,30 @@ TEST(ChatEncoding, IdsNeedTheMarkersAsSingleTokens) {
   // A chat prompt without a system turn uses only markers the V4 tokenizer has.
   auto chat = encode_chat(ojson::parse(R"([{"role": "user", "content": "U"}])"), ChatOptions{});
   ASSERT_TRUE(chat.ok());
-  auto v3_ids = encode_chat_ids(v3_tokenizer(), *chat, PromptFormat::kV41);
-  ASSERT_FALSE(v3_ids.ok());
-  EXPECT_NE(v3_ids.status().message().find("</think>"), std::string::npos);
   auto ids = encode_chat_ids(v4_tokenizer(), *chat, PromptFormat::kV41);
   ASSERT_TRUE(ids.ok()) << ids.status().to_string();
   // BOS, <｜User｜>, "U", <｜Assistant｜>, </think> (spec §6.1 ids).
   EXPECT_EQ(*ids, (std::vector<TokenId>{0, 128803, 55, 128804, 128822}));  // ASCII byte b is id b - 30
+}
+
+TEST(ChatEncoding, V3TokenizerLacksThinkEnd) {
+  CEDAR_SKIP_WITHOUT_SHARED(kV3TokenizerFile);
+  // The DeepSeek-V3 tokenizer has not even </think>: a prompt without a system turn still fails.
+  auto chat = encode_chat(ojson::parse(R"([{"role": "user", "content": "U"}])"), ChatOptions{});
+  ASSERT_TRUE(chat.ok());
+  auto v3_ids = encode_chat_ids(v3_tokenizer(), *chat, PromptFormat::kV41);
+  ASSERT_FALSE(v3_ids.ok());
+  EXPECT_NE(v3_ids.status().message().find("</think>"), std::string::npos);
+}
+
+TEST(OfficialGoldens, CommittedCopiesMatchShared) {
+  // data/official holds copies of ../shared/encoding's goldens; where ../shared exists they must
+  // not have drifted apart.
+  for (const char* name : {"v41-encode-public.jsonl", "v41-parse-public.jsonl"}) {
+    const std::string rel = std::string("encoding/") + name;
+    if (!have_shared_file(rel)) GTEST_SKIP() << "optional: ../shared/" << rel << " is not beside the repository";
+    EXPECT_TRUE(read_test_file(official_dir() + "/" + name) == read_test_file(shared_dir() + "/" + rel)) << name;
+  }
 }
 
 TEST(PythonJson, MatchesPythonJsonDumps) {

@@ -1,5 +1,5 @@
 // The streaming completion parser against the official parser's results on the golden
-// completions (shared/encoding/v41-parse-public.jsonl), fed whole, byte by byte, in random
+// completions (tests/tokenizer/data/official/v41-parse-public.jsonl), fed whole, byte by byte, in random
 // pieces and token by token; plus hand-worked cases for what streaming adds.
 #include "tokenizer/completion_parser.h"
 
@@ -80,7 +80,7 @@ std::vector<std::vector<std::string>> splittings(const std::string& text, uint32
 }
 
 TEST(CompletionParser, GoldenCompletionsInEveryPieceSize) {
-  std::ifstream in(shared_dir() + "/encoding/v41-parse-public.jsonl");
+  std::ifstream in(official_dir() + "/v41-parse-public.jsonl");
   ASSERT_TRUE(in);
   std::string line;
   int n_ok = 0, n_err = 0;

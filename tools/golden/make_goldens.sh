@@ -9,7 +9,8 @@
 #   --no-sensitivity                             # skip sensitivity.py (stable_prefix in the manifest)
 #
 # Environment: CEDAR (default build/tools/cli/cedar), PY (default .venv-golden/bin/python),
-# SEEDS (default "1 2 3"), MAX_NEW_TOKENS (default 8), WORK (checkpoints, default build-golden/goldens).
+# SEEDS (default "1 2 3"), MAX_NEW_TOKENS (default 8), WORK (checkpoints, default build-golden/goldens),
+# TOKENIZER_DIR (default: make-tiny's own default, the repository's data/tokenizers/deepseek-v4).
 # The venv: python3 -m venv .venv-golden && .venv-golden/bin/pip install -r tools/golden/requirements.txt
 set -euo pipefail
 
@@ -19,7 +20,7 @@ PY=${PY:-$ROOT/.venv-golden/bin/python}
 SEEDS=${SEEDS:-"1 2 3"}
 MAX_NEW_TOKENS=${MAX_NEW_TOKENS:-8}
 WORK=${WORK:-$ROOT/build-golden/goldens}
-TOKENIZER_DIR=${TOKENIZER_DIR:-$ROOT/../shared/tokenizers/deepseek-v3}
+TOKENIZER_DIR=${TOKENIZER_DIR:-}
 GOLDEN_DIR=$ROOT/tests/model/data/golden
 MODE=write
 GENERATOR=cedar
@@ -64,10 +65,11 @@ make_checkpoint() {  # seed dir
   rm -rf "$2"
   if [ "$GENERATOR" = cedar ]; then
     local tok=()
-    if "$CEDAR" make-tiny --help 2>&1 | grep -q -- '--tokenizer'; then tok=(--tokenizer "$TOKENIZER_DIR"); fi
+    if [ -n "$TOKENIZER_DIR" ]; then tok=(--tokenizer "$TOKENIZER_DIR"); fi
     "$CEDAR" make-tiny --out "$2" --seed "$1" "${tok[@]}" >/dev/null
   else
-    "$PY" "$ROOT/tools/golden/make_tiny_checkpoint.py" --out "$2" --seed "$1" --tokenizer-dir "$TOKENIZER_DIR"
+    "$PY" "$ROOT/tools/golden/make_tiny_checkpoint.py" --out "$2" --seed "$1" \
+      --tokenizer-dir "${TOKENIZER_DIR:-$ROOT/data/tokenizers/deepseek-v4}"
   fi
 }
 

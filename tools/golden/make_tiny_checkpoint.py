@@ -8,7 +8,11 @@ Dims follow the `tiny` preset of cedar's make-tiny (dim 64, 4 heads x 64, window
 16, candidate pool 8 x 4, 16 experts top-6) and keep the 40 + 3 layer structure. vocab_size is the
 tokenizer's size, so every id the model can emit has an Engram compressed id.
 
-    make_tiny_checkpoint.py --out DIR --seed N [--tokenizer-dir /work/shared/tokenizers/deepseek-v3]
+    make_tiny_checkpoint.py --out DIR --seed N [--tokenizer-dir DIR]
+
+The tokenizer folder holds tokenizer.json or tokenizer.json.zst (decompressed with the `zstd` tool)
+and optionally tokenizer_config.json; default: the repository's data/tokenizers/deepseek-v4 (as
+make-tiny, but without V4.1's two renamed markers, which change neither ids nor Engram classes).
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ import argparse
 import json
 import os
 import shutil
+import subprocess
 import sys
 
 import ml_dtypes
@@ -28,8 +33,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from engram_hash import build_compressed_token_map, engram_primes  # noqa: E402
 from numerics import E2M1_GRID, e2m1_codes  # noqa: E402
 
-DEFAULT_TOKENIZER_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared",
-                                     "tokenizers", "deepseek-v3")
+DEFAULT_TOKENIZER_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "data", "tokenizers",
+                                     "deepseek-v4")
 
 
 def tiny_text_config(vocab_size: int) -> dict:
@@ -118,6 +123,12 @@ def quantize_fp4(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def make(out_dir: str, seed: int, tokenizer_dir: str) -> None:
     tok_json = os.path.join(tokenizer_dir, "tokenizer.json")
+    if not os.path.exists(tok_json) and os.path.exists(tok_json + ".zst"):
+        os.makedirs(out_dir, exist_ok=True)
+        unpacked = os.path.join(out_dir, "tokenizer.json")
+        with open(unpacked, "wb") as f:
+            subprocess.run(["zstd", "-dc", tok_json + ".zst"], stdout=f, check=True)
+        tok_json = unpacked
     token_map, n_classes = build_compressed_token_map(tok_json)
     text = tiny_text_config(len(token_map))
     text["engram_compressed_vocab_size"] = n_classes

@@ -21,8 +21,25 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numerics as nx  # noqa: E402
 from engram_hash import build_compressed_token_map, is_prime, released_layout_check  # noqa: E402
 
-SHARED = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared"))
+ROOT = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 TESTS = []
+_TOKENIZER_JSON = []
+
+
+def repo_tokenizer_json() -> str:
+    """The repository's DeepSeek-V4-series tokenizer.json (data/tokenizers/deepseek-v4, stored as
+    .zst), decompressed once into a temporary file with the `zstd` tool."""
+    if not _TOKENIZER_JSON:
+        import atexit
+        import subprocess
+        import tempfile
+        fd, path = tempfile.mkstemp(suffix="-tokenizer.json")
+        with os.fdopen(fd, "wb") as f:
+            subprocess.run(["zstd", "-dc", os.path.join(ROOT, "data", "tokenizers", "deepseek-v4", "tokenizer.json.zst")],
+                           stdout=f, check=True)
+        atexit.register(os.remove, path)
+        _TOKENIZER_JSON.append(path)
+    return _TOKENIZER_JSON[0]
 
 
 def test(fn):
@@ -222,7 +239,7 @@ def topk_breaks_ties_by_lower_index():
 
 @test
 def compressed_token_map_merges_case_and_spaces():
-    tok = os.path.join(SHARED, "tokenizers", "deepseek-v3", "tokenizer.json")
+    tok = repo_tokenizer_json()
     from tokenizers import Tokenizer
     t = Tokenizer.from_file(tok)
     lookup, count = build_compressed_token_map(tok)
@@ -234,6 +251,8 @@ def compressed_token_map_merges_case_and_spaces():
     space, newline = t.token_to_id("Ġ"), t.token_to_id("Ċ")
     assert lookup[space] == lookup[newline] and lookup[space] not in classes
     assert sorted(set(lookup.tolist())) == list(range(count))  # classes numbered by first appearance
+    # the released config's engram_compressed_vocab_size for this vocabulary (129,280 ids)
+    assert len(lookup) == 129280 and count == 99092, (len(lookup), count)
 
 
 def main() -> int:
