@@ -25,8 +25,11 @@ inline std::string tiny_checkpoint(uint64_t seed) {
   std::lock_guard<std::mutex> lock(mu);
   if (made.count(seed)) return made[seed];
   // CTest runs every test case as its own process, two at a time: write into a private folder and
-  // rename it into place, so a process never sees another one's half-written checkpoint.
-  const std::string dir = std::string(CEDAR_BINARY_DIR) + "/model_test_data/tiny_seed" + std::to_string(seed);
+  // rename it into place, so a process never sees another one's half-written checkpoint. The name
+  // says which tokenizer the checkpoint ships, so a build folder holding checkpoints made with an
+  // older test tokenizer (the V3 one) does not hand them to tests whose goldens expect the V4 one.
+  const std::string dir =
+      std::string(CEDAR_BINARY_DIR) + "/model_test_data/tiny_v4tok_seed" + std::to_string(seed);
   if (!std::filesystem::exists(dir + "/config.json")) {
     const std::string tmp = dir + ".tmp." + std::to_string(::getpid());
     std::filesystem::remove_all(tmp);
