@@ -65,6 +65,23 @@ struct F32Weight {
   size_t k = 0;
 };
 
+// The act_quant codes of FP4 GEMV rows as int16, so the kernel multiplies on integers (vpmaddwd).
+// Each block's codes are exact integers v = q · 2^9 (|v| <= 448 · 2^9 < 2^18). The block stores
+// v >> shift, with the smallest shift (0..3) that fits int16, in `plane`, and 2^(shift-10) · s in
+// `factor` (2^-9 undoes the integer scaling, 2^-1 the kernel's 2·E2M1 weight bytes). When some v is
+// not a multiple of 2^shift (an element more than ~2^11 below the block's largest; rare in real
+// activations) the block is also listed in `residual_block` with v & (2^shift - 1) in
+// `residual_plane`, whose products the kernel adds with factor 2^-10 · s: the sum stays exact.
+// Element order inside a block: the 16 even elements, then the 16 odd ones (the order in which packed
+// FP4 bytes hold their low and high nibbles).
+struct Fp4GemvPlanes {
+  const int16_t* plane = nullptr;           // [m, k/32, 32]
+  const float* factor = nullptr;            // [m, k/32]
+  const uint32_t* residual_count = nullptr; // [m]
+  const uint32_t* residual_block = nullptr; // [m, k/32], the first residual_count[r] used
+  const int16_t* residual_plane = nullptr;  // [m, k/32, 32], likewise
+};
+
 // Activations already quantised by act_quant_fp8 (lets one quantisation feed several GEMMs, e.g. the
 // w1 and w3 projections of every selected expert). The E4M3 codes are kept decoded (exactly) as f32
 // so the kernels decode only the weights.
@@ -80,13 +97,11 @@ struct Fp8Activations {
   const float* values_t = nullptr;
   const float* scales_t = nullptr;
   // Set by fast::quantize_activations: `values` hold the dequantised activations q·s (exact in f32)
-  // and `scales` is unused. Only the fast kernels (ops/linear_fast.h) accept this form.
+  // and `scales` still hold s. Only the fast kernels (ops/linear_fast.h) accept this form.
   bool dequantized = false;
-  // Also from fast::quantize_activations, for rows that take the FP4 GEMV (m < 6): each block's
-  // act_quant codes as exact integers v = q · 2^9 (|v| <= 448 · 2^9), split v = hi · 2^9 + lo with
-  // 0 <= lo < 2^9, as int16 [m, k/32, 64]: hi of the 16 even elements, hi of the 16 odd ones, then lo
-  // likewise (the order in which packed FP4 bytes hold their low and high nibbles). nullptr: absent.
-  const int16_t* fp4_planes = nullptr;
+  // Also from fast::quantize_activations, for rows that take the FP4 GEMV (m < 6); plane == nullptr:
+  // absent.
+  Fp4GemvPlanes fp4_planes = {};
 };
 
 inline constexpr size_t kActTileRows = 16;

@@ -9,6 +9,9 @@
 #include "ops/linear_fast.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -109,57 +112,153 @@ HWY_NOINLINE void FastGemvTile(const float* act, const uint8_t* wdata, const uin
 
 #if HWY_TARGET <= HWY_AVX2
 // The FP4 GEMV on integers (AVX2 and better): the 32 E2M1 codes of a block become 2·value as int8
-// (one byte shuffle per 16), widen to int16 and meet the activation planes (fp4_planes in linear.h)
-// in pairwise multiply-adds (vpmaddwd). Every product and every lane's 4-product sum is an exact
-// integer below 2^24, so the per-lane block partials convert to fp32 exactly; they are then scaled
-// by sW · 2^-10 · sA (powers of two) and accumulated in fp32 like the float kernel.
-template <size_t R>
-HWY_NOINLINE void Fp4GemvIntTile(const int16_t* planes, const float* ascales, const uint8_t* wdata,
-                                 const uint8_t* wscales, size_t n_total, size_t k, float* y, size_t n_begin,
-                                 size_t n_end) {
-  const hn::Full128<uint8_t> d8;
-  const hn::Full128<int8_t> di8;
+// (one byte shuffle per 16), widen to int16 and meet the activation plane (Fp4GemvPlanes in linear.h)
+// in pairwise multiply-adds (vpmaddwd). Every product (|2·w| <= 12, |p| < 2^15) and every lane's
+// 4-product sum is an exact integer below 2^24, so the per-lane block partials convert to fp32
+// exactly; they are then scaled by the weight scale times the block's factor (powers of two) and
+// accumulated in fp32 like the float kernel. The few residual blocks are added after the row's main
+// pass, in the same way.
+struct Fp4IntDecoder {
+  hn::Vec<hn::Full128<int8_t>> table;
+  hn::Vec<hn::Full128<uint8_t>> low_nibble;
+  Fp4IntDecoder()
+      : table(hn::Load(hn::Full128<int8_t>(), kE2m1Twice)), low_nibble(hn::Set(hn::Full128<uint8_t>(), 0x0F)) {}
+  // The even and odd elements of a 16-byte block as int16 2·E2M1.
+  HWY_INLINE void Decode(const uint8_t* block, hn::Vec<hn::Full256<int16_t>>* even,
+                         hn::Vec<hn::Full256<int16_t>>* odd) const {
+    const hn::Full128<uint8_t> d8;
+    const hn::Full128<int8_t> di8;
+    const hn::Full256<int16_t> d16;
+    const auto packed = hn::LoadU(d8, block);
+    *even = hn::PromoteTo(d16, hn::TableLookupBytes(table, hn::BitCast(di8, hn::And(packed, low_nibble))));
+    *odd = hn::PromoteTo(d16, hn::TableLookupBytes(table, hn::BitCast(di8, hn::ShiftRight<4>(packed))));
+  }
+};
+
+// Σ over the block of 2·w · p, as 8 exact int32 lanes converted to fp32.
+HWY_INLINE hn::Vec<hn::Full256<float>> Fp4IntBlockPartial(hn::Vec<hn::Full256<int16_t>> even,
+                                                          hn::Vec<hn::Full256<int16_t>> odd, const int16_t* p) {
   const hn::Full256<int16_t> d16;
   const hn::Full256<int32_t> d32;
   const hn::Full256<float> df;
+  auto unused = hn::Zero(d32);
+  auto sum = hn::ReorderWidenMulAccumulate(d32, even, hn::LoadU(d16, p), hn::Zero(d32), unused);
+  sum = hn::ReorderWidenMulAccumulate(d32, odd, hn::LoadU(d16, p + 16), sum, unused);
+  return hn::ConvertTo(df, sum);
+}
+
+template <size_t R>
+HWY_NOINLINE void Fp4GemvIntTile(const Fp4GemvPlanes& planes, const float* ascales, const uint8_t* wdata,
+                                 const uint8_t* wscales, size_t n_total, size_t k, float* y, size_t n_begin,
+                                 size_t n_end) {
+  const hn::Full256<int16_t> d16;
+  const hn::Full256<uint32_t> du32;
+  const hn::Full256<float> df;
   const size_t kblocks = k / 32;
   const float* e8m0 = e8m0_table();
-  const auto table = hn::Load(di8, kE2m1Twice);
-  const auto low_nibble = hn::Set(d8, uint8_t{0x0F});
+  const Fp4IntDecoder decoder;
+  hn::Indices256<float> lane[8];  // broadcast of lane j
+  for (int32_t j = 0; j < 8; ++j) {
+    HWY_ALIGN const int32_t idx[8] = {j, j, j, j, j, j, j, j};
+    lane[j] = hn::SetTableIndices(df, idx);
+  }
   for (size_t n = n_begin; n < n_end; ++n) {
     const uint8_t* wrow = wdata + n * (k / 2);
     const uint8_t* srow = wscales + n * kblocks;
     hn::Vec<decltype(df)> acc[2][R];  // even and odd blocks: two accumulation chains
     for (size_t r = 0; r < R; ++r) acc[0][r] = acc[1][r] = hn::Zero(df);
-    const auto block = [&](size_t kb, hn::Vec<decltype(df)>* acc_row) HWY_ATTR {
-      const auto packed = hn::LoadU(d8, wrow + kb * 16);
-      const auto even = hn::TableLookupBytes(table, hn::BitCast(di8, hn::And(packed, low_nibble)));
-      const auto odd = hn::TableLookupBytes(table, hn::BitCast(di8, hn::ShiftRight<4>(packed)));
-      const auto we = hn::PromoteTo(d16, even);
-      const auto wo = hn::PromoteTo(d16, odd);
-      const float sw = e8m0[srow[kb]] * 0x1p-10f;  // 2^-9 of the planes, 2^-1 of the 2·E2M1 bytes
+    // One block; scale(r) gives the block's weight scale times row r's factor, broadcast.
+    const auto block = [&](size_t kb, hn::Vec<decltype(df)>* acc_row, const auto& scale) HWY_ATTR {
+      hn::Vec<decltype(d16)> even, odd;
+      decoder.Decode(wrow + kb * 16, &even, &odd);
       for (size_t r = 0; r < R; ++r) {
-        const int16_t* p = planes + (r * kblocks + kb) * 64;
-        auto unused = hn::Zero(d32);
-        auto hi = hn::ReorderWidenMulAccumulate(d32, we, hn::LoadU(d16, p), hn::Zero(d32), unused);
-        hi = hn::ReorderWidenMulAccumulate(d32, wo, hn::LoadU(d16, p + 16), hi, unused);
-        auto lo = hn::ReorderWidenMulAccumulate(d32, we, hn::LoadU(d16, p + 32), hn::Zero(d32), unused);
-        lo = hn::ReorderWidenMulAccumulate(d32, wo, hn::LoadU(d16, p + 48), lo, unused);
-        const auto part = hn::ConvertTo(df, hn::Add(hn::ShiftLeft<9>(hi), lo));
-        acc_row[r] = hn::MulAdd(part, hn::Set(df, sw * ascales[r * kblocks + kb]), acc_row[r]);
+        const auto part = Fp4IntBlockPartial(even, odd, planes.plane + (r * kblocks + kb) * 32);
+        acc_row[r] = hn::MulAdd(part, scale(r), acc_row[r]);
       }
     };
+    const auto scalar_block = [&](size_t kb, hn::Vec<decltype(df)>* acc_row) HWY_ATTR {
+      const float sw = e8m0[srow[kb]];
+      block(kb, acc_row, [&](size_t r) HWY_ATTR { return hn::Set(df, sw * planes.factor[r * kblocks + kb]); });
+    };
     size_t kb = 0;
-    for (; kb + 2 <= kblocks; kb += 2) {
-      block(kb, acc[0]);
-      block(kb + 1, acc[1]);
+    // Groups of 8 blocks: the 8 weight scales become floats at once (E8M0 e is the float with
+    // exponent field e, for 1 <= e <= 254), are multiplied by the rows' factors (an exact product of
+    // powers of two) and broadcast per block by a lane permute instead of 8 scalar lookups.
+    for (; kb + 8 <= kblocks; kb += 8) {
+      const auto e = hn::PromoteTo(du32, hn::LoadU(hn::Full64<uint8_t>(), srow + kb));
+      if (!hn::AllFalse(du32, hn::Or(hn::Eq(e, hn::Zero(du32)), hn::Eq(e, hn::Set(du32, 255u))))) {
+        for (size_t j = 0; j < 8; ++j) scalar_block(kb + j, acc[j & 1]);
+        continue;
+      }
+      const auto sw = hn::BitCast(df, hn::ShiftLeft<23>(e));
+      hn::Vec<decltype(df)> scales[R];
+      for (size_t r = 0; r < R; ++r) scales[r] = hn::Mul(sw, hn::LoadU(df, planes.factor + r * kblocks + kb));
+      for (size_t j = 0; j < 8; ++j) {
+        block(kb + j, acc[j & 1], [&](size_t r) HWY_ATTR { return hn::TableLookupLanes(scales[r], lane[j]); });
+      }
     }
-    if (kb < kblocks) block(kb, acc[0]);
-    for (size_t r = 0; r < R; ++r) acc[0][r] = hn::Add(acc[0][r], acc[1][r]);
-    for (size_t r = 0; r < R; ++r) y[r * n_total + n] = round_bf16(hn::GetLane(hn::SumOfLanes(df, acc[0][r])));
+    for (; kb < kblocks; ++kb) scalar_block(kb, acc[kb & 1]);
+    for (size_t r = 0; r < R; ++r) {
+      for (uint32_t i = 0; i < planes.residual_count[r]; ++i) {
+        const size_t rb = planes.residual_block[r * kblocks + i];
+        hn::Vec<decltype(d16)> even, odd;
+        decoder.Decode(wrow + rb * 16, &even, &odd);
+        const auto part = Fp4IntBlockPartial(even, odd, planes.residual_plane + (r * kblocks + i) * 32);
+        const float f = e8m0[srow[rb]] * ascales[r * kblocks + rb] * 0x1p-10f;
+        acc[1][r] = hn::MulAdd(part, hn::Set(df, f), acc[1][r]);
+      }
+      y[r * n_total + n] = round_bf16(hn::GetLane(hn::SumOfLanes(df, hn::Add(acc[0][r], acc[1][r]))));
+    }
   }
 }
 #endif
+
+// ---- activation quantisation --------------------------------------------------------------------
+
+// One act_quant block of 32 with its scale s: values[j] = e4m3(x[j] / s) · s, and when `ints` is set,
+// ints[j] = e4m3(x[j] / s) · 2^9 (an exact integer). The E4M3 rounding is done on the f32 bits: a
+// normal (|v| >= 2^-6) keeps 3 mantissa bits, rounded to nearest even by adding 0x7FFFF plus the
+// kept lowest bit and clearing the 20 dropped ones; a subnormal is a multiple of 2^-9, rounded by
+// adding and subtracting 2^14 (whose f32 ulp is 2^-9). Both equal f32_to_e4m3 (tested for every
+// f32 below 448 in magnitude); a block with a NaN, an infinity or a value at 448 takes the scalar
+// conversion instead.
+HWY_NOINLINE void FastQuantBlock(const float* x, float s, float* values, int32_t* ints) {
+  const hn::ScalableTag<float> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const size_t lanes = hn::Lanes(df);
+  const auto vs = hn::Set(df, s);
+  bool special = !(s == s);  // NaN scale: the block holds a NaN
+  for (size_t j = 0; j < kFp8ActBlock && !special; j += lanes) {
+    const auto a = hn::Abs(hn::Div(hn::LoadU(df, x + j), vs));
+    special = !hn::AllTrue(df, hn::Lt(a, hn::Set(df, kE4M3Max)));  // false for NaN too
+  }
+  if (special) {
+    const float* table = e4m3_table();
+    for (size_t j = 0; j < kFp8ActBlock; ++j) {
+      const float q = table[f32_to_e4m3(x[j] / s)];
+      values[j] = q * s;
+      if (ints != nullptr) ints[j] = static_cast<int32_t>(q * 512.0f);
+    }
+    return;
+  }
+  const auto sign_bit = hn::Set(di, static_cast<int32_t>(0x80000000u));
+  for (size_t j = 0; j < kFp8ActBlock; j += lanes) {
+    const auto v = hn::Div(hn::LoadU(df, x + j), vs);  // exact: s is a power of two
+    const auto bits = hn::BitCast(di, v);
+    const auto sign = hn::And(bits, sign_bit);
+    const auto mag = hn::AndNot(sign_bit, bits);
+    const auto kept_lsb = hn::And(hn::ShiftRight<20>(mag), hn::Set(di, 1));
+    const auto normal = hn::And(hn::Add(mag, hn::Add(hn::Set(di, 0x7FFFF), kept_lsb)),
+                                hn::Set(di, static_cast<int32_t>(0xFFF00000u)));
+    const auto a = hn::BitCast(df, mag);
+    const auto magic = hn::Set(df, 0x1p14f);
+    const auto subnormal = hn::Sub(hn::Add(a, magic), magic);
+    const auto rounded = hn::IfThenElse(hn::Lt(a, hn::Set(df, 0x1p-6f)), subnormal, hn::BitCast(df, normal));
+    const auto q = hn::BitCast(df, hn::Or(hn::BitCast(di, rounded), sign));
+    hn::StoreU(hn::Mul(q, vs), df, values + j);
+    if (ints != nullptr) hn::StoreU(hn::ConvertTo(di, hn::Mul(q, hn::Set(df, 512.0f))), di, ints + j);
+  }
+}
 
 // ---- the tiled GEMM over decoded panels ----------------------------------------------------------
 
@@ -240,12 +339,14 @@ template <bool kFp4>
 void FastBlockGemm(const Fp8Activations& a, const uint8_t* wdata, const uint8_t* wscales, size_t n_total, size_t k,
                    float* y, size_t n_begin, size_t n_end) {
 #if HWY_TARGET <= HWY_AVX2
-  if (kFp4 && a.m < fast::kFastGemmMinRows && a.fp4_planes != nullptr) {
+  if (kFp4 && a.m < fast::kFastGemmMinRows && a.fp4_planes.plane != nullptr) {
     const size_t kblocks = k / 32;
     for (size_t m0 = 0; m0 < a.m; m0 += kGemvRows) {
       const size_t rows = std::min(kGemvRows, a.m - m0);
       const float* ascales = a.scales + m0 * kblocks;
-      const int16_t* planes = a.fp4_planes + m0 * kblocks * 64;
+      const Fp4GemvPlanes& all = a.fp4_planes;
+      const Fp4GemvPlanes planes{all.plane + m0 * kblocks * 32, all.factor + m0 * kblocks, all.residual_count + m0,
+                                 all.residual_block + m0 * kblocks, all.residual_plane + m0 * kblocks * 32};
       float* ym = y + m0 * n_total;
       switch (rows) {
         case 4: Fp4GemvIntTile<4>(planes, ascales, wdata, wscales, n_total, k, ym, n_begin, n_end); break;
@@ -377,17 +478,60 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace cedar::ops {
 
+HWY_EXPORT(FastQuantBlock);
 HWY_EXPORT(FastGemmFp8);
 HWY_EXPORT(FastGemmFp4);
 HWY_EXPORT(FastLinearBf16);
 HWY_EXPORT(FastLinearF32);
 
 namespace fast {
-// values [m, k] + scales [m, k/32], and for GEMV-sized m the FP4 integer planes ([m, k/32, 64] int16,
-// the size of m * k floats).
+// values [m, k] + scales [m, k/32], and for GEMV-sized m the FP4 integer planes (Fp4GemvPlanes:
+// plane and residual plane int16 [m, k/32, 32] each, factor and residual blocks [m, k/32], counts [m]).
 size_t act_scratch_floats(size_t m, size_t k) {
-  return m * k + m * (k / kFp8ActBlock) + (m < kFastGemmMinRows ? m * k : 0);
+  const size_t kblocks = k / kFp8ActBlock;
+  return m * k + m * kblocks + (m < kFastGemmMinRows ? m * k + 2 * m * kblocks + m : 0);
 }
+
+namespace {
+// Fills the Fp4GemvPlanes of m rows (layout in linear.h) while quantising them: values and scales as
+// quantize_activations, plus the integer planes.
+Fp4GemvPlanes quantize_fp4_planes(const float* x, size_t m, size_t k, float* values, float* scales, float* storage) {
+  const size_t kblocks = k / kFp8ActBlock;
+  int16_t* plane = reinterpret_cast<int16_t*>(storage);
+  int16_t* residual_plane = plane + m * k;
+  float* factor = storage + m * k;
+  uint32_t* residual_block = reinterpret_cast<uint32_t*>(factor + m * kblocks);
+  uint32_t* residual_count = residual_block + m * kblocks;
+  for (size_t r = 0; r < m; ++r) {
+    uint32_t count = 0;
+    for (size_t kb = 0; kb < kblocks; ++kb) {
+      const size_t b = r * kblocks + kb;
+      scales[b] = fp8_block_scale(x + b * kFp8ActBlock);
+      int32_t v[kFp8ActBlock];  // q · 2^9, exact integers
+      HWY_DYNAMIC_DISPATCH(FastQuantBlock)(x + b * kFp8ActBlock, scales[b], values + b * kFp8ActBlock, v);
+      int32_t max_abs = 0;
+      for (size_t j = 0; j < kFp8ActBlock; ++j) max_abs = std::max(max_abs, std::abs(v[j]));
+      int shift = 0;
+      while ((max_abs >> shift) > INT16_MAX) ++shift;  // at most 3: |v| <= 448 · 2^9 < 2^18
+      const int32_t low_bits = (1 << shift) - 1;
+      int32_t residual = 0;
+      for (size_t j = 0; j < kFp8ActBlock; ++j) {
+        const size_t slot = (j % 2) * 16 + j / 2;  // even elements first, then odd
+        plane[b * 32 + slot] = static_cast<int16_t>(v[j] >> shift);  // floor(v / 2^shift)
+        residual |= v[j] & low_bits;
+      }
+      factor[b] = std::ldexp(scales[b], shift - 10);
+      if (residual != 0) {
+        int16_t* rp = residual_plane + (r * kblocks + count) * 32;
+        for (size_t j = 0; j < kFp8ActBlock; ++j) rp[(j % 2) * 16 + j / 2] = static_cast<int16_t>(v[j] & low_bits);
+        residual_block[r * kblocks + count++] = static_cast<uint32_t>(kb);
+      }
+    }
+    residual_count[r] = count;
+  }
+  return {plane, factor, residual_count, residual_block, residual_plane};
+}
+}  // namespace
 
 Fp8Activations quantize_activations(const float* x, size_t m, size_t k, std::span<float> scratch) {
   CEDAR_CHECK(k % kFp8ActBlock == 0, "activation width %zu is not a multiple of 32", k);
@@ -395,28 +539,15 @@ Fp8Activations quantize_activations(const float* x, size_t m, size_t k, std::spa
               act_scratch_floats(m, k));
   float* values = scratch.data();          // [m, k]
   float* scales = scratch.data() + m * k;  // [m, k/32]
-  const float* table = e4m3_table();
-  uint8_t codes[kFp8ActBlock];
-  for (size_t i = 0; i < m * k / kFp8ActBlock; ++i) {
-    act_quant_fp8_f32_scales(x + i * kFp8ActBlock, kFp8ActBlock, codes, scales + i);
-    // q · s with s a power of two: exact (q >= 2^-9 and s >= 1e-4/448, far from underflow).
-    for (size_t j = 0; j < kFp8ActBlock; ++j) values[i * kFp8ActBlock + j] = table[codes[j]] * scales[i];
-  }
   Fp8Activations a{values, scales, m, k};
   a.dequantized = true;
   if (m < kFastGemmMinRows) {
-    int16_t* planes = reinterpret_cast<int16_t*>(scales + m * (k / kFp8ActBlock));
-    for (size_t b = 0; b < m * k / kFp8ActBlock; ++b) {
-      const float to_int = 512.0f / scales[b];  // q · s · (2^9 / s) = q · 2^9, an exact integer
-      int16_t* p = planes + b * 64;
-      for (size_t j = 0; j < kFp8ActBlock; ++j) {
-        const int32_t v = static_cast<int32_t>(values[b * kFp8ActBlock + j] * to_int);
-        const size_t slot = (j % 2) * 16 + j / 2;      // even elements first, then odd
-        p[slot] = static_cast<int16_t>(v >> 9);        // floor(v / 2^9), in [-448, 448]
-        p[32 + slot] = static_cast<int16_t>(v & 511);  // v - hi · 2^9, in [0, 511]
-      }
-    }
-    a.fp4_planes = planes;
+    a.fp4_planes = quantize_fp4_planes(x, m, k, values, scales, scales + m * (k / kFp8ActBlock));
+    return a;
+  }
+  for (size_t b = 0; b < m * k / kFp8ActBlock; ++b) {
+    scales[b] = fp8_block_scale(x + b * kFp8ActBlock);
+    HWY_DYNAMIC_DISPATCH(FastQuantBlock)(x + b * kFp8ActBlock, scales[b], values + b * kFp8ActBlock, nullptr);
   }
   return a;
 }

@@ -36,9 +36,13 @@ float clamp_e2m1_range(float v) {
   return std::min(std::max(v, -kE2M1Max), kE2M1Max);
 }
 
+}  // namespace
+
 float fp8_block_scale(const float* x) {
   return pow2_round_up_scale(clamp_min_nan(block_amax(x, kFp8ActBlock), kFp8AmaxFloor), kFp8MaxInv);
 }
+
+namespace {
 
 float fp4_e8m0_block_scale(const float* x, size_t block) {
   return pow2_round_up_scale(clamp_min_nan(block_amax(x, block), kFp4E8M0AmaxFloor), kFp4MaxInv);

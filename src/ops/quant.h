@@ -34,6 +34,8 @@ float pow2_round_up_scale(float amax, float max_inv);
 
 // ---- FP8 activations (block 32, E8M0 scales) ----------------------------------------------------
 
+// The power-of-two scale act_quant gives one block of 32 (NaN when the block holds a NaN).
+float fp8_block_scale(const float* x);
 // x[n] (n % 32 == 0) -> codes[n] E4M3 and scales[n/32] E8M0 (one per block, in order).
 void act_quant_fp8(const float* x, size_t n, uint8_t* codes, uint8_t* scales_e8m0);
 // Same, with the scale returned as f32 (the 2^e value) instead of E8M0.

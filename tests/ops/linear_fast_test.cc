@@ -243,6 +243,85 @@ TEST(LinearFast, BatchedGemmsEqualSeparateOnesInBothModes) {
   }
 }
 
+TEST(LinearFast, QuantizedActivationsEqualTheScalarE4m3Rounding) {
+  // fast::quantize_activations rounds on f32 bits; the contract is f32_to_e4m3. Blocks whose largest
+  // element is 447.99 have scale 1, so every other element v (|v| < 447.99) must come back as
+  // e4m3(v) exactly. Tested: every f32 exponent from the smallest subnormal up, with high mantissa bits
+  // enumerated and low bits varied, every E4M3 rounding midpoint and its neighbours, both signs.
+  std::vector<float> probes;
+  for (uint32_t exp = 0; exp <= 127 + 8; ++exp) {
+    for (uint32_t high = 0; high < 256; ++high) {
+      for (uint32_t low : {0u, 1u, 0x7FFFu, 0x8000u, 0x7FFFFu, 0x80000u, 0xFFFFFu}) {
+        const uint32_t bits = (exp << 23) | (high << 15) | (low & 0x7FFF) | ((low >> 15) << 15);
+        float v;
+        std::memcpy(&v, &bits, 4);
+        if (v < 447.99f) probes.push_back(v);
+      }
+    }
+  }
+  for (int code = 0; code < 0x7E; ++code) {  // midpoints between neighbouring E4M3 magnitudes
+    const float mid = 0.5f * (e4m3_to_f32(static_cast<uint8_t>(code)) + e4m3_to_f32(static_cast<uint8_t>(code + 1)));
+    for (float v : {mid, std::nextafter(mid, 0.0f), std::nextafter(mid, 1000.0f)})
+      if (v < 447.99f) probes.push_back(v);
+  }
+  const size_t n = probes.size();
+  for (size_t i = 0; i < n; ++i) probes.push_back(-probes[i]);
+  std::vector<float> x;
+  for (size_t i = 0; i < probes.size(); i += 31) {
+    x.push_back(447.99f);
+    for (size_t j = 0; j < 31; ++j) x.push_back(i + j < probes.size() ? probes[i + j] : 0.0f);
+  }
+  for (size_t m : {size_t{1}, fast::kFastGemmMinRows}) {  // the GEMV (with planes) and GEMM forms
+    const size_t k = 32 * 8;
+    for_each_simd_target([&] {
+      for (size_t row0 = 0; row0 + m * k <= x.size(); row0 += m * k) {
+        std::vector<float> scratch(fast::act_scratch_floats(m, k));
+        const Fp8Activations a = fast::quantize_activations(x.data() + row0, m, k, scratch);
+        for (size_t i = 0; i < m * k; ++i) {
+          ASSERT_EQ(a.scales[i / 32], 1.0f);
+          const float want = e4m3_to_f32(f32_to_e4m3(x[row0 + i]));
+          ASSERT_EQ(std::memcmp(&a.values[i], &want, 4), 0) << "x " << x[row0 + i] << " got " << a.values[i];
+        }
+      }
+    });
+  }
+}
+
+TEST(LinearFast, Fp4GemvResidualBlocksAreExact) {
+  // Blocks with elements far below their largest (E4M3 subnormals next to 448) do not fit one int16
+  // plane: their low bits go to the residual list. Integer weights keep every partial sum exact in
+  // fp32 (k = 96: |sum| < 2^15 at a resolution of 2^-9), so fast must equal exact bit for bit. Some
+  // weight scales are 0 (E8M0 2^-127), which takes the scalar scale path.
+  std::mt19937 rng(17);
+  std::uniform_int_distribution<int> small(-8, 8), sub(1, 7), pick(0, 3);
+  for (size_t m : {1, 2, 5}) {
+    const size_t n = 37, k = 96 * 3;
+    std::vector<float> x(m * k);
+    for (size_t i = 0; i < x.size(); ++i) {
+      const int p = pick(rng);
+      x[i] = i % 32 == 0 ? 448.0f : p == 0 ? sub(rng) * 0x1p-9f * (small(rng) < 0 ? -1 : 1) : static_cast<float>(small(rng));
+    }
+    BlockWeights w;
+    w.fp4 = true;
+    w.n = n;
+    w.k = k;
+    w.data.resize(n * k / 2);
+    for (auto& b : w.data) b = static_cast<uint8_t>(rng() & 0xFF);
+    w.scales.assign(n * (k / 32), 128);
+    for (size_t i = 0; i < w.scales.size(); i += 11) w.scales[i] = 0;
+    std::vector<float> scratch(fast::act_scratch_floats(m, k));
+    const Fp8Activations a = fast::quantize_activations(x.data(), m, k, scratch);
+    ASSERT_GT(a.fp4_planes.residual_count[0], 0u) << "the data must exercise the residual blocks";
+    std::vector<float> want(m * n);
+    run_exact(w, x.data(), m, want.data());
+    for_each_simd_target([&] {
+      std::vector<float> got(m * n);
+      run_fast(w, x.data(), m, got.data(), nullptr);
+      for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << "m" << m << " @" << i;
+    });
+  }
+}
+
 TEST(LinearFast, KernelSetsSelectTheirMode) {
   EXPECT_EQ(kernel_set(Numerics::kExact).linear_fp4, &linear_fp4);
   EXPECT_EQ(kernel_set(Numerics::kFast).linear_fp4, &fast::linear_fp4);
