@@ -67,13 +67,14 @@ struct F32Weight {
 
 // The act_quant codes of FP4 GEMV rows as int16, so the kernel multiplies on integers (vpmaddwd).
 // Each block's codes are exact integers v = q · 2^9 (|v| <= 448 · 2^9 < 2^18). The block stores
-// v >> shift, with the smallest shift (0..3) that fits int16, in `plane`, and 2^(shift-10) · s in
-// `factor` (2^-9 undoes the integer scaling, 2^-1 the kernel's 2·E2M1 weight bytes). When some v is
-// not a multiple of 2^shift (an element more than ~2^11 below the block's largest; rare in real
+// v >> shift, with the smallest shift (0..3) that fits int16, in `plane`, and 2^(shift-18) · s in
+// `factor` (2^-9 undoes the integer scaling, 2^-9 the kernel's 256·2·E2M1 weight values). When some
+// v is not a multiple of 2^shift (an element more than ~2^11 below the block's largest; rare in real
 // activations) the block is also listed in `residual_block` with v & (2^shift - 1) in
-// `residual_plane`, whose products the kernel adds with factor 2^-10 · s: the sum stays exact.
-// Element order inside a block: the 16 even elements, then the 16 odd ones (the order in which packed
-// FP4 bytes hold their low and high nibbles).
+// `residual_plane`, whose products the kernel adds with factor 2^-18 · s: the sum stays exact.
+// Element order inside a block: even elements 0-7, odd 0-7, even 8-15, odd 8-15 (element j is the
+// (j % 2) nibble of packed byte j / 2; the kernel decodes low nibbles into one 128-bit lane and high
+// nibbles into the other).
 struct Fp4GemvPlanes {
   const int16_t* plane = nullptr;           // [m, k/32, 32]
   const float* factor = nullptr;            // [m, k/32]

@@ -110,6 +110,85 @@ HWY_NOINLINE void FastGemvTile(const float* act, const uint8_t* wdata, const uin
   }
 }
 
+// The FP8 GEMV. An FP8 weight scale covers 32 rows x 32 columns, so within one 32-row group every
+// row sees the same scale per column block: the activations are multiplied by it once per group
+// (exact: powers of two) into a per-thread buffer, and each weight row is then a plain dot product of
+// decoded codes with that buffer, C independent fp32 chains per activation row.
+// The FP8 block decode of the GEMV. On AVX2 the 32 codes are interleaved under zero bytes (code << 8
+// per int16, in-lane: one instruction per 16 instead of a lane-crossing widen), shifted back
+// arithmetically and masked into the f16 bits of value · 2^-8 (exact, subnormals included), then
+// converted; the four vectors come out holding elements 0-7, 16-23, 8-15, 24-31, which
+// kFp8GemvOffset gives the activations. Elsewhere: GemvDecodeBlock, in order.
+#if HWY_TARGET == HWY_AVX2
+constexpr size_t kFp8GemvOffset[kMaxVecPerBlock] = {0, 16, 8, 24};
+HWY_INLINE void Fp8GemvDecode(const uint8_t* src, VW* wv) {
+  const hn::Full256<int8_t> d8;
+  const hn::Full256<int16_t> d16;
+  const hn::Full256<hwy::float16_t> dh;
+  const hn::Full128<hwy::float16_t> dh128;
+  const hn::Full256<float> df;
+  const auto codes = hn::LoadU(d8, reinterpret_cast<const int8_t*>(src));
+  const auto mask = hn::Set(d16, static_cast<int16_t>(0xBF80));
+  const auto lo = hn::BitCast(d16, hn::InterleaveLower(d8, hn::Zero(d8), codes));  // 0-7 | 16-23
+  const auto hi = hn::BitCast(d16, hn::InterleaveUpper(d8, hn::Zero(d8), codes));  // 8-15 | 24-31
+  const auto hlo = hn::BitCast(dh, hn::And(hn::ShiftRight<1>(lo), mask));
+  const auto hhi = hn::BitCast(dh, hn::And(hn::ShiftRight<1>(hi), mask));
+  wv[0] = hn::PromoteTo(df, hn::LowerHalf(dh128, hlo));
+  wv[1] = hn::PromoteTo(df, hn::UpperHalf(dh128, hlo));
+  wv[2] = hn::PromoteTo(df, hn::LowerHalf(dh128, hhi));
+  wv[3] = hn::PromoteTo(df, hn::UpperHalf(dh128, hhi));
+}
+#else
+constexpr size_t kFp8GemvOffset[kMaxVecPerBlock] = {};  // unused: natural order
+HWY_INLINE void Fp8GemvDecode(const uint8_t* src, VW* wv) { GemvDecodeBlock<false>(src, wv); }
+#endif
+
+template <size_t R>
+HWY_NOINLINE void Fp8GemvTile(const float* act, const uint8_t* wdata, const uint8_t* wscales, size_t n_total,
+                              size_t k, float* y, size_t n_begin, size_t n_end) {
+  const DW df;
+  const size_t lanes = hn::Lanes(df);
+  const size_t nv = 32 / lanes;
+  constexpr size_t C = R == 1 ? 4 : 2;  // accumulation chains per row (FMA latency x throughput)
+  const size_t kblocks = k / 32;
+  const float* e8m0 = e8m0_table();
+  thread_local std::vector<float> prescaled;  // [R, k]; grows to the largest shape, then reused
+  if (prescaled.size() < R * k) prescaled.resize(R * k);
+  float* pa = prescaled.data();
+  VW wv[kMaxVecPerBlock];
+  size_t group = SIZE_MAX;
+  for (size_t n = n_begin; n < n_end; ++n) {
+    if (n / 32 != group) {
+      group = n / 32;
+      for (size_t kb = 0; kb < kblocks; ++kb) {
+        const VW sw = hn::Set(df, FastBlockScale<false>(e8m0, wscales, n, kblocks, kb));
+        for (size_t r = 0; r < R; ++r)
+          for (size_t g = 0; g < nv; ++g) {
+            const size_t i = kb * 32 + g * lanes;
+            hn::StoreU(hn::Mul(hn::LoadU(df, act + r * k + i), sw), df, pa + r * k + i);
+          }
+      }
+    }
+    VW acc[R][C];
+    for (size_t r = 0; r < R; ++r)
+      for (size_t c = 0; c < C; ++c) acc[r][c] = hn::Zero(df);
+    for (size_t kb = 0; kb < kblocks; ++kb) {
+      Fp8GemvDecode(FastBlockBytes<false>(wdata, k, n, kb), wv);
+      for (size_t r = 0; r < R; ++r) {
+        const float* ab = pa + r * k + kb * 32;
+        for (size_t g = 0; g < nv; ++g) {
+          const size_t offset = HWY_TARGET == HWY_AVX2 ? kFp8GemvOffset[g] : g * lanes;
+          acc[r][g % C] = hn::MulAdd(hn::LoadU(df, ab + offset), wv[g], acc[r][g % C]);
+        }
+      }
+    }
+    for (size_t r = 0; r < R; ++r) {
+      for (size_t c = 1; c < C; ++c) acc[r][0] = hn::Add(acc[r][0], acc[r][c]);
+      y[r * n_total + n] = round_bf16(hn::GetLane(hn::SumOfLanes(df, acc[r][0])));
+    }
+  }
+}
+
 #if HWY_TARGET <= HWY_AVX2
 // The FP4 GEMV on integers (AVX2 and better): the 32 E2M1 codes of a block become 2·value as int8
 // (one byte shuffle per 16), widen to int16 and meet the activation plane (Fp4GemvPlanes in linear.h)
@@ -119,31 +198,40 @@ HWY_NOINLINE void FastGemvTile(const float* act, const uint8_t* wdata, const uin
 // accumulated in fp32 like the float kernel. The few residual blocks are added after the row's main
 // pass, in the same way.
 struct Fp4IntDecoder {
-  hn::Vec<hn::Full128<int8_t>> table;
-  hn::Vec<hn::Full128<uint8_t>> low_nibble;
+  hn::Vec<hn::Full256<int8_t>> table;
+  hn::Vec<hn::Full256<uint8_t>> low_nibble;
   Fp4IntDecoder()
-      : table(hn::Load(hn::Full128<int8_t>(), kE2m1Twice)), low_nibble(hn::Set(hn::Full128<uint8_t>(), 0x0F)) {}
-  // The even and odd elements of a 16-byte block as int16 2·E2M1.
-  HWY_INLINE void Decode(const uint8_t* block, hn::Vec<hn::Full256<int16_t>>* even,
-                         hn::Vec<hn::Full256<int16_t>>* odd) const {
-    const hn::Full128<uint8_t> d8;
-    const hn::Full128<int8_t> di8;
+      : table(hn::LoadDup128(hn::Full256<int8_t>(), kE2m1Twice)), low_nibble(hn::Set(hn::Full256<uint8_t>(), 0x0F)) {}
+  // A 16-byte block as int16 256·(2·E2M1): the bytes are broadcast to both 128-bit lanes, the low
+  // lane keeps the low nibbles (even elements) and the high lane the high ones (odd elements), one
+  // byte shuffle decodes all 32, and interleaving under zero bytes widens in-lane (no lane-crossing
+  // widen): `lo` holds even 0-7 | odd 0-7, `hi` even 8-15 | odd 8-15 (the plane order of linear.h).
+  HWY_INLINE void Decode(const uint8_t* block, hn::Vec<hn::Full256<int16_t>>* lo,
+                         hn::Vec<hn::Full256<int16_t>>* hi) const {
+    const hn::Full256<uint8_t> d8;
+    const hn::Full256<int8_t> di8;
+    const hn::Full256<uint16_t> du16;
     const hn::Full256<int16_t> d16;
-    const auto packed = hn::LoadU(d8, block);
-    *even = hn::PromoteTo(d16, hn::TableLookupBytes(table, hn::BitCast(di8, hn::And(packed, low_nibble))));
-    *odd = hn::PromoteTo(d16, hn::TableLookupBytes(table, hn::BitCast(di8, hn::ShiftRight<4>(packed))));
+    const auto packed = hn::LoadDup128(d8, block);
+    const auto shifted = hn::BitCast(d8, hn::ShiftRight<4>(hn::BitCast(du16, packed)));
+    const auto nibbles = hn::And(hn::ConcatUpperLower(d8, shifted, packed), low_nibble);
+    const auto twice = hn::TableLookupBytes(table, hn::BitCast(di8, nibbles));
+    *lo = hn::BitCast(d16, hn::InterleaveLower(di8, hn::Zero(di8), twice));
+    *hi = hn::BitCast(d16, hn::InterleaveUpper(di8, hn::Zero(di8), twice));
   }
 };
 
-// Σ over the block of 2·w · p, as 8 exact int32 lanes converted to fp32.
-HWY_INLINE hn::Vec<hn::Full256<float>> Fp4IntBlockPartial(hn::Vec<hn::Full256<int16_t>> even,
-                                                          hn::Vec<hn::Full256<int16_t>> odd, const int16_t* p) {
+// Σ over the block of 256·2·w · p, as 8 int32 lanes converted to fp32. Each lane sums 4 products
+// 256·(2·w)·p with |2·w| <= 12 and |p| < 2^15: a multiple of 256 below 2^29, so at most 21
+// significant bits and exact in fp32.
+HWY_INLINE hn::Vec<hn::Full256<float>> Fp4IntBlockPartial(hn::Vec<hn::Full256<int16_t>> lo,
+                                                          hn::Vec<hn::Full256<int16_t>> hi, const int16_t* p) {
   const hn::Full256<int16_t> d16;
   const hn::Full256<int32_t> d32;
   const hn::Full256<float> df;
   auto unused = hn::Zero(d32);
-  auto sum = hn::ReorderWidenMulAccumulate(d32, even, hn::LoadU(d16, p), hn::Zero(d32), unused);
-  sum = hn::ReorderWidenMulAccumulate(d32, odd, hn::LoadU(d16, p + 16), sum, unused);
+  auto sum = hn::ReorderWidenMulAccumulate(d32, lo, hn::LoadU(d16, p), hn::Zero(d32), unused);
+  sum = hn::ReorderWidenMulAccumulate(d32, hi, hn::LoadU(d16, p + 16), sum, unused);
   return hn::ConvertTo(df, sum);
 }
 
@@ -204,7 +292,7 @@ HWY_NOINLINE void Fp4GemvIntTile(const Fp4GemvPlanes& planes, const float* ascal
         hn::Vec<decltype(d16)> even, odd;
         decoder.Decode(wrow + rb * 16, &even, &odd);
         const auto part = Fp4IntBlockPartial(even, odd, planes.residual_plane + (r * kblocks + i) * 32);
-        const float f = e8m0[srow[rb]] * ascales[r * kblocks + rb] * 0x1p-10f;
+        const float f = e8m0[srow[rb]] * ascales[r * kblocks + rb] * 0x1p-18f;
         acc[1][r] = hn::MulAdd(part, hn::Set(df, f), acc[1][r]);
       }
       y[r * n_total + n] = round_bf16(hn::GetLane(hn::SumOfLanes(df, hn::Add(acc[0][r], acc[1][r]))));
@@ -358,6 +446,20 @@ void FastBlockGemm(const Fp8Activations& a, const uint8_t* wdata, const uint8_t*
     return;
   }
 #endif
+  if (!kFp4 && a.m < fast::kFastGemmMinRows) {
+    size_t m0 = 0;
+    for (; m0 + kGemvRows <= a.m; m0 += kGemvRows)
+      Fp8GemvTile<kGemvRows>(a.values + m0 * k, wdata, wscales, n_total, k, y + m0 * n_total, n_begin, n_end);
+    float* ym = y + m0 * n_total;
+    const float* am = a.values + m0 * k;
+    switch (a.m - m0) {
+      case 3: Fp8GemvTile<3>(am, wdata, wscales, n_total, k, ym, n_begin, n_end); break;
+      case 2: Fp8GemvTile<2>(am, wdata, wscales, n_total, k, ym, n_begin, n_end); break;
+      case 1: Fp8GemvTile<1>(am, wdata, wscales, n_total, k, ym, n_begin, n_end); break;
+      default: break;
+    }
+    return;
+  }
   if (a.m < fast::kFastGemmMinRows) {
     size_t m0 = 0;
     for (; m0 + kGemvRows <= a.m; m0 += kGemvRows)
@@ -493,6 +595,10 @@ size_t act_scratch_floats(size_t m, size_t k) {
 }
 
 namespace {
+// Where element j of a block goes in its plane: even elements 0-7, odd 0-7, even 8-15, odd 8-15
+// (element j is the (j % 2) nibble of byte j / 2; see Fp4IntDecoder).
+constexpr size_t fp4_plane_slot(size_t j) { return (j / 16) * 16 + (j % 2) * 8 + (j / 2) % 8; }
+
 // Fills the Fp4GemvPlanes of m rows (layout in linear.h) while quantising them: values and scales as
 // quantize_activations, plus the integer planes.
 Fp4GemvPlanes quantize_fp4_planes(const float* x, size_t m, size_t k, float* values, float* scales, float* storage) {
@@ -516,14 +622,13 @@ Fp4GemvPlanes quantize_fp4_planes(const float* x, size_t m, size_t k, float* val
       const int32_t low_bits = (1 << shift) - 1;
       int32_t residual = 0;
       for (size_t j = 0; j < kFp8ActBlock; ++j) {
-        const size_t slot = (j % 2) * 16 + j / 2;  // even elements first, then odd
-        plane[b * 32 + slot] = static_cast<int16_t>(v[j] >> shift);  // floor(v / 2^shift)
+        plane[b * 32 + fp4_plane_slot(j)] = static_cast<int16_t>(v[j] >> shift);  // floor(v / 2^shift)
         residual |= v[j] & low_bits;
       }
-      factor[b] = std::ldexp(scales[b], shift - 10);
+      factor[b] = std::ldexp(scales[b], shift - 18);
       if (residual != 0) {
         int16_t* rp = residual_plane + (r * kblocks + count) * 32;
-        for (size_t j = 0; j < kFp8ActBlock; ++j) rp[(j % 2) * 16 + j / 2] = static_cast<int16_t>(v[j] & low_bits);
+        for (size_t j = 0; j < kFp8ActBlock; ++j) rp[fp4_plane_slot(j)] = static_cast<int16_t>(v[j] & low_bits);
         residual_block[r * kblocks + count++] = static_cast<uint32_t>(kb);
       }
     }
