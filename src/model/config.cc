@@ -229,6 +229,12 @@ Status validate_config(const ModelConfig& c) {
   if (c.n_heads % c.o_groups)
     return invalid_argument("config: num_attention_heads (" + std::to_string(c.n_heads) +
                             ") must be a multiple of o_groups (" + std::to_string(c.o_groups) + ")");
+  // wo_a is an FP8 weight with 32x32 scale blocks read one o_group at a time: each group's rows and
+  // columns must start on a scale block.
+  if (c.o_lora_rank % 32 || (c.n_heads * c.head_dim / c.o_groups) % 32)
+    return invalid_argument("config: o_lora_rank (" + std::to_string(c.o_lora_rank) +
+                            ") and num_attention_heads * head_dim / o_groups must be multiples of 32 (wo_a's "
+                            "FP8 scale blocks)");
   if (c.n_activated_experts > c.n_routed_experts)
     return invalid_argument("config: num_experts_per_tok exceeds n_routed_experts");
   if (c.n_shared_experts != 1)

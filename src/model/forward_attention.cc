@@ -101,7 +101,8 @@ void ForwardPass::attention(int l, const float* x, float* out) {
   float* o = scratch(ws_.o, T_ * H * hd);  // [T, H, head_dim]
   for (const ChunkSpan& ch : chunks_) attention_chunk(l, ch);
 
-  // Output: undo the query rotation, grouped low-rank wo_a (bf16 einsum), then wo_b.
+  // Output: undo the query rotation, grouped low-rank wo_a (bf16 einsum on the
+  // FP8 weight dequantised in registers), then wo_b.
   for (const ChunkSpan& ch : chunks_)
     ops::apply_rope(rope, o + ch.offset * H * hd, ch.n, H, hd, ch.p0, 1, ops::RopeDirection::kInverse);
   const size_t G = c_.o_groups, K = H * hd / G, R = c_.o_lora_rank;
@@ -111,8 +112,9 @@ void ForwardPass::attention(int l, const float* x, float* out) {
   float* group_out = scratch(ws_.latent, T_ * R);  // [T, o_lora]
   for (size_t g = 0; g < G; ++g) {
     for (size_t t = 0; t < T_; ++t) std::memcpy(group_in + t * K, o + t * H * hd + g * K, K * sizeof(float));
-    ops::Bf16Weight wg{a.wo_a.bits + g * R * K, R, K};
-    k_.linear_bf16(group_in, T_, wg, group_out, ops::LinearOut::kBf16, pool_);
+    // Group g's rows; R is a multiple of 32 (checked at load), so its scales start at a block row.
+    const ops::Fp8Weight wg{a.wo_a.codes + g * R * K, a.wo_a.scales + (g * R / 32) * (K / 32), R, K};
+    k_.linear_fp8_bf16(group_in, T_, wg, group_out, ops::LinearOut::kBf16, pool_);
     for (size_t t = 0; t < T_; ++t) std::memcpy(wo_in + t * G * R + g * R, group_out + t * R, R * sizeof(float));
   }
   k_.linear_fp8(wo_in, T_, a.wo_b, out, act_span, pool_);

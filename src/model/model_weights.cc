@@ -38,15 +38,6 @@ class Binder {
     const io::TensorView& v = t(name);
     return {bf16_ptr(name), static_cast<size_t>(v.shape[0]), static_cast<size_t>(v.shape[1])};
   }
-  // wo_a: FP8 in the checkpoint, bf16 in the reference (convert.py dequantises it).
-  ops::Bf16Weight dequantized_bf16(const std::string& prefix) {
-    ops::Fp8Weight w = fp8(prefix);
-    auto bits = std::make_unique<std::vector<uint16_t>>(w.n * w.k);
-    ops::dequantize_fp8_weight_to_bf16(w, bits->data());
-    mw_.owned_bf16.push_back(std::move(bits));
-    return {mw_.owned_bf16.back()->data(), w.n, w.k};
-  }
-
  private:
   const WeightMap& map_;
   ModelWeights& mw_;
@@ -82,7 +73,7 @@ Result<std::unique_ptr<ModelWeights>> bind_model_weights(const ModelConfig& c, c
     a.wq_b = b.fp8(ap + ".wq_b");
     a.wkv = b.fp8(ap + ".wkv");
     a.kv_norm = b.bf16_ptr(ap + ".kv_norm.weight");
-    a.wo_a = b.dequantized_bf16(ap + ".wo_a");
+    a.wo_a = b.fp8(ap + ".wo_a");
     a.wo_b = b.fp8(ap + ".wo_b");
     if (e.mode == AttnMode::kFull) {
       a.comp_wkv = b.bf16(ap + ".compressor.wkv.weight");

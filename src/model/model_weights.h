@@ -1,7 +1,8 @@
 // Typed views of every weight the forward pass reads, bound once from the WeightMap. Quantised and
-// bf16 matrices point into the checkpoint mapping (never copied). Two exceptions, both as in the
-// reference: wo_a is dequantised to bf16 at load (convert.py does the same), and small f32 vectors
-// whose mapped bytes are not 4-byte aligned are copied so they can be read as floats.
+// bf16 matrices point into the checkpoint mapping (never copied). wo_a, which the reference
+// dequantises to bf16 at load (convert.py), stays FP8 and is read through linear_fp8_bf16 (the same
+// values, half the bytes). Small f32 vectors whose mapped bytes are not 4-byte aligned are copied so
+// they can be read as floats.
 #pragma once
 
 #include <cstdint>
@@ -29,7 +30,7 @@ struct AttentionWeights {
   ops::Fp8Weight wq_b;                  // [n_heads*head_dim, q_lora]
   ops::Fp8Weight wkv;                   // [head_dim, dim]
   const uint16_t* kv_norm = nullptr;    // [head_dim]
-  ops::Bf16Weight wo_a;                 // [o_groups*o_lora, n_heads*head_dim/o_groups], dequantised at load
+  ops::Fp8Weight wo_a;                  // [o_groups*o_lora, n_heads*head_dim/o_groups], used as bf16
   ops::Fp8Weight wo_b;                  // [dim, o_groups*o_lora]
   // KV source only.
   ops::Bf16Weight comp_wkv;             // [head_dim, dim]
@@ -75,7 +76,7 @@ struct ModelWeights {
   ops::Bf16Weight head;                 // [vocab, dim]
   const uint16_t* norm = nullptr;       // [dim]
   std::vector<BlockWeights> blocks;     // backbone layers only (DSpark stages are not run)
-  // Owned copies (wo_a in bf16, realigned f32 vectors). Element addresses are stable.
+  // Owned copies (realigned bf16 and f32 vectors). Element addresses are stable.
   std::vector<std::unique_ptr<std::vector<uint16_t>>> owned_bf16;
   std::vector<std::unique_ptr<std::vector<float>>> owned_f32;
 };

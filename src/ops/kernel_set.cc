@@ -16,13 +16,13 @@ std::optional<Numerics> parse_numerics(std::string_view s) {
 }
 
 const KernelSet& kernel_set(Numerics n) {
-  static const KernelSet exact{Numerics::kExact,   fp8_act_scratch_floats, quantize_activations,
-                               gemm_fp8,           gemm_fp4,               gemm_fp4_rows,          linear_fp8,
-                               linear_fp4,         linear_bf16,            linear_f32};
-  static const KernelSet fast{Numerics::kFast,         fast::act_scratch_floats, fast::quantize_activations,
-                              fast::gemm_fp8,          fast::gemm_fp4,           fast::gemm_fp4_rows,
-                              fast::linear_fp8,
-                              fast::linear_fp4,        fast::linear_bf16,        fast::linear_f32};
+  static const KernelSet exact{Numerics::kExact, fp8_act_scratch_floats, quantize_activations, gemm_fp8, gemm_fp4,
+                               gemm_fp4_rows,     linear_fp8,             linear_fp4,           linear_bf16, linear_f32,
+                               linear_fp8_bf16};
+  static const KernelSet fast{Numerics::kFast,     fast::act_scratch_floats, fast::quantize_activations,
+                              fast::gemm_fp8,      fast::gemm_fp4,           fast::gemm_fp4_rows,
+                              fast::linear_fp8,    fast::linear_fp4,         fast::linear_bf16,
+                              fast::linear_f32,    fast::linear_fp8_bf16};
   return n == Numerics::kExact ? exact : fast;
 }
 

@@ -36,6 +36,7 @@ struct KernelSet {
                      ThreadPool* pool);
   void (*linear_bf16)(const float* x, size_t m, const Bf16Weight& w, float* y, LinearOut out, ThreadPool* pool);
   void (*linear_f32)(const float* x, size_t m, const F32Weight& w, float* y, ThreadPool* pool);
+  void (*linear_fp8_bf16)(const float* x, size_t m, const Fp8Weight& w, float* y, LinearOut out, ThreadPool* pool);
 };
 
 // The process-wide kernel set of a mode (static storage).

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "core/check.h"
 #include "core/thread_pool.h"
@@ -223,6 +224,25 @@ void linear_bf16(const float* x, size_t m, const Bf16Weight& w, float* y, Linear
 
 void linear_f32(const float* x, size_t m, const F32Weight& w, float* y, ThreadPool* pool) {
   for_rows(pool, w.n, [&](size_t b, size_t e) { HWY_DYNAMIC_DISPATCH(LinearF32Rows)(x, m, w, y, b, e); });
+}
+
+void linear_fp8_bf16(const float* x, size_t m, const Fp8Weight& w, float* y, LinearOut out, ThreadPool* pool) {
+  // Each thread dequantises up to 16 rows at a time into its own buffer and runs the exact bf16 rows
+  // kernel on them (a row's result depends only on that row), then places the outputs.
+  constexpr size_t kRows = 16;
+  for_rows(pool, w.n, [&](size_t b, size_t e) {
+    thread_local std::vector<uint16_t> rows;
+    thread_local std::vector<float> part;
+    if (rows.size() < kRows * w.k) rows.resize(kRows * w.k);
+    if (part.size() < m * kRows) part.resize(m * kRows);
+    for (size_t n0 = b; n0 < e; n0 += kRows) {
+      const size_t cnt = std::min(kRows, e - n0);
+      dequantize_fp8_rows_to_bf16(w, n0, n0 + cnt, rows.data());
+      HWY_DYNAMIC_DISPATCH(LinearBf16Rows)(x, m, Bf16Weight{rows.data(), cnt, w.k}, part.data(), out, 0, cnt);
+      for (size_t i = 0; i < m; ++i)
+        for (size_t j = 0; j < cnt; ++j) y[i * w.n + n0 + j] = part[i * cnt + j];
+    }
+  });
 }
 
 }  // namespace cedar::ops

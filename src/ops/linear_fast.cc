@@ -696,6 +696,16 @@ void linear_f32(const float* x, size_t m, const F32Weight& w, float* y, ThreadPo
   for_rows(pool, w.n, [&](size_t b, size_t e) { HWY_DYNAMIC_DISPATCH(FastLinearF32)(x, m, w, y, b, e); });
 }
 
+void linear_fp8_bf16(const float* x, size_t m, const Fp8Weight& w, float* y, LinearOut out, ThreadPool* pool) {
+  CEDAR_CHECK(w.k % 32 == 0, "linear_fp8_bf16: k %zu is not a multiple of 32", w.k);
+  // The FP8 GEMMs read `values` as given when dequantized: x itself, unquantised. They round to bf16;
+  // an f32 output needs the unrounded sums, which only bf16 output (wo_a) uses here.
+  CEDAR_CHECK(out == LinearOut::kBf16, "fast::linear_fp8_bf16 supports bf16 output only");
+  Fp8Activations a{x, nullptr, m, w.k};
+  a.dequantized = true;
+  for_rows(pool, w.n, [&](size_t b, size_t e) { HWY_DYNAMIC_DISPATCH(FastGemmFp8)(a, w, y, b, e); });
+}
+
 }  // namespace fast
 }  // namespace cedar::ops
 #endif  // HWY_ONCE

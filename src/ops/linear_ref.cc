@@ -53,12 +53,16 @@ Fp8Activations quantize_activations(const float* x, size_t m, size_t k, std::spa
 }
 
 void dequantize_fp8_weight_to_bf16(const Fp8Weight& w, uint16_t* out_bits) {
+  dequantize_fp8_rows_to_bf16(w, 0, w.n, out_bits);
+}
+
+void dequantize_fp8_rows_to_bf16(const Fp8Weight& w, size_t n_begin, size_t n_end, uint16_t* out_bits) {
   const size_t kblocks = (w.k + 31) / 32;
   const float* table = e4m3_table();
-  for (size_t n = 0; n < w.n; ++n) {
+  for (size_t n = n_begin; n < n_end; ++n) {
     for (size_t k = 0; k < w.k; ++k) {
       const float s = e8m0_to_f32(w.scales[(n / 32) * kblocks + k / 32]);
-      out_bits[n * w.k + k] = f32_to_bf16_bits(table[w.codes[n * w.k + k]] * s);
+      out_bits[(n - n_begin) * w.k + k] = f32_to_bf16_bits(table[w.codes[n * w.k + k]] * s);
     }
   }
 }

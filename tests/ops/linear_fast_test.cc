@@ -322,6 +322,44 @@ TEST(LinearFast, Fp4GemvResidualBlocksAreExact) {
   }
 }
 
+TEST(LinearFast, Fp8WeightAsBf16EqualsTheDequantisedWeight) {
+  // wo_a: the FP8 weight read as its bf16 dequantisation. Exact mode must equal linear_bf16 on the
+  // dequantised copy bit for bit (the goldens' contract); fast mode must stay within the fp32
+  // summation bound of it. Shapes: GEMV and GEMM row counts, rows not a multiple of 16 or 32.
+  std::mt19937 rng(23);
+  ThreadPool pool(3);
+  const Shape shapes[] = {{1, 64, 256}, {3, 45, 96}, {7, 70, 128}, {1, 100, 64}};
+  for (const Shape& s : shapes) {
+    const auto x = random_bf16(s.m * s.k, rng, 2.0f);
+    const BlockWeights w = random_block_weights(false, s.n, s.k, rng);
+    std::vector<uint16_t> bits(s.n * s.k);
+    dequantize_fp8_weight_to_bf16(w.fp8(), bits.data());
+    std::vector<float> want(s.m * s.n), want_f32(s.m * s.n);
+    linear_bf16(x.data(), s.m, Bf16Weight{bits.data(), s.n, s.k}, want.data(), LinearOut::kBf16, nullptr);
+    linear_bf16(x.data(), s.m, Bf16Weight{bits.data(), s.n, s.k}, want_f32.data(), LinearOut::kF32, nullptr);
+    std::vector<double> abs_sum(s.m * s.n, 0.0);
+    for (size_t i = 0; i < s.m; ++i)
+      for (size_t j = 0; j < s.n; ++j)
+        for (size_t c = 0; c < s.k; ++c) abs_sum[i * s.n + j] += std::fabs(x[i * s.k + c] * w.value(j, c));
+    for_each_simd_target([&] {
+      for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+        std::vector<float> exact(s.m * s.n), fastv(s.m * s.n), exact_f32(s.m * s.n);
+        linear_fp8_bf16(x.data(), s.m, w.fp8(), exact.data(), LinearOut::kBf16, p);
+        linear_fp8_bf16(x.data(), s.m, w.fp8(), exact_f32.data(), LinearOut::kF32, p);
+        fast::linear_fp8_bf16(x.data(), s.m, w.fp8(), fastv.data(), LinearOut::kBf16, p);
+        for (size_t i = 0; i < s.m * s.n; ++i) {
+          ASSERT_EQ(std::memcmp(&exact[i], &want[i], 4), 0) << "m" << s.m << " n" << s.n << " @" << i;
+          ASSERT_EQ(std::memcmp(&exact_f32[i], &want_f32[i], 4), 0) << "f32 out, m" << s.m << " @" << i;
+          const double bound = 1.01 * ((s.k + 1.0) * kU32 * abs_sum[i] +
+                                       kUBf16 * (std::fabs(static_cast<double>(fastv[i])) + std::fabs(want[i]))) +
+                               1e-30;
+          ASSERT_LE(std::fabs(static_cast<double>(fastv[i]) - want[i]), bound) << "fast m" << s.m << " @" << i;
+        }
+      }
+    });
+  }
+}
+
 TEST(LinearFast, KernelSetsSelectTheirMode) {
   EXPECT_EQ(kernel_set(Numerics::kExact).linear_fp4, &linear_fp4);
   EXPECT_EQ(kernel_set(Numerics::kFast).linear_fp4, &fast::linear_fp4);

@@ -59,7 +59,9 @@ TEST(EvalWindows, EveryTargetOnceWithinCtx) {
             EXPECT_TRUE(w.bos_prefix || w.begin < w.score_from);
             EXPECT_EQ(w.bos_prefix, bos && w.begin > 0);
             const size_t eff = stride ? static_cast<size_t>(stride) : static_cast<size_t>(ctx - 1);
-            if (&w != &ws->front()) EXPECT_LE(w.end - w.score_from, eff);
+            if (&w != &ws->front()) {
+              EXPECT_LE(w.end - w.score_from, eff);
+            }
             for (size_t j = w.score_from; j < w.end; ++j) {
               ++seen[j];
               EXPECT_LT(w.row_of_target(j), w.size() - 1);

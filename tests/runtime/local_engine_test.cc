@@ -58,7 +58,9 @@ TEST(LocalEngine, MemoryLimitRefusesOversizeAndQueuesTheRest) {
       };
       auto out = (*engine)->generate(r);
       results[c] = out.ok() ? Status() : out.status();
-      if (out.ok()) EXPECT_GE(out->output_ids.size(), 1u);
+      if (out.ok()) {
+        EXPECT_GE(out->output_ids.size(), 1u);
+      }
     });
   for (auto& t : clients) t.join();
   for (const Status& s : results) EXPECT_TRUE(s.ok()) << s.to_string();
