@@ -365,9 +365,12 @@ void ForwardPass::run_indexer(int l, const ChunkSpan& ch, size_t row, int64_t qu
   }
   const float* keys = prepare_index_keys(l, ch, query_pos, n_keys);  // [n_keys, index_head_dim]
   float* scores = scratch(qs.scores, n_keys);  // [n_keys]
-  ops::indexer_scores(ws_.idx_q.data() + row * nih * ihd, ws_.idx_w.data() + row * nih, nih, ihd, keys, n_keys,
-                      scores, inner);
-  for (int64_t t = visible; t < n_keys; ++t) scores[t] = kNegInf;
+  // Only the entries this query can see are scored (a prefill query sees a causal prefix of the
+  // chunk's keys); the rest are masked as the reference's causal mask does.
+  const int64_t n_scored = std::clamp<int64_t>(visible, 0, n_keys);
+  ops::indexer_scores(ws_.idx_q.data() + row * nih * ihd, ws_.idx_w.data() + row * nih, nih, ihd, keys,
+                      static_cast<size_t>(n_scored), scores, inner);
+  for (int64_t t = n_scored; t < n_keys; ++t) scores[t] = kNegInf;
 
   const size_t cand_width = static_cast<size_t>(n_keys);
   if (e.candidate == CandidateRole::kBuildsPool) {
