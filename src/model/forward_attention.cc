@@ -298,7 +298,8 @@ void ForwardPass::decode_token(int l, const ChunkSpan& ch, size_t t) {
 // Index keys are written once and never change, so each (sequence, owner) is dequantised once per
 // forward pass and extended as its entries grow (prefill: one pass for every query of every index layer
 // that reads the owner; decode chunks: one new row per token).
-const float* ForwardPass::dequantized_index_keys(const ChunkSpan& ch, int owner_layer, int64_t n_keys) {
+const Workspace::KeyCache& ForwardPass::dequantized_index_keys(const ChunkSpan& ch, int owner_layer,
+                                                               int64_t n_keys) {
   const size_t ihd = c_.index_head_dim;
   const KvEntryFormat fmt{c_.head_dim, c_.index_head_dim};
   Workspace::KeyCache* kc = nullptr;
@@ -315,13 +316,15 @@ const float* ForwardPass::dequantized_index_keys(const ChunkSpan& ch, int owner_
   const KvOwnerState& owner = ch.seq->owner(owner_layer);
   if (kc->rows < n_keys) {
     scratch(kc->data, static_cast<size_t>(n_keys) * ihd);
+    scratch(kc->spread, static_cast<size_t>(n_keys));
     for (int64_t t = kc->rows; t < n_keys; ++t) {
       const uint8_t* src = owner.index_keys.data() + t * fmt.index_bytes();
       ops::fp4_dequant_e8m0(src, src + ihd / 2, ihd, kc->data.data() + t * ihd);
+      kc->spread[t] = ops::exact_sum_spread(kc->data.data() + t * ihd, ihd);
     }
     kc->rows = n_keys;
   }
-  return kc->data.data();
+  return *kc;
 }
 
 // Indexer.forward for one query: bf16 scores against the published index keys, causal mask,
@@ -343,7 +346,8 @@ int ForwardPass::index_keys_layer(int l, const ChunkSpan& ch, int64_t query_pos)
   return plan_.layers[l].index_keys_from;
 }
 
-const float* ForwardPass::prepare_index_keys(int l, const ChunkSpan& ch, int64_t query_pos, int64_t n_keys) {
+const Workspace::KeyCache& ForwardPass::prepare_index_keys(int l, const ChunkSpan& ch, int64_t query_pos,
+                                                           int64_t n_keys) {
   const int keys_layer = index_keys_layer(l, ch, query_pos);
   CEDAR_CHECK(keys_layer >= 0, "layer %d: no index keys were published before its indexer ran", l);
   const KvOwnerState& owner = ch.seq->owner(keys_layer);
@@ -363,13 +367,14 @@ void ForwardPass::run_indexer(int l, const ChunkSpan& ch, size_t row, int64_t qu
     pub[0] = 0;
     return;
   }
-  const float* keys = prepare_index_keys(l, ch, query_pos, n_keys);  // [n_keys, index_head_dim]
+  const Workspace::KeyCache& kc = prepare_index_keys(l, ch, query_pos, n_keys);
+  const float* keys = kc.data.data();  // [n_keys, index_head_dim]
   float* scores = scratch(qs.scores, n_keys);  // [n_keys]
   // Only the entries this query can see are scored (a prefill query sees a causal prefix of the
   // chunk's keys); the rest are masked as the reference's causal mask does.
   const int64_t n_scored = std::clamp<int64_t>(visible, 0, n_keys);
   ops::indexer_scores(ws_.idx_q.data() + row * nih * ihd, ws_.idx_w.data() + row * nih, nih, ihd, keys,
-                      static_cast<size_t>(n_scored), scores, inner);
+                      static_cast<size_t>(n_scored), scores, inner, kc.spread.data());
   for (int64_t t = n_scored; t < n_keys; ++t) scores[t] = kNegInf;
 
   const size_t cand_width = static_cast<size_t>(n_keys);

@@ -61,7 +61,8 @@ struct Workspace {
     const SequenceState* seq = nullptr;
     int owner = -1;
     int64_t rows = 0;
-    std::vector<float> data;  // [rows, index_head_dim]
+    std::vector<float> data;     // [rows, index_head_dim]
+    std::vector<uint8_t> spread;  // [rows] ops::exact_sum_spread of each row
   };
   std::vector<KeyCache> key_caches;
   // Engram.
@@ -105,10 +106,10 @@ class ForwardPass {
   void begin_indexer_layer(int layer);
   int index_keys_layer(int layer, const ChunkSpan& ch, int64_t query_pos) const;
   // The query's index keys (checked, dequantised up to n_keys on first use; read-only afterwards).
-  const float* prepare_index_keys(int layer, const ChunkSpan& ch, int64_t query_pos, int64_t n_keys);
+  const Workspace::KeyCache& prepare_index_keys(int layer, const ChunkSpan& ch, int64_t query_pos, int64_t n_keys);
   void run_indexer(int layer, const ChunkSpan& ch, size_t row, int64_t query_pos, int64_t n_keys,
                    int64_t visible, int32_t offset, Workspace::QueryScratch& qs, ThreadPool* inner);
-  const float* dequantized_index_keys(const ChunkSpan& ch, int owner_layer, int64_t n_keys);
+  const Workspace::KeyCache& dequantized_index_keys(const ChunkSpan& ch, int owner_layer, int64_t n_keys);
   // Runs fn(i, scratch, inner_pool) for queries i in [0, n), in parallel over the pool (prefill).
   template <typename Fn>
   void for_queries(size_t n, Fn&& fn);

@@ -4,7 +4,11 @@
 #include "ops/attention.h"
 
 #include <algorithm>
+#include <bit>
+#include <climits>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
 #include <limits>
 
 #include "core/check.h"
@@ -96,13 +100,47 @@ void SparseAttnHeads(const float* q, size_t head_dim, const KvRows* kv_ptr, cons
   }
 }
 
+// Σ a[i]·b[i] on fp32 vectors, for dots known to be exact in fp32 (every partial sum exact, in any
+// order): the result equals the exact value, hence the canonical float64 dot rounded to fp32.
+HWY_INLINE float DotF32Exact(const float* a, const float* b, size_t n) {
+  const hn::ScalableTag<float> df;
+  const size_t lanes = hn::Lanes(df);
+  auto acc0 = hn::Zero(df), acc1 = hn::Zero(df);
+  size_t i = 0;
+  for (; i + 2 * lanes <= n; i += 2 * lanes) {
+    acc0 = hn::MulAdd(hn::LoadU(df, a + i), hn::LoadU(df, b + i), acc0);
+    acc1 = hn::MulAdd(hn::LoadU(df, a + i + lanes), hn::LoadU(df, b + i + lanes), acc1);
+  }
+  for (; i + lanes <= n; i += lanes) acc0 = hn::MulAdd(hn::LoadU(df, a + i), hn::LoadU(df, b + i), acc0);
+  float sum = hn::GetLane(hn::SumOfLanes(df, hn::Add(acc0, acc1)));
+  for (; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+// A dot of rows with spreads sa and sb sums exactly in fp32 when sa + sb + 2 + ceil(log2(n)) <= 24:
+// every product is a multiple of 2^(La + Lb) and Σ|products| < n · 2^(La + sa + 1) · 2^(Lb + sb + 1).
+int ExactSpreadLimit(size_t n) {
+  int log2n = 0;
+  while ((size_t{1} << log2n) < n) ++log2n;
+  return 22 - log2n;
+}
+
 void IndexerScoresRange(const float* q, const float* w, size_t n_heads, size_t head_dim, const float* keys,
-                        float* scores, size_t t_begin, size_t t_end) {
+                        const uint8_t* key_spread, float* scores, size_t t_begin, size_t t_end) {
+  constexpr size_t kMaxHeads = 256;
+  int q_spread[kMaxHeads];
+  const int limit = ExactSpreadLimit(head_dim);
+  for (size_t h = 0; h < n_heads; ++h)
+    q_spread[h] = key_spread != nullptr && h < kMaxHeads ? exact_sum_spread(q + h * head_dim, head_dim) : 1 << 20;
   for (size_t t = t_begin; t < t_end; ++t) {
     const float* key = keys + t * head_dim;
+    const int ks = key_spread != nullptr ? key_spread[t] : 1 << 20;
     double sum = 0.0;
     for (size_t h = 0; h < n_heads; ++h) {
-      const float d = round_bf16(DotCanonical(q + h * head_dim, key, head_dim));
+      const float* qh = q + h * head_dim;
+      const float dot = h < kMaxHeads && q_spread[h] + ks <= limit ? DotF32Exact(qh, key, head_dim)
+                                                                   : DotCanonical(qh, key, head_dim);
+      const float d = round_bf16(dot);
       const float relu = d > 0.0f ? d : 0.0f;
       sum += static_cast<double>(round_bf16(relu * w[h]));
     }
@@ -138,15 +176,39 @@ void sparse_attn(const float* q, size_t n_heads, size_t head_dim, const KvRows& 
 }
 
 void indexer_scores(const float* q, const float* w, size_t n_heads, size_t head_dim, const float* keys,
-                    size_t n_keys, float* scores, ThreadPool* pool) {
+                    size_t n_keys, float* scores, ThreadPool* pool, const uint8_t* key_spread) {
   const auto run = [&](size_t b, size_t e) {
-    HWY_DYNAMIC_DISPATCH(IndexerScoresRange)(q, w, n_heads, head_dim, keys, scores, b, e);
+    HWY_DYNAMIC_DISPATCH(IndexerScoresRange)(q, w, n_heads, head_dim, keys, key_spread, scores, b, e);
   };
   if (pool == nullptr || pool->size() <= 1 || n_keys < 256) {
     run(0, n_keys);
   } else {
     pool->parallel_for(n_keys, 64, [&](size_t b, size_t e, int) { run(b, e); });
   }
+}
+
+uint8_t exact_sum_spread(const float* v, size_t n) {
+  int top = INT32_MIN, low = INT32_MAX;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, &v[i], 4);
+    const uint32_t exp_field = (bits >> 23) & 0xFF, mant = bits & 0x7FFFFF;
+    if (exp_field == 0xFF) return kNoExactSpread;
+    if (exp_field == 0 && mant == 0) continue;  // zero
+    // value = sig · 2^(e - 23) with sig the 24-bit significand (subnormals: exponent field 1, no
+    // implicit bit).
+    const int e = exp_field == 0 ? -126 : static_cast<int>(exp_field) - 127;
+    const uint32_t sig = exp_field == 0 ? mant : (mant | 0x800000u);
+    int msb = 23;
+    while (!(sig >> msb)) --msb;
+    top = std::max(top, e - 23 + msb);
+    low = std::min(low, e - 23 + std::countr_zero(sig));
+  }
+  if (top == INT32_MIN) return 0;
+  // Far from 1 the bound would also need the products to stay clear of fp32 underflow and overflow;
+  // such rows simply take the float64 dot.
+  if (top > 60 || low < -60) return kNoExactSpread;
+  return static_cast<uint8_t>(std::min(top - low, 254));
 }
 
 }  // namespace cedar::ops

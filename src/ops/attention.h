@@ -56,8 +56,20 @@ void sparse_attn(const float* q, size_t n_heads, size_t head_dim, const KvRows& 
 //   q [n_heads, head_dim] (bf16 values, FP4-QDQ'd), w [n_heads] (bf16 values, already scaled),
 //   keys [n_keys, head_dim], scores [n_keys]. Bit-identical to ref::indexer_scores on every target;
 //   `pool` (may be nullptr) splits the keys.
+//   key_spread [n_keys] (may be nullptr): exact_sum_spread of each key row, which lets a dot whose
+//   products provably sum exactly in fp32 run on fp32 vectors (the result is the same exact value,
+//   so scores stay bit-identical); without it, or when the bound fails, the float64 dot runs.
 void indexer_scores(const float* q, const float* w, size_t n_heads, size_t head_dim, const float* keys,
-                    size_t n_keys, float* scores, ThreadPool* pool);
+                    size_t n_keys, float* scores, ThreadPool* pool, const uint8_t* key_spread = nullptr);
+
+// The binades between the largest value of v[n] and the lowest set bit of any nonzero value:
+// floor(log2 max|v|) - min over nonzero v of (exponent of its lowest set bit). Every v is a multiple
+// of 2^L with |v| < 2^(L + spread + 1). 0 for an all-zero v; kNoExactSpread for a NaN, an infinity,
+// or values beyond 2^±60 (where fp32 products could underflow or overflow).
+// FP4 rows (E2M1 x a power-of-two scale per 32) have spread 3 plus the binades between their block
+// scales, so two FP4 rows' products sum exactly in fp32 whenever their spreads are small.
+inline constexpr uint8_t kNoExactSpread = 255;
+uint8_t exact_sum_spread(const float* v, size_t n);
 
 // Top-k selection as the reference uses it: the k largest scores (k <= n), returned as indices in
 // ascending index order (topk(sorted=False) followed by sort()). Ties: among equal scores the lower

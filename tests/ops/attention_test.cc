@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <utility>
 #include <limits>
 #include <random>
 #include <vector>
@@ -252,6 +253,66 @@ TEST(IndexerScores, SimdBitIdenticalToReferenceOnEveryTarget) {
     indexer_scores(q.data(), w.data(), heads, d, keys.data(), n_keys, got.data(), &pool);
     for (size_t i = 0; i < n_keys; ++i) ASSERT_EQ(bits_of(got[i]), bits_of(want[i])) << i;
   });
+}
+
+// FP4 rows as the indexer sees them: E2M1 values times a power-of-two scale per 32, scales drawn
+// from [2^-lo, 2^hi] (a wide range makes some dots too wide for the fp32 path).
+std::vector<float> random_fp4_rows(size_t rows, size_t d, std::mt19937& rng, int scale_lo, int scale_hi) {
+  static const float kE2m1[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+  std::uniform_int_distribution<int> code(0, 15), sc(scale_lo, scale_hi);
+  std::vector<float> v(rows * d);
+  for (size_t b = 0; b < rows * d / 32; ++b) {
+    const float s = std::ldexp(1.0f, sc(rng));
+    for (size_t j = 0; j < 32; ++j) {
+      const int c = code(rng);
+      v[b * 32 + j] = (c & 8 ? -1.0f : 1.0f) * kE2m1[c & 7] * s;
+    }
+  }
+  return v;
+}
+
+TEST(IndexerScores, ExactSumSpreadBoundsTheRows) {
+  const float a[4] = {0.0f, 1.5f, -6.0f, 0.5f};  // lowest bit 2^-1 (0.5, 1.5), top 2^2 (6)
+  EXPECT_EQ(exact_sum_spread(a, 4), 3);
+  const float zeros[3] = {0.0f, -0.0f, 0.0f};
+  EXPECT_EQ(exact_sum_spread(zeros, 3), 0);
+  const float one[1] = {0x1p-140f};  // a subnormal: far from 1
+  EXPECT_EQ(exact_sum_spread(one, 1), kNoExactSpread);
+  const float bad[2] = {1.0f, NAN};
+  EXPECT_EQ(exact_sum_spread(bad, 2), kNoExactSpread);
+  const float wide[2] = {0x1p20f, 0x1.8p-10f};  // top 20, lowest bit -11
+  EXPECT_EQ(exact_sum_spread(wide, 2), 31);
+}
+
+TEST(IndexerScores, Fp32PathForExactDotsIsBitIdenticalOnEveryTarget) {
+  // With key spreads the dots that provably sum exactly run on fp32 vectors; the scores must equal
+  // the float64 contract bit for bit, for narrow scale ranges (mostly the fp32 path), wide ones
+  // (mostly float64), and rows of zeros.
+  std::mt19937 rng(8);
+  ThreadPool pool(2);
+  for (const auto& [lo, hi] : {std::pair{-3, 0}, std::pair{-12, 8}, std::pair{-40, 40}}) {
+    for (size_t d : {size_t{32}, size_t{128}}) {
+      const size_t heads = 16, n_keys = 300;
+      auto q = random_fp4_rows(heads, d, rng, lo, hi);
+      auto keys = random_fp4_rows(n_keys, d, rng, lo, hi);
+      std::fill(keys.begin() + 5 * d, keys.begin() + 6 * d, 0.0f);
+      std::fill(q.begin(), q.begin() + d, 0.0f);
+      for (auto& x : q) x = round_bf16(x);
+      const auto w = random_bf16(heads, rng, 0.05f);
+      std::vector<uint8_t> spread(n_keys);
+      for (size_t t = 0; t < n_keys; ++t) spread[t] = exact_sum_spread(keys.data() + t * d, d);
+      std::vector<float> want(n_keys);
+      ref::indexer_scores(q.data(), w.data(), heads, d, keys.data(), n_keys, want.data());
+      for_each_simd_target([&] {
+        for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+          std::vector<float> got(n_keys);
+          indexer_scores(q.data(), w.data(), heads, d, keys.data(), n_keys, got.data(), p, spread.data());
+          for (size_t i = 0; i < n_keys; ++i)
+            ASSERT_EQ(bits_of(got[i]), bits_of(want[i])) << "scales 2^" << lo << "..2^" << hi << " d" << d << " @" << i;
+        }
+      });
+    }
+  }
 }
 
 TEST(TopK, LargestThenAscendingWithLowerIndexWinningTies) {
