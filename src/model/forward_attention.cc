@@ -317,10 +317,14 @@ const Workspace::KeyCache& ForwardPass::dequantized_index_keys(const ChunkSpan& 
   if (kc->rows < n_keys) {
     scratch(kc->data, static_cast<size_t>(n_keys) * ihd);
     scratch(kc->spread, static_cast<size_t>(n_keys));
+    const size_t tile = ops::kIndexKeyTile;
+    scratch(kc->tiles, (static_cast<size_t>(n_keys) + tile - 1) / tile * tile * ihd);
     for (int64_t t = kc->rows; t < n_keys; ++t) {
       const uint8_t* src = owner.index_keys.data() + t * fmt.index_bytes();
-      ops::fp4_dequant_e8m0(src, src + ihd / 2, ihd, kc->data.data() + t * ihd);
-      kc->spread[t] = ops::exact_sum_spread(kc->data.data() + t * ihd, ihd);
+      float* row = kc->data.data() + t * ihd;
+      ops::fp4_dequant_e8m0(src, src + ihd / 2, ihd, row);
+      kc->spread[t] = ops::exact_sum_spread(row, ihd);
+      ops::append_index_key_tile(row, ihd, static_cast<size_t>(t), kc->tiles.data());
     }
     kc->rows = n_keys;
   }
@@ -374,7 +378,7 @@ void ForwardPass::run_indexer(int l, const ChunkSpan& ch, size_t row, int64_t qu
   // chunk's keys); the rest are masked as the reference's causal mask does.
   const int64_t n_scored = std::clamp<int64_t>(visible, 0, n_keys);
   ops::indexer_scores(ws_.idx_q.data() + row * nih * ihd, ws_.idx_w.data() + row * nih, nih, ihd, keys,
-                      static_cast<size_t>(n_scored), scores, inner, kc.spread.data());
+                      static_cast<size_t>(n_scored), scores, inner, kc.spread.data(), kc.tiles.data());
   for (int64_t t = n_scored; t < n_keys; ++t) scores[t] = kNegInf;
 
   const size_t cand_width = static_cast<size_t>(n_keys);

@@ -63,6 +63,7 @@ struct Workspace {
     int64_t rows = 0;
     std::vector<float> data;     // [rows, index_head_dim]
     std::vector<uint8_t> spread;  // [rows] ops::exact_sum_spread of each row
+    std::vector<float> tiles;     // the rows key-major (ops::append_index_key_tile)
   };
   std::vector<KeyCache> key_caches;
   // Engram.

@@ -148,6 +148,62 @@ void IndexerScoresRange(const float* q, const float* w, size_t n_heads, size_t h
   }
 }
 
+// bf16 rounding of finite floats on vectors (round_bf16: add 0x7FFF plus the kept lowest bit, clear
+// the low half). Callers guarantee no NaN.
+template <class D, class V>
+HWY_INLINE V RoundBf16Finite(D df, V x) {
+  const hn::RebindToUnsigned<D> du;
+  const auto u = hn::BitCast(du, x);
+  const auto lsb = hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u));
+  return hn::BitCast(df, hn::And(hn::Add(u, hn::Add(hn::Set(du, 0x7FFFu), lsb)), hn::Set(du, 0xFFFF0000u)));
+}
+
+// The indexer over key tiles (kIndexKeyTile in attention.h): 16 keys at a time, each head's 16 dots
+// as vertical fp32 FMAs over the key-major tile, then bf16 rounding, relu, the weight and the
+// float64 head sum on vectors, in the scalar kernel's order. A key lane whose dot is not provably
+// exact in fp32 gets the float64 dot from its row instead. [t_begin, t_end): t_begin a multiple of 16.
+void IndexerScoresTiles(const float* q, const float* w, size_t n_heads, size_t head_dim, const float* keys,
+                        const float* tiles, const uint8_t* key_spread, float* scores, size_t t_begin,
+                        size_t t_end) {
+  constexpr size_t kTile = kIndexKeyTile;
+  CEDAR_CHECK(t_begin % kTile == 0, "indexer tiles: range start %zu is not a tile boundary", t_begin);
+  const hn::ScalableTag<float> df;
+  const size_t lanes = hn::Lanes(df);
+  const size_t nv = kTile / lanes;  // vectors per tile row (AVX2: 2)
+  constexpr size_t kMaxHeads = 256;
+  int q_spread[kMaxHeads];
+  const int limit = ExactSpreadLimit(head_dim);
+  for (size_t h = 0; h < n_heads; ++h) q_spread[h] = exact_sum_spread(q + h * head_dim, head_dim);
+  HWY_ALIGN float dot[kTile];
+  HWY_ALIGN double sum[kTile];
+  for (size_t t0 = t_begin; t0 < t_end; t0 += kTile) {
+    const size_t valid = std::min(kTile, t_end - t0);
+    const float* tile = tiles + (t0 / kTile) * head_dim * kTile;
+    for (size_t i = 0; i < kTile; ++i) sum[i] = 0.0;
+    for (size_t h = 0; h < n_heads; ++h) {
+      const float* qh = q + h * head_dim;
+      hn::Vec<decltype(df)> acc[kTile];  // only nv used
+      for (size_t v = 0; v < nv; ++v) acc[v] = hn::Zero(df);
+      for (size_t kk = 0; kk < head_dim; ++kk) {
+        const auto qb = hn::Set(df, qh[kk]);
+        for (size_t v = 0; v < nv; ++v) acc[v] = hn::MulAdd(qb, hn::LoadU(df, tile + kk * kTile + v * lanes), acc[v]);
+      }
+      for (size_t v = 0; v < nv; ++v) hn::Store(acc[v], df, dot + v * lanes);
+      for (size_t i = 0; i < valid; ++i) {
+        if (q_spread[h] + key_spread[t0 + i] > limit) dot[i] = DotCanonical(qh, keys + (t0 + i) * head_dim, head_dim);
+      }
+      const auto wv = hn::Set(df, w[h]);
+      for (size_t v = 0; v < nv; ++v) {
+        const auto d = RoundBf16Finite(df, hn::Load(df, dot + v * lanes));
+        const auto relu = hn::IfThenElseZero(hn::Gt(d, hn::Zero(df)), d);
+        hn::Store(RoundBf16Finite(df, hn::Mul(relu, wv)), df, dot + v * lanes);
+      }
+      for (size_t i = 0; i < kTile; ++i) sum[i] += static_cast<double>(dot[i]);  // heads in order
+    }
+    for (size_t i = 0; i < valid; ++i) scores[t0 + i] = round_bf16(static_cast<float>(sum[i]));
+  }
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace cedar::ops
 HWY_AFTER_NAMESPACE();
@@ -156,6 +212,7 @@ HWY_AFTER_NAMESPACE();
 namespace cedar::ops {
 HWY_EXPORT(SparseAttnHeads);
 HWY_EXPORT(IndexerScoresRange);
+HWY_EXPORT(IndexerScoresTiles);
 
 void sparse_attn(const float* q, size_t n_heads, size_t head_dim, const KvRows& kv, const float* sink,
                  const int32_t* idx, size_t n_idx, float scale, float* out, ThreadPool* pool) {
@@ -176,15 +233,29 @@ void sparse_attn(const float* q, size_t n_heads, size_t head_dim, const KvRows& 
 }
 
 void indexer_scores(const float* q, const float* w, size_t n_heads, size_t head_dim, const float* keys,
-                    size_t n_keys, float* scores, ThreadPool* pool, const uint8_t* key_spread) {
+                    size_t n_keys, float* scores, ThreadPool* pool, const uint8_t* key_spread,
+                    const float* key_tiles) {
+  // The tile kernel needs finite head weights (its vector bf16 rounding has no NaN case).
+  bool finite_w = true;
+  for (size_t h = 0; h < n_heads; ++h) finite_w = finite_w && std::isfinite(w[h]);
+  const bool tiled = key_spread != nullptr && key_tiles != nullptr && finite_w && n_heads <= 256;
   const auto run = [&](size_t b, size_t e) {
-    HWY_DYNAMIC_DISPATCH(IndexerScoresRange)(q, w, n_heads, head_dim, keys, key_spread, scores, b, e);
+    if (tiled) {
+      HWY_DYNAMIC_DISPATCH(IndexerScoresTiles)(q, w, n_heads, head_dim, keys, key_tiles, key_spread, scores, b, e);
+    } else {
+      HWY_DYNAMIC_DISPATCH(IndexerScoresRange)(q, w, n_heads, head_dim, keys, key_spread, scores, b, e);
+    }
   };
   if (pool == nullptr || pool->size() <= 1 || n_keys < 256) {
     run(0, n_keys);
   } else {
-    pool->parallel_for(n_keys, 64, [&](size_t b, size_t e, int) { run(b, e); });
+    pool->parallel_for(n_keys, 64, [&](size_t b, size_t e, int) { run(b, e); });  // 64: whole tiles
   }
+}
+
+void append_index_key_tile(const float* key, size_t head_dim, size_t t, float* tiles) {
+  float* tile = tiles + (t / kIndexKeyTile) * head_dim * kIndexKeyTile;
+  for (size_t k = 0; k < head_dim; ++k) tile[k * kIndexKeyTile + t % kIndexKeyTile] = key[k];
 }
 
 uint8_t exact_sum_spread(const float* v, size_t n) {

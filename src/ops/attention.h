@@ -59,8 +59,17 @@ void sparse_attn(const float* q, size_t n_heads, size_t head_dim, const KvRows& 
 //   key_spread [n_keys] (may be nullptr): exact_sum_spread of each key row, which lets a dot whose
 //   products provably sum exactly in fp32 run on fp32 vectors (the result is the same exact value,
 //   so scores stay bit-identical); without it, or when the bound fails, the float64 dot runs.
+//   key_tiles (may be nullptr, used with key_spread): the same keys key-major in tiles of
+//   kIndexKeyTile (append_index_key_tile), which lets 16 dots per head run as vertical FMAs.
 void indexer_scores(const float* q, const float* w, size_t n_heads, size_t head_dim, const float* keys,
-                    size_t n_keys, float* scores, ThreadPool* pool, const uint8_t* key_spread = nullptr);
+                    size_t n_keys, float* scores, ThreadPool* pool, const uint8_t* key_spread = nullptr,
+                    const float* key_tiles = nullptr);
+
+// Index keys key-major: tile j holds keys 16j..16j+15 as [head_dim][16] (64-byte aligned rows when
+// the buffer is). Key t's values go to column t % 16 of tile t / 16; the buffer holds
+// ceil(n/16) * 16 * head_dim floats.
+inline constexpr size_t kIndexKeyTile = 16;
+void append_index_key_tile(const float* key, size_t head_dim, size_t t, float* tiles);
 
 // The binades between the largest value of v[n] and the lowest set bit of any nonzero value:
 // floor(log2 max|v|) - min over nonzero v of (exponent of its lowest set bit). Every v is a multiple

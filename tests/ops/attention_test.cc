@@ -285,7 +285,7 @@ TEST(IndexerScores, ExactSumSpreadBoundsTheRows) {
 }
 
 TEST(IndexerScores, Fp32PathForExactDotsIsBitIdenticalOnEveryTarget) {
-  // With key spreads the dots that provably sum exactly run on fp32 vectors; the scores must equal
+  // With key spreads (and key tiles) the dots that provably sum exactly run on fp32 vectors; the scores must equal
   // the float64 contract bit for bit, for narrow scale ranges (mostly the fp32 path), wide ones
   // (mostly float64), and rows of zeros.
   std::mt19937 rng(8);
@@ -300,15 +300,26 @@ TEST(IndexerScores, Fp32PathForExactDotsIsBitIdenticalOnEveryTarget) {
       for (auto& x : q) x = round_bf16(x);
       const auto w = random_bf16(heads, rng, 0.05f);
       std::vector<uint8_t> spread(n_keys);
-      for (size_t t = 0; t < n_keys; ++t) spread[t] = exact_sum_spread(keys.data() + t * d, d);
+      std::vector<float> tiles((n_keys + kIndexKeyTile - 1) / kIndexKeyTile * kIndexKeyTile * d, -7.0f);
+      for (size_t t = 0; t < n_keys; ++t) {
+        spread[t] = exact_sum_spread(keys.data() + t * d, d);
+        append_index_key_tile(keys.data() + t * d, d, t, tiles.data());
+      }
       std::vector<float> want(n_keys);
       ref::indexer_scores(q.data(), w.data(), heads, d, keys.data(), n_keys, want.data());
       for_each_simd_target([&] {
         for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
-          std::vector<float> got(n_keys);
+          std::vector<float> got(n_keys), got_tiles(n_keys);
           indexer_scores(q.data(), w.data(), heads, d, keys.data(), n_keys, got.data(), p, spread.data());
-          for (size_t i = 0; i < n_keys; ++i)
+          // n_keys - 7: a partial last tile (its other lanes hold stale values that must not leak).
+          indexer_scores(q.data(), w.data(), heads, d, keys.data(), n_keys - 7, got_tiles.data(), p, spread.data(),
+                         tiles.data());
+          for (size_t i = 0; i < n_keys; ++i) {
             ASSERT_EQ(bits_of(got[i]), bits_of(want[i])) << "scales 2^" << lo << "..2^" << hi << " d" << d << " @" << i;
+            if (i < n_keys - 7) {
+              ASSERT_EQ(bits_of(got_tiles[i]), bits_of(want[i])) << "tiles, d" << d << " @" << i;
+            }
+          }
         }
       });
     }
