@@ -1,6 +1,7 @@
 // Scalar references for attention.h, written from spec §2.6 / §4.4 and the reference kernel, plus the
 // top-k helper (which has no SIMD variant).
 #include <algorithm>
+#include <cstring>
 #include <cmath>
 #include <limits>
 #include <vector>
@@ -77,9 +78,10 @@ void indexer_scores(const float* q, const float* w, size_t n_heads, size_t head_
 
 }  // namespace ref
 
-void topk_ascending(const float* scores, size_t n, size_t k, int32_t* out_idx, int32_t* scratch) {
-  CEDAR_CHECK(k <= n, "topk: k %zu > n %zu", k, n);
-  if (k == 0) return;
+namespace {
+
+// The general top-k: nth_element on indices with the contract's order.
+void topk_by_selection(const float* scores, size_t n, size_t k, int32_t* out_idx, int32_t* scratch) {
   for (size_t i = 0; i < n; ++i) scratch[i] = static_cast<int32_t>(i);
   // Strict weak order: NaN first, then larger score first, then lower index first.
   const auto before = [scores](int32_t a, int32_t b) {
@@ -94,6 +96,52 @@ void topk_ascending(const float* scores, size_t n, size_t k, int32_t* out_idx, i
   if (k < n) std::nth_element(scratch, scratch + (k - 1), scratch + n, before);
   std::copy_n(scratch, k, out_idx);
   std::sort(out_idx, out_idx + k);
+}
+
+// Order-preserving 16-bit key of a bf16-representable score: the contract's order (NaN above
+// everything, -0 == +0) becomes unsigned integer order. -1 if the score is not a bf16 value.
+int32_t bf16_order_key(float v) {
+  uint32_t u;
+  std::memcpy(&u, &v, 4);
+  if (std::isnan(v)) return 0xFFFF;
+  if (u & 0xFFFFu) return -1;
+  if (u == 0x80000000u) u = 0;  // -0 ranks with +0
+  const uint32_t ordered = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+  return static_cast<int32_t>(ordered >> 16);
+}
+
+}  // namespace
+
+void topk_ascending(const float* scores, size_t n, size_t k, int32_t* out_idx, int32_t* scratch) {
+  CEDAR_CHECK(k <= n, "topk: k %zu > n %zu", k, n);
+  if (k == 0) return;
+  // Index scores are bf16 values: a radix select on their 16-bit order keys finds the k-th key T in
+  // two counting passes; then one pass in index order takes every key above T and the first keys
+  // equal to T (lower index wins ties), which is also the ascending output order. The same set as
+  // the selection below, without indirect comparisons; any non-bf16 score takes the selection.
+  for (size_t i = 0; i < n; ++i) {
+    scratch[i] = bf16_order_key(scores[i]);
+    if (scratch[i] < 0) return topk_by_selection(scores, n, k, out_idx, scratch);
+  }
+  uint32_t hist[256] = {};
+  for (size_t i = 0; i < n; ++i) ++hist[scratch[i] >> 8];
+  size_t above = 0;  // keys in buckets above the current one
+  int hi = 255;
+  while (above + hist[hi] < k) above += hist[hi--];
+  uint32_t low_hist[256] = {};
+  for (size_t i = 0; i < n; ++i)
+    if ((scratch[i] >> 8) == hi) ++low_hist[scratch[i] & 0xFF];
+  int lo = 255;
+  while (above + low_hist[lo] < k) above += low_hist[lo--];
+  const int32_t threshold = (hi << 8) | lo;
+  size_t equal_left = k - above;  // how many keys equal to the threshold are taken
+  size_t j = 0;
+  for (size_t i = 0; i < n && j < k; ++i) {
+    if (scratch[i] > threshold || (scratch[i] == threshold && equal_left > 0)) {
+      if (scratch[i] == threshold) --equal_left;
+      out_idx[j++] = static_cast<int32_t>(i);
+    }
+  }
 }
 
 }  // namespace cedar::ops

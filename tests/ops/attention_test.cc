@@ -362,5 +362,37 @@ TEST(TopK, MatchesFullSortOnRandomInput) {
   }
 }
 
+TEST(TopK, Bf16RadixSelectEqualsStableSortIncludingSpecialValues) {
+  // Index scores are bf16: the radix path. Random bf16 values with many ties, ±0, ±inf and NaNs of
+  // both signs; plus one non-bf16 value, which must take the general path with the same answer.
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<int> pick(0, 12), small(-6, 6);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  for (int trial = 0; trial < 60; ++trial) {
+    const size_t n = 1 + static_cast<size_t>(trial) * 53;
+    std::vector<float> s(n);
+    for (auto& v : s) {
+      const int p = pick(rng);
+      v = p == 0 ? INFINITY : p == 1 ? -INFINITY : p == 2 ? -0.0f : p == 3 ? 0.0f
+        : p == 4 && trial % 3 == 0 ? (rng() & 1 ? NAN : -NAN) : p < 8 ? static_cast<float>(small(rng))
+        : round_bf16(normal(rng));
+    }
+    if (trial % 4 == 1) s[n / 2] = 0.1f;  // not a bf16 value
+    const size_t k = std::min<size_t>(n, 1 + (static_cast<size_t>(trial) * 29) % (n + 5));
+    std::vector<int32_t> got(k), scratch(n), order(n);
+    topk_ascending(s.data(), n, k, got.data(), scratch.data());
+    for (size_t i = 0; i < n; ++i) order[i] = static_cast<int32_t>(i);
+    // The contract's order: NaN first, then larger first (-0 == +0), then lower index (stable).
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+      const bool na = std::isnan(s[a]), nb = std::isnan(s[b]);
+      if (na != nb) return na;
+      return !na && s[a] > s[b];
+    });
+    std::vector<int32_t> want(order.begin(), order.begin() + k);
+    std::sort(want.begin(), want.end());
+    ASSERT_EQ(got, want) << "trial " << trial << " n " << n << " k " << k;
+  }
+}
+
 }  // namespace
 }  // namespace cedar::ops
