@@ -411,7 +411,10 @@ void ForwardPass::run_indexer(int l, const ChunkSpan& ch, size_t row, int64_t qu
   }
   const size_t k = std::min<size_t>(topk_width, n_keys);
   int32_t* out = pub + 1;
-  ops::topk_ascending(scores, n_keys, k, out, scratch(qs.topk_scratch, std::max<size_t>(n_keys, 1)));
+  // Entries past the visible prefix are -inf and have the highest indices, so whenever the prefix
+  // holds k entries the top-k over it is the top-k over all (ties among -inf go to lower indices).
+  const size_t topk_n = static_cast<size_t>(n_scored) >= k ? static_cast<size_t>(n_scored) : static_cast<size_t>(n_keys);
+  ops::topk_ascending(scores, topk_n, k, out, scratch(qs.topk_scratch, std::max<size_t>(n_keys, 1)));
   for (size_t j = 0; j < k; ++j) out[j] = out[j] < visible ? out[j] + offset : -1;
   pub[0] = static_cast<int32_t>(k);
 }
