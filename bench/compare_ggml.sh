@@ -58,7 +58,7 @@ for t in 1 2; do
   # test-backend-ops gives its CPU backend N_THREADS/2 threads.
   GGML_NTHREADS=$((2 * t)) "$WORK/build/bin/test-backend-ops" perf -o MUL_MAT -b CPU >"$WORK/ggml_t$t.txt" 2>&1 || true
 done
-"$BUILD/bench/cedar_bench" --benchmark_filter='BM_OpsLinear(Fp8|Fp4)/[0-9]+/[0-9]+/1/[12]/1/|BM_OpsLinearBf16/[0-9]+/[0-9]+/[12]/1/' \
+"$BUILD/bench/cedar_bench" --benchmark_filter='BM_OpsLinear(Fp8|Fp4)/[0-9]+/[0-9]+/1/[12]/1/[0-9]+/|BM_OpsLinearBf16/[0-9]+/[0-9]+/[12]/1/' \
   --benchmark_min_time=0.5 --benchmark_format=json >"$WORK/cedar.json" 2>/dev/null
 
 python3 - "$WORK" <<'EOF'
@@ -77,22 +77,29 @@ cedar = {}
 for b in json.load(open(f"{work}/cedar.json"))["benchmarks"]:
     parts = b["name"].split("/")
     kind = {"BM_OpsLinearFp4": "mxfp4", "BM_OpsLinearFp8": "q8_0", "BM_OpsLinearBf16": "bf16"}[parts[0]]
+    copies = 8
     if kind == "bf16":
         n, k, t, mode = map(int, parts[1:5])
     else:
-        n, k, m, t, mode = map(int, parts[1:6])
+        n, k, m, t, mode, copies = map(int, parts[1:7])
         if m != 1:
             continue
     if mode == 1:
-        cedar[(kind, n, k, t)] = b["bytes_per_second"] / 1e9
+        cedar[(kind, n, k, t, copies)] = b["bytes_per_second"] / 1e9
 label = {"mxfp4": "FP4 (ggml MXFP4)", "q8_0": "FP8 (ggml q8_0)", "bf16": "bf16"}
-print("| single-token GEMV | T | cedar fast GB/s | ggml GB/s | cedar / ggml |")
-print("|---|---|---|---|---|")
+# ggml's test-backend-ops reuses one weight copy, so a 2304x5120 matrix (6-12 MB) stays in the
+# last-level cache there; cedar's row for it is the same hot measurement (1 copy), with the cold
+# figure (8 copies cycled, as a real model's weights) beside it. Larger shapes exceed the cache.
+print("| single-token GEMV | T | cedar fast GB/s | ggml GB/s | cedar / ggml | cedar cold (8 copies) GB/s |")
+print("|---|---|---|---|---|---|")
 for kind, n, k in [("mxfp4", 2304, 5120), ("mxfp4", 32768, 5120), ("q8_0", 2304, 5120), ("q8_0", 32768, 1280), ("bf16", 16384, 5120)]:
     for t in (1, 2):
-        c, g = cedar.get((kind, n, k, t)), ggml.get((kind, n, k, t))
+        hot = n == 2304
+        c, g = cedar.get((kind, n, k, t, 1 if hot else 8)), ggml.get((kind, n, k, t))
+        cold = cedar.get((kind, n, k, t, 8))
         ratio = f"{c / g:.2f}" if c and g else "n/a"
         cs = f"{c:.1f}" if c else "n/a"
         gs = f"{g:.1f}" if g else "n/a"
-        print(f"| {label[kind]} {n}x{k} | {t} | {cs} | {gs} | {ratio} |")
+        colds = f"{cold:.1f}" if cold and hot else ""
+        print(f"| {label[kind]} {n}x{k} | {t} | {cs} | {gs} | {ratio} | {colds} |")
 EOF
