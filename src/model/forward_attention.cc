@@ -323,7 +323,7 @@ const Workspace::KeyCache& ForwardPass::dequantized_index_keys(const ChunkSpan& 
       const uint8_t* src = owner.index_keys.data() + t * fmt.index_bytes();
       float* row = kc->data.data() + t * ihd;
       ops::fp4_dequant_e8m0(src, src + ihd / 2, ihd, row);
-      kc->spread[t] = ops::exact_sum_spread(row, ihd);
+      kc->spread[t] = ops::exact_sum_spread_fp4(src, src + ihd / 2, ihd);
       ops::append_index_key_tile(row, ihd, static_cast<size_t>(t), kc->tiles.data());
     }
     kc->rows = n_keys;

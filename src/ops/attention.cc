@@ -253,6 +253,32 @@ void indexer_scores(const float* q, const float* w, size_t n_heads, size_t head_
   }
 }
 
+uint8_t exact_sum_spread_fp4(const uint8_t* packed, const uint8_t* scales_e8m0, size_t n) {
+  // E2M1 magnitude codes 1..7 are 0.5, 1, 1.5, 2, 3, 4, 6: their top-bit and lowest-bit exponents.
+  static constexpr int kTop[8] = {0, -1, 0, 0, 1, 1, 2, 2};
+  static constexpr int kLow[8] = {0, -1, 0, -1, 1, 0, 2, 1};
+  int top = INT32_MIN, low = INT32_MAX;
+  for (size_t b = 0; b < n / 32; ++b) {
+    unsigned present = 0;  // bit m: magnitude code m occurs in the block
+    for (size_t i = 0; i < 16; ++i) {
+      const uint8_t byte = packed[b * 16 + i];
+      present |= (1u << (byte & 7)) | (1u << ((byte >> 4) & 7));
+    }
+    if (scales_e8m0[b] == 0xFF) return kNoExactSpread;  // a NaN scale makes even zero codes NaN
+    present &= ~1u;                                     // zeros do not count
+    if (present == 0) continue;
+    const int e = static_cast<int>(scales_e8m0[b]) - 127;
+    for (int m = 1; m < 8; ++m) {
+      if (!(present & (1u << m))) continue;
+      top = std::max(top, e + kTop[m]);
+      low = std::min(low, e + kLow[m]);
+    }
+  }
+  if (top == INT32_MIN) return 0;
+  if (top > 60 || low < -60) return kNoExactSpread;
+  return static_cast<uint8_t>(std::min(top - low, 254));
+}
+
 void append_index_key_tile(const float* key, size_t head_dim, size_t t, float* tiles) {
   float* tile = tiles + (t / kIndexKeyTile) * head_dim * kIndexKeyTile;
   for (size_t k = 0; k < head_dim; ++k) tile[k * kIndexKeyTile + t % kIndexKeyTile] = key[k];

@@ -79,6 +79,10 @@ void append_index_key_tile(const float* key, size_t head_dim, size_t t, float* t
 // scales, so two FP4 rows' products sum exactly in fp32 whenever their spreads are small.
 inline constexpr uint8_t kNoExactSpread = 255;
 uint8_t exact_sum_spread(const float* v, size_t n);
+// exact_sum_spread of the dequantised FP4 row (E2M1 codes, even element in the low nibble, and one
+// E8M0 scale per 32), read from the packed bytes: which magnitudes each block holds gives its top and
+// lowest bits without decoding (an index key per decode step, so this must be cheap).
+uint8_t exact_sum_spread_fp4(const uint8_t* packed, const uint8_t* scales_e8m0, size_t n);
 
 // Top-k selection as the reference uses it: the k largest scores (k <= n), returned as indices in
 // ascending index order (topk(sorted=False) followed by sort()). Ties: among equal scores the lower

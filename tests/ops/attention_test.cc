@@ -13,6 +13,7 @@
 
 #include "core/thread_pool.h"
 #include "ops/formats.h"
+#include "ops/quant.h"
 #include "simd_targets.h"
 
 namespace cedar::ops {
@@ -282,6 +283,30 @@ TEST(IndexerScores, ExactSumSpreadBoundsTheRows) {
   EXPECT_EQ(exact_sum_spread(bad, 2), kNoExactSpread);
   const float wide[2] = {0x1p20f, 0x1.8p-10f};  // top 20, lowest bit -11
   EXPECT_EQ(exact_sum_spread(wide, 2), 31);
+}
+
+TEST(IndexerScores, PackedFp4SpreadEqualsTheDequantisedRowsSpread) {
+  // Random packed rows: zero blocks, single-magnitude blocks, scales across the whole E8M0 range
+  // (including 0 and 255 = NaN); the packed computation must equal the float one on the dequantised row.
+  std::mt19937 rng(12);
+  std::uniform_int_distribution<int> byte(0, 255), kind(0, 5), mag(0, 7), near(117, 137);
+  const size_t n = 128;
+  for (int trial = 0; trial < 3000; ++trial) {
+    uint8_t packed[64], scales[4];
+    for (size_t b = 0; b < 4; ++b) {
+      const int k = kind(rng);
+      const int only = mag(rng);
+      for (size_t i = 0; i < 16; ++i) {
+        packed[b * 16 + i] = k == 0 ? 0 : k == 1 ? static_cast<uint8_t>(only | (only << 4) | (byte(rng) & 0x88))
+                                                 : static_cast<uint8_t>(byte(rng));
+      }
+      scales[b] = static_cast<uint8_t>(k == 2 || trial % 97 == 0 ? byte(rng) : near(rng));
+      if (trial % 101 == 0 && b == 1) scales[b] = 0xFF;  // NaN scale, also on all-zero codes
+    }
+    std::vector<float> row(n);
+    fp4_dequant_e8m0(packed, scales, n, row.data());
+    ASSERT_EQ(exact_sum_spread_fp4(packed, scales, n), exact_sum_spread(row.data(), n)) << "trial " << trial;
+  }
 }
 
 TEST(IndexerScores, Fp32PathForExactDotsIsBitIdenticalOnEveryTarget) {
