@@ -18,51 +18,28 @@ size_t page_size() {
 
 }  // namespace
 
-Result<MappedFile> MappedFile::open(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return io_error("cannot open " + path, errno);
+namespace {
+
+// Opens a regular file for reading: its descriptor and size.
+Status open_regular_file(const std::string& path, int* fd, uint64_t* size) {
+  *fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (*fd < 0) return io_error("cannot open " + path, errno);
   struct stat st {};
-  if (fstat(fd, &st) != 0) {
+  if (fstat(*fd, &st) != 0) {
     int err = errno;
-    ::close(fd);
+    ::close(*fd);
     return io_error("cannot stat " + path, err);
   }
   if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
+    ::close(*fd);
     return invalid_argument(path + " is not a regular file");
   }
-  const size_t size = static_cast<size_t>(st.st_size);
-  uint8_t* data = nullptr;
-  if (size > 0) {
-    void* p = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
-    if (p == MAP_FAILED) {
-      int err = errno;
-      ::close(fd);
-      return io_error("cannot mmap " + path + " (" + std::to_string(size) + " bytes)", err);
-    }
-    data = static_cast<uint8_t*>(p);
-  }
-  // The mapping keeps the file alive; the descriptor is no longer needed.
-  ::close(fd);
-  return MappedFile(path, data, size);
+  *size = static_cast<uint64_t>(st.st_size);
+  return {};
 }
 
-Result<MappedFile> MappedFile::open_range(const std::string& path, uint64_t offset, uint64_t length) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return io_error("cannot open " + path, errno);
-  struct stat st {};
-  if (fstat(fd, &st) != 0) {
-    int err = errno;
-    ::close(fd);
-    return io_error("cannot stat " + path, err);
-  }
-  if (offset > static_cast<uint64_t>(st.st_size) || length > static_cast<uint64_t>(st.st_size) - offset) {
-    ::close(fd);
-    return invalid_argument(path + ": range [" + std::to_string(offset) + ", +" + std::to_string(length) +
-                            ") lies past the end of the file");
-  }
-  const uint64_t begin = offset / page_size() * page_size();
-  const size_t size = static_cast<size_t>(offset + length - begin);
+// Maps [begin, begin + size) of fd read-only and closes fd (the mapping keeps the file alive).
+Result<uint8_t*> map_and_close(int fd, const std::string& path, uint64_t begin, size_t size) {
   uint8_t* data = nullptr;
   if (size > 0) {
     void* p = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(begin));
@@ -75,6 +52,32 @@ Result<MappedFile> MappedFile::open_range(const std::string& path, uint64_t offs
     data = static_cast<uint8_t*>(p);
   }
   ::close(fd);
+  return data;
+}
+
+}  // namespace
+
+Result<MappedFile> MappedFile::open(const std::string& path) {
+  int fd = -1;
+  uint64_t file_size = 0;
+  CEDAR_RETURN_IF_ERROR(open_regular_file(path, &fd, &file_size));
+  const size_t size = static_cast<size_t>(file_size);
+  CEDAR_ASSIGN_OR_RETURN(uint8_t* data, map_and_close(fd, path, 0, size));
+  return MappedFile(path, data, size);
+}
+
+Result<MappedFile> MappedFile::open_range(const std::string& path, uint64_t offset, uint64_t length) {
+  int fd = -1;
+  uint64_t file_size = 0;
+  CEDAR_RETURN_IF_ERROR(open_regular_file(path, &fd, &file_size));
+  if (offset > file_size || length > file_size - offset) {
+    ::close(fd);
+    return invalid_argument(path + ": range [" + std::to_string(offset) + ", +" + std::to_string(length) +
+                            ") lies past the end of the file");
+  }
+  const uint64_t begin = offset / page_size() * page_size();
+  const size_t size = static_cast<size_t>(offset + length - begin);
+  CEDAR_ASSIGN_OR_RETURN(uint8_t* data, map_and_close(fd, path, begin, size));
   return MappedFile(path, data, size, begin);
 }
 
