@@ -174,11 +174,16 @@ void IndexerScoresTiles(const float* q, const float* w, size_t n_heads, size_t h
   int q_spread[kMaxHeads];
   const int limit = ExactSpreadLimit(head_dim);
   for (size_t h = 0; h < n_heads; ++h) q_spread[h] = exact_sum_spread(q + h * head_dim, head_dim);
+  const hn::ScalableTag<double> dd;
+  const hn::Rebind<float, decltype(dd)> dfd;  // floats promoted to the float64 head sums
+  const size_t dlanes = hn::Lanes(dd);
   HWY_ALIGN float dot[kTile];
   HWY_ALIGN double sum[kTile];
   for (size_t t0 = t_begin; t0 < t_end; t0 += kTile) {
     const size_t valid = std::min(kTile, t_end - t0);
     const float* tile = tiles + (t0 / kTile) * head_dim * kTile;
+    int tile_spread = 0;  // the widest key of the tile: one test per head when all lanes qualify
+    for (size_t i = 0; i < valid; ++i) tile_spread = std::max<int>(tile_spread, key_spread[t0 + i]);
     for (size_t i = 0; i < kTile; ++i) sum[i] = 0.0;
     for (size_t h = 0; h < n_heads; ++h) {
       const float* qh = q + h * head_dim;
@@ -189,8 +194,10 @@ void IndexerScoresTiles(const float* q, const float* w, size_t n_heads, size_t h
         for (size_t v = 0; v < nv; ++v) acc[v] = hn::MulAdd(qb, hn::LoadU(df, tile + kk * kTile + v * lanes), acc[v]);
       }
       for (size_t v = 0; v < nv; ++v) hn::Store(acc[v], df, dot + v * lanes);
-      for (size_t i = 0; i < valid; ++i) {
-        if (q_spread[h] + key_spread[t0 + i] > limit) dot[i] = DotCanonical(qh, keys + (t0 + i) * head_dim, head_dim);
+      if (q_spread[h] + tile_spread > limit) {
+        for (size_t i = 0; i < valid; ++i) {
+          if (q_spread[h] + key_spread[t0 + i] > limit) dot[i] = DotCanonical(qh, keys + (t0 + i) * head_dim, head_dim);
+        }
       }
       const auto wv = hn::Set(df, w[h]);
       for (size_t v = 0; v < nv; ++v) {
@@ -198,7 +205,9 @@ void IndexerScoresTiles(const float* q, const float* w, size_t n_heads, size_t h
         const auto relu = hn::IfThenElseZero(hn::Gt(d, hn::Zero(df)), d);
         hn::Store(RoundBf16Finite(df, hn::Mul(relu, wv)), df, dot + v * lanes);
       }
-      for (size_t i = 0; i < kTile; ++i) sum[i] += static_cast<double>(dot[i]);  // heads in order
+      for (size_t i = 0; i < kTile; i += dlanes) {  // heads in order, per lane
+        hn::Store(hn::Add(hn::Load(dd, sum + i), hn::PromoteTo(dd, hn::Load(dfd, dot + i))), dd, sum + i);
+      }
     }
     for (size_t i = 0; i < valid; ++i) scores[t0 + i] = round_bf16(static_cast<float>(sum[i]));
   }
