@@ -236,7 +236,7 @@ ForwardPass::ForwardPass(Model& m, std::vector<ChunkSpan>& chunks, size_t n_toke
       pool_(pool), k_(m.kernels()), hc_dim_(static_cast<size_t>(m.config_.hc_mult) * m.config_.dim),
       chunks_original_p0_(chunks.empty() ? 0 : chunks[0].p0) {
   ws_.published_topk_layer = -1;
-  for (auto& k : ws_.key_caches) k.seq = nullptr;  // dequantised keys are valid within one pass
+  ++ws_.pass;  // dequantised index keys are re-validated once per pass (dequantized_index_keys)
   // The candidate pool is kept as one flag per block of candidate_block_size entries, for every row;
   // a row never has more entries than its sequence has positions.
   ws_.candidate_width = 0;

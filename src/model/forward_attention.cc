@@ -295,32 +295,53 @@ void ForwardPass::decode_token(int l, const ChunkSpan& ch, size_t t) {
   attend(l, ch, row, rows, win, widx, win, qs, pool_);
 }
 
-// Index keys are written once and never change, so each (sequence, owner) is dequantised once per
-// forward pass and extended as its entries grow (prefill: one pass for every query of every index layer
-// that reads the owner; decode chunks: one new row per token).
+// Dequantised index keys (with their spreads and key-major tiles) persist across forward passes, so a
+// decode step decodes only the entries added since the last one. Entries can be rewritten between
+// passes (bounded replay, a restored prefix) and a sequence state can be reused by another request,
+// so the first use in a pass compares the cached rows' packed bytes with the sequence's and keeps
+// only the rows before the first difference: a cached row is always the decoding of the bytes the
+// sequence holds now. Within a pass entries are only appended, so the cache just grows.
 const Workspace::KeyCache& ForwardPass::dequantized_index_keys(const ChunkSpan& ch, int owner_layer,
                                                                int64_t n_keys) {
   const size_t ihd = c_.index_head_dim;
   const KvEntryFormat fmt{c_.head_dim, c_.index_head_dim};
+  const size_t entry_bytes = fmt.index_bytes();
   Workspace::KeyCache* kc = nullptr;
   for (auto& k : ws_.key_caches)
     if (k.seq == ch.seq && k.owner == owner_layer) kc = &k;
   if (!kc) {
+    // Take over a cache no sequence of this pass uses (its rows are re-validated below anyway).
     for (auto& k : ws_.key_caches)
-      if (!k.seq) kc = &k;
+      if (k.pass != ws_.pass && (!kc || !k.seq)) kc = &k;
     if (!kc) kc = &ws_.key_caches.emplace_back();
     kc->seq = ch.seq;
     kc->owner = owner_layer;
     kc->rows = 0;
   }
   const KvOwnerState& owner = ch.seq->owner(owner_layer);
+  if (kc->pass != ws_.pass) {
+    kc->pass = ws_.pass;
+    const int64_t held = std::min<int64_t>(kc->rows, static_cast<int64_t>(owner.index_keys.size() / entry_bytes));
+    const uint8_t* now = owner.index_keys.data();
+    int64_t same = 0;
+    if (held > 0 && std::memcmp(kc->packed.data(), now, static_cast<size_t>(held) * entry_bytes) == 0) {
+      same = held;
+    } else {
+      while (same < held && std::memcmp(kc->packed.data() + same * entry_bytes, now + same * entry_bytes,
+                                        entry_bytes) == 0)
+        ++same;
+    }
+    kc->rows = same;
+  }
   if (kc->rows < n_keys) {
     scratch(kc->data, static_cast<size_t>(n_keys) * ihd);
     scratch(kc->spread, static_cast<size_t>(n_keys));
+    scratch(kc->packed, static_cast<size_t>(n_keys) * entry_bytes);
     const size_t tile = ops::kIndexKeyTile;
     scratch(kc->tiles, (static_cast<size_t>(n_keys) + tile - 1) / tile * tile * ihd);
     for (int64_t t = kc->rows; t < n_keys; ++t) {
-      const uint8_t* src = owner.index_keys.data() + t * fmt.index_bytes();
+      const uint8_t* src = owner.index_keys.data() + t * entry_bytes;
+      std::memcpy(kc->packed.data() + t * entry_bytes, src, entry_bytes);
       float* row = kc->data.data() + t * ihd;
       ops::fp4_dequant_e8m0(src, src + ihd / 2, ihd, row);
       kc->spread[t] = ops::exact_sum_spread_fp4(src, src + ihd / 2, ihd);

@@ -64,8 +64,11 @@ struct Workspace {
     std::vector<float> data;     // [rows, index_head_dim]
     std::vector<uint8_t> spread;  // [rows] ops::exact_sum_spread of each row
     std::vector<float> tiles;     // the rows key-major (ops::append_index_key_tile)
+    std::vector<uint8_t> packed;  // [rows, index entry bytes] what the rows were decoded from
+    uint64_t pass = 0;            // the forward pass that last validated or extended it
   };
   std::vector<KeyCache> key_caches;
+  uint64_t pass = 0;  // forward passes run, so caches know whether they were checked in this one
   // Engram.
   std::vector<int64_t> engram_rows, engram_layer_rows;
   std::vector<float> engram_e, engram_kv;

@@ -58,6 +58,27 @@ TEST_P(ForwardModes, ChunkedContinuationEqualsTokenByToken) {
   for (float v : la) ASSERT_TRUE(std::isfinite(v));
 }
 
+// Dequantised index keys persist across forward passes, keyed by the sequence state's address. A
+// state reused for another prompt (same address, partly the same tokens) must get exactly the bits a
+// fresh state gets: the cache keeps only rows whose packed bytes still match.
+TEST_P(ForwardModes, ReusedSequenceStateGivesTheBitsOfAFreshOne) {
+  auto m = load_tiny(1, GetParam());
+  ThreadPool pool(2);
+  const auto a = test_prompt(90);
+  auto b = a;
+  for (size_t i = 40; i < b.size(); ++i) b[i] = a[(i * 7) % a.size()];  // same first 40 tokens
+  std::vector<size_t> cuts = {30};
+  for (size_t i = 31; i <= 90; ++i) cuts.push_back(i);  // prefill, then decode steps
+  SequenceState s = m->new_sequence(128);
+  run_chunks(*m, s, a, cuts, &pool);
+  s = m->new_sequence(128);  // the same object, so the same cache key
+  const auto reused = run_chunks(*m, s, b, cuts, &pool);
+  SequenceState fresh = m->new_sequence(128);
+  auto other = load_tiny(1, GetParam());
+  const auto want = run_chunks(*other, fresh, b, cuts, &pool);
+  EXPECT_TRUE(bit_equal(reused, want)) << "max |diff| " << max_abs_diff(reused, want);
+}
+
 INSTANTIATE_TEST_SUITE_P(IndexKeys, ForwardModes,
                          ::testing::Values(IndexKeyMode::kReference, IndexKeyMode::kOwner),
                          [](const auto& info) { return info.param == IndexKeyMode::kReference ? "reference" : "owner"; });
