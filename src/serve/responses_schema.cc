@@ -262,7 +262,10 @@ namespace {
 OrderedJson usage_json(const Usage& u) {
   OrderedJson usage;
   usage["input_tokens"] = u.prompt_tokens;
-  usage["input_tokens_details"] = {{"cached_tokens", u.cached_tokens}};
+  // cache_write_tokens (required by the SDK's ResponseUsage): the prompt tokens this request
+  // computed, which the prefix cache stores for the next turn.
+  usage["input_tokens_details"] = {{"cache_write_tokens", u.prompt_tokens - u.cached_tokens},
+                                   {"cached_tokens", u.cached_tokens}};
   usage["output_tokens"] = u.completion_tokens;
   usage["output_tokens_details"] = {{"reasoning_tokens", u.reasoning_tokens}};
   usage["total_tokens"] = u.prompt_tokens + u.completion_tokens;

@@ -22,6 +22,7 @@ Exit status: 0 when every comparison is equal or one of the documented differenc
 each counted and printed), 1 otherwise.
 """
 
+import argparse
 import json
 import os
 import re
@@ -325,18 +326,15 @@ KNOWN = [anthropic_stream_keeps_json_valid]
 
 
 def main():
-    args = [a for a in sys.argv[1:] if not a.startswith("--")]
-    show = 10
-    if "--show" in sys.argv:
-        show = int(sys.argv[sys.argv.index("--show") + 1])
-        args = [a for a in args if a != str(show)]
-    only = sys.argv[sys.argv.index("--only") + 1] if "--only" in sys.argv else ""
-    args = [a for a in args if a != only]
-    cedar = args[0]
-    path = args[1] if len(args) > 1 else os.path.join(HERE, "outputs.jsonl")
-    with open(path, encoding="utf-8") as f:
-        cases = [json.loads(line) for line in f if line.strip()]
-    cases = [c for c in cases if c["name"].startswith(only)]  # --only PREFIX: a subset, to debug
+    parser = argparse.ArgumentParser(description="cedar's responses and stream events against deepseek-recipe")
+    parser.add_argument("cedar")
+    parser.add_argument("outputs", nargs="?", default=os.path.join(HERE, "outputs.jsonl"))
+    parser.add_argument("--show", type=int, default=10, help="differences to print")
+    parser.add_argument("--only", default="", help="only the cases whose name starts so (to debug)")
+    opts = parser.parse_args()
+    cedar, show = opts.cedar, opts.show
+    with open(opts.outputs, encoding="utf-8") as f:
+        cases = [c for c in (json.loads(line) for line in f if line.strip()) if c["name"].startswith(opts.only)]
     tally = {}
     differences, known = [], []
     with tempfile.TemporaryDirectory() as workdir:
