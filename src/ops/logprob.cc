@@ -39,4 +39,12 @@ size_t top_k_ids(const float* logits, size_t n, size_t k, int32_t* ids) {
   return have;
 }
 
+float token_logprobs(const float* logits, size_t n, int32_t sampled, size_t k, int32_t* top_ids,
+                     float* top_logprobs) {
+  const LogSoftmaxNorm z = log_softmax_norm(logits, n);
+  const size_t have = top_k_ids(logits, n, k, top_ids);
+  for (size_t j = 0; j < have; ++j) top_logprobs[j] = static_cast<float>(z.log_prob(logits, top_ids[j]));
+  return static_cast<float>(z.log_prob(logits, sampled));
+}
+
 }  // namespace cedar::ops

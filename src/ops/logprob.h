@@ -27,4 +27,11 @@ LogSoftmaxNorm log_softmax_norm(const float* logits, size_t n);
 // (so ids[0] is ops::argmax). Writes min(k, n) ids and returns that count.
 size_t top_k_ids(const float* logits, size_t n, size_t k, int32_t* ids);
 
+// What `cedar generate --top-logprobs` and the engine's per-token logprobs report for one sampled
+// token: its log-probability and the k most probable ids (top_k_ids order) with theirs, all under
+// the log-softmax of logits[0, n). Writes k entries to top_ids / top_logprobs; no allocation.
+// Returns the sampled token's log-probability.
+float token_logprobs(const float* logits, size_t n, int32_t sampled, size_t k, int32_t* top_ids,
+                     float* top_logprobs);
+
 }  // namespace cedar::ops

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -23,12 +24,46 @@ struct SamplingParams {
 enum class FinishReason { kStop, kLength, kCancelled, kError };
 const char* finish_reason_name(FinishReason r);  // "stop", "length", "cancelled", "error"
 
+// One generated token's log-probability and its most probable alternatives, under the log-softmax
+// of the model's logits over the sampleable vocabulary (ops::token_logprobs): the model's
+// distribution, before temperature. The spans point into the engine's buffers and are valid only
+// during the on_logprobs call.
+struct TokenLogprobsView {
+  int32_t token = 0;
+  float logprob = 0;
+  std::span<const int32_t> top_ids;      // most probable first (ties: lower id)
+  std::span<const float> top_logprobs;   // same length as top_ids
+};
+
+// Log-probabilities of a run of generated tokens: entry i has logprob[i] of the sampled id and its
+// alternatives top_ids / top_logprobs [i * k, (i + 1) * k), most probable first (ties: lower id).
+struct TokenLogprobs {
+  int k = 0;
+  std::vector<float> logprob;
+  std::vector<int32_t> top_ids;
+  std::vector<float> top_logprobs;
+  size_t size() const { return logprob.size(); }
+  void clear() {
+    logprob.clear();
+    top_ids.clear();
+    top_logprobs.clear();
+  }
+};
+
+// The most alternatives a request may ask for (OpenAI's top_logprobs limit).
+inline constexpr int kMaxTopLogprobs = 20;
+
 struct GenerationRequest {
   std::vector<int32_t> prompt_ids;
   SamplingParams sampling;
   // Called on the engine's thread for every generated token, in order, as soon as it is sampled.
   // Return false to cancel the request (client went away). Must not block for long.
   std::function<bool(int32_t token)> on_token;
+  // When set, called for every generated token just before on_token, on the same thread, with the
+  // token's log-probability and its `top_logprobs` (0..kMaxTopLogprobs) most probable alternatives.
+  // The engine computes them into buffers it owns: no allocation per token.
+  std::function<void(const TokenLogprobsView&)> on_logprobs;
+  int top_logprobs = 0;
   // Store prompt + output in the prefix cache when the request ends (memory, then disk).
   bool cache_prefix = true;
 };

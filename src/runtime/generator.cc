@@ -58,13 +58,11 @@ Result<std::vector<int32_t>> generate(model::Model& model, std::span<const int32
     const int32_t next = ops::sample_token(logits.data(), model.sampleable_vocab(), options.temperature, rng);
     out.push_back(next);
     if (top_k > 0) {
-      const ops::LogSoftmaxNorm z = ops::log_softmax_norm(logits.data(), model.sampleable_vocab());
-      lp.logprob.push_back(static_cast<float>(z.log_prob(logits.data(), next)));
       const size_t at = lp.top_ids.size();
       lp.top_ids.resize(at + top_k);  // within the reserved capacity
-      ops::top_k_ids(logits.data(), model.sampleable_vocab(), top_k, lp.top_ids.data() + at);
-      for (size_t j = 0; j < top_k; ++j)
-        lp.top_logprobs.push_back(static_cast<float>(z.log_prob(logits.data(), lp.top_ids[at + j])));
+      lp.top_logprobs.resize(at + top_k);
+      lp.logprob.push_back(ops::token_logprobs(logits.data(), model.sampleable_vocab(), next, top_k,
+                                               lp.top_ids.data() + at, lp.top_logprobs.data() + at));
     }
     const bool keep_going = !on_token || on_token(next);
     if (!keep_going || (options.stop_at_eos && next == eos) || i + 1 == options.max_new_tokens) break;

@@ -12,6 +12,7 @@
 #include "core/thread_pool.h"
 #include "model/model.h"
 #include "ops/sample.h"
+#include "runtime/engine.h"
 #include "runtime/prefix_store.h"
 
 namespace cedar::runtime {
@@ -30,15 +31,6 @@ struct GenerateOptions {
   int top_logprobs = 0;
 };
 
-// Per generated token i: logprob[i] of the sampled id; top_ids / top_logprobs [i * k, (i + 1) * k),
-// most probable first (ties: lower id). Reserved before decoding: the decode loop does not allocate.
-struct TokenLogprobs {
-  int k = 0;
-  std::vector<float> logprob;
-  std::vector<int32_t> top_ids;
-  std::vector<float> top_logprobs;
-};
-
 struct GenerateStats {
   int prompt_tokens = 0, new_tokens = 0;
   int64_t cached_tokens = 0;    // prompt tokens restored from the prefix cache
@@ -47,7 +39,8 @@ struct GenerateStats {
   double prefill_seconds = 0, decode_seconds = 0;
   std::vector<float> last_logits;  // logits that produced the last sampled token (fp32, [vocab])
   std::vector<float> first_logits; // logits after the prompt (the first sampled token's)
-  TokenLogprobs logprobs;          // when GenerateOptions::top_logprobs > 0
+  TokenLogprobs logprobs;          // when GenerateOptions::top_logprobs > 0 (reserved before decoding:
+                                   // the decode loop does not allocate)
 };
 
 // Runs prompt + decode. on_token (may be empty) sees each new token as it is sampled; returning

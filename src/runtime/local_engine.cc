@@ -1,6 +1,7 @@
 #include "runtime/local_engine.h"
 
 #include <algorithm>
+#include <array>
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
@@ -11,6 +12,7 @@
 #include "core/thread_pool.h"
 #include "core/timer.h"
 #include "model/model.h"
+#include "ops/logprob.h"
 #include "ops/sample.h"
 #include "runtime/prefix_store.h"
 
@@ -29,6 +31,9 @@ struct Job {
   std::unique_ptr<model::SequenceState> seq;
   std::unique_ptr<ops::SampleRng> rng;
   std::vector<int32_t> pending;  // tokens to feed in the next step
+  // The alternatives of the token being reported (request.on_logprobs), reused every step.
+  std::array<int32_t, kMaxTopLogprobs> top_ids{};
+  std::array<float, kMaxTopLogprobs> top_logprobs{};
   Timer timer;
   bool prefilled = false;
   uint64_t state_bytes = 0;      // model::sequence_state_bytes of its capacity (memory limit)
@@ -71,6 +76,8 @@ class LocalEngine final : public Engine {
       if (id < 0 || id >= info_.vocab_size)
         return invalid_argument("token id " + std::to_string(id) + " is outside the vocabulary");
     if (request.sampling.temperature < 0) return invalid_argument("temperature must be >= 0");
+    if (request.top_logprobs < 0 || request.top_logprobs > kMaxTopLogprobs)
+      return invalid_argument("top_logprobs must be in [0, " + std::to_string(kMaxTopLogprobs) + "]");
     Job job;
     job.request = &request;
     job.state_bytes = model::sequence_state_bytes(model_->config(), model_->plan(), total + 1);
@@ -221,8 +228,19 @@ class LocalEngine final : public Engine {
           j->prefilled = true;
           j->result.prefill_seconds = j->timer.seconds() - j->result.queue_seconds;
         }
-        const int32_t next = ops::sample_token(logits.data() + i * vocab, model_->sampleable_vocab(), req.sampling.temperature, *j->rng);
+        const float* row = logits.data() + i * vocab;
+        const int32_t next = ops::sample_token(row, model_->sampleable_vocab(), req.sampling.temperature, *j->rng);
         j->result.output_ids.push_back(next);
+        if (req.on_logprobs) {
+          const size_t k = std::min<size_t>(static_cast<size_t>(req.top_logprobs), model_->sampleable_vocab());
+          TokenLogprobsView view;
+          view.token = next;
+          view.logprob = ops::token_logprobs(row, model_->sampleable_vocab(), next, k, j->top_ids.data(),
+                                             j->top_logprobs.data());
+          view.top_ids = {j->top_ids.data(), k};
+          view.top_logprobs = {j->top_logprobs.data(), k};
+          req.on_logprobs(view);
+        }
         const bool keep = !req.on_token || req.on_token(next);
         const bool is_stop = next == info_.eos_id || std::find(req.sampling.stop_ids.begin(), req.sampling.stop_ids.end(),
                                                                next) != req.sampling.stop_ids.end();

@@ -274,9 +274,11 @@ OrderedJson tool_use_block(const ToolCall& call, bool with_input) {
 
 std::string render_message(const Completion& c) {
   OrderedJson content = OrderedJson::array();
-  if (!c.reasoning.empty())
+  // As deepseek-recipe: a thinking turn always has its thinking block (empty when the model went
+  // straight to </think>), and an empty answer has no text block.
+  if (!c.reasoning.empty() || c.thinking)
     content.push_back({{"type", "thinking"}, {"thinking", c.reasoning}, {"signature", thinking_signature(c.reasoning)}});
-  if (!c.content.empty() || c.tool_calls.empty()) content.push_back({{"type", "text"}, {"text", c.content}});
+  if (!c.content.empty()) content.push_back({{"type", "text"}, {"text", c.content}});
   for (const ToolCall& call : c.tool_calls) content.push_back(tool_use_block(call, true));
   OrderedJson m;
   m["id"] = c.id;
@@ -306,6 +308,7 @@ void MessagesStream::event(const char* type, OrderedJson payload) {
 }
 
 void MessagesStream::on_start(const Completion& header) {
+  header_thinking_ = header.thinking;
   OrderedJson m;
   m["id"] = header.id;
   m["type"] = "message";
@@ -337,11 +340,18 @@ void MessagesStream::on_reasoning(std::string_view delta) {
           {{"index", ++block_index_}, {"content_block", {{"type", "thinking"}, {"thinking", ""}, {"signature", ""}}}});
   }
   thinking_ += delta;
+  if (delta.empty()) return;
   event("content_block_delta",
         {{"index", block_index_}, {"delta", {{"type", "thinking_delta"}, {"thinking", std::string(delta)}}}});
 }
 
-void MessagesStream::on_content(std::string_view delta) {
+void MessagesStream::open_empty_thinking_block() {
+  if (!header_thinking_ || block_index_ >= 0) return;
+  on_reasoning("");
+}
+
+void MessagesStream::on_content(std::string_view delta, std::span<const TokenLogprob>) {
+  open_empty_thinking_block();
   if (open_ != Open::kText) {
     close_open_block();
     open_ = Open::kText;
@@ -352,15 +362,21 @@ void MessagesStream::on_content(std::string_view delta) {
 }
 
 void MessagesStream::on_tool_call(size_t index, const ToolCall& call) {
+  open_empty_thinking_block();
   close_open_block();
   event("content_block_start", {{"index", ++block_index_}, {"content_block", tool_use_block(call, false)}});
+  // Arguments that are not a JSON object (the model wrote a non-JSON value for a string="false"
+  // parameter) are streamed as the `input` the message reports, {}: deepseek-recipe streams the
+  // text itself, which the Anthropic SDK's stream accumulator cannot parse (it raises).
+  const std::string partial =
+      is_json_object_text(call.arguments) ? call.arguments : to_wire(arguments_object(call.arguments));
   event("content_block_delta",
-        {{"index", block_index_}, {"delta", {{"type", "input_json_delta"}, {"partial_json", call.arguments}}}});
+        {{"index", block_index_}, {"delta", {{"type", "input_json_delta"}, {"partial_json", partial}}}});
   event("content_block_stop", {{"index", block_index_}});
 }
 
 void MessagesStream::on_finish(const Completion& done) {
-  if (block_index_ < 0) on_content("");  // an empty answer is still one (empty) text block
+  open_empty_thinking_block();
   close_open_block();
   event("message_delta",
         {{"delta",

@@ -31,7 +31,7 @@ class MessagesStream : public StreamSink {
  public:
   void on_start(const Completion& header) override;
   void on_reasoning(std::string_view delta) override;
-  void on_content(std::string_view delta) override;
+  void on_content(std::string_view delta, std::span<const TokenLogprob> logprobs) override;
   void on_tool_call(size_t index, const ToolCall& call) override;
   void on_finish(const Completion& done) override;
   void on_error(const ApiError& error) override;
@@ -40,6 +40,9 @@ class MessagesStream : public StreamSink {
   enum class Open { kNone, kThinking, kText };
   void event(const char* type, OrderedJson payload);
   void close_open_block();
+  // A thinking turn whose reasoning is empty still gets its (empty) thinking block first.
+  void open_empty_thinking_block();
+  bool header_thinking_ = false;
   Open open_ = Open::kNone;
   int block_index_ = -1;
   std::string thinking_;  // the open thinking block's text (its signature is derived from it)

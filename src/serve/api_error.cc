@@ -11,7 +11,8 @@ int ApiError::http_status() const {
     case ErrorKind::kNotFound: return 404;
     case ErrorKind::kRequestTooLarge: return 413;
     case ErrorKind::kUnsupportedMediaType: return 415;
-    case ErrorKind::kRateLimited: return 429;
+    case ErrorKind::kRateLimited:
+    case ErrorKind::kTokenRateLimited: return 429;
     case ErrorKind::kOverloaded: return 503;
     case ErrorKind::kInternal: return 500;
   }
@@ -28,6 +29,7 @@ const char* ApiError::openai_type() const {
     case ErrorKind::kAuthentication: return "authentication_error";
     case ErrorKind::kNotFound: return "not_found_error";
     case ErrorKind::kRateLimited: return "rate_limit_error";
+    case ErrorKind::kTokenRateLimited: return "tokens";  // what OpenAI sends for a TPM limit
     case ErrorKind::kOverloaded: return "server_overloaded";
     case ErrorKind::kInternal: return "server_error";
   }
@@ -38,7 +40,8 @@ const char* ApiError::openai_code() const {
   switch (kind) {
     case ErrorKind::kContextTooLong: return "context_length_exceeded";
     case ErrorKind::kAuthentication: return "invalid_api_key";
-    case ErrorKind::kRateLimited: return "rate_limit_exceeded";
+    case ErrorKind::kRateLimited:
+    case ErrorKind::kTokenRateLimited: return "rate_limit_exceeded";
     case ErrorKind::kRequestTooLarge: return "request_too_large";
     default: return nullptr;
   }
@@ -53,7 +56,8 @@ const char* ApiError::anthropic_type() const {
     case ErrorKind::kForbidden: return "permission_error";
     case ErrorKind::kNotFound: return "not_found_error";
     case ErrorKind::kRequestTooLarge: return "request_too_large";
-    case ErrorKind::kRateLimited: return "rate_limit_error";
+    case ErrorKind::kRateLimited:
+    case ErrorKind::kTokenRateLimited: return "rate_limit_error";
     case ErrorKind::kOverloaded: return "overloaded_error";
     case ErrorKind::kInternal: return "api_error";
   }

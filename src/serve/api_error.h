@@ -18,6 +18,7 @@ enum class ErrorKind {
   kRequestTooLarge,  // 413: body over --max-body-bytes
   kUnsupportedMediaType,  // 415: a POST body that is not JSON
   kRateLimited,      // 429: the queue is full; Retry-After says when to come back
+  kTokenRateLimited, // 429: the key's tokens per minute are spent (OpenAI type "tokens")
   kOverloaded,       // 503: the engine is out of memory / shutting down
   kInternal,         // 500: a bug or an engine failure that is not the client's fault
 };

@@ -87,7 +87,10 @@ std::variant<PreparedGeneration, ApiError> ChatService::prepare_chat(const ChatR
   output.tool_id_prefix = std::string(tool_id_prefix);
   output.parse_tool_calls = !request.tools.empty();
   auto prepared = finish_prepare(std::move(chat.ids), request.sampling, std::move(output), id_prefix, request.model);
-  if (auto* p = std::get_if<PreparedGeneration>(&prepared)) p->header.responses_echo = request.responses_echo;
+  if (auto* p = std::get_if<PreparedGeneration>(&prepared)) {
+    p->header.responses_echo = request.responses_echo;
+    p->header.thinking = chat.thinking;
+  }
   return prepared;
 }
 
@@ -126,16 +129,19 @@ std::variant<PreparedGeneration, ApiError> ChatService::finish_prepare(std::vect
   prepared.request.sampling.temperature = sampling.temperature;
   prepared.request.sampling.seed = sampling.seed.value_or(fresh_seed());
   prepared.request.sampling.max_tokens = static_cast<int>(budget);
+  prepared.request.top_logprobs = sampling.logprobs ? sampling.top_logprobs : 0;
   prepared.output = std::move(output);
+  prepared.output.logprobs = sampling.logprobs;
   prepared.header.id = random_id(id_prefix);
   prepared.header.created = unix_seconds_now();
   prepared.header.model = model.empty() ? config_.model_id : model;
+  prepared.header.has_logprobs = sampling.logprobs;
   prepared.header.usage.prompt_tokens = static_cast<int>(n);  // known now; cached tokens at the end
   return prepared;
 }
 
 std::variant<std::shared_ptr<GenerationTask>, ApiError> ChatService::submit(const PreparedGeneration& prepared) {
-  auto task = queue_.submit(prepared.request);
+  auto task = queue_.submit(prepared.request, prepared.output.logprobs);
   if (task.ok()) return std::move(*task);
   if (task.status().code() == StatusCode::kResourceExhausted)
     return ApiError{ErrorKind::kRateLimited, task.status().message(), ""};
@@ -151,7 +157,7 @@ std::variant<Completion, ApiError> ChatService::follow(const PreparedGeneration&
   for (;;) {
     if (client_gone) task.cancel();
     GenerationTask::Update update = task.wait_for_update(kPollInterval);
-    for (int32_t token : update.tokens) assembler.push(token);
+    for (size_t i = 0; i < update.tokens.size(); ++i) assembler.push(update.tokens[i], update.logprobs, i);
     if (assembler.wants_stop()) task.cancel();
     const auto now = std::chrono::steady_clock::now();
     if (!update.tokens.empty()) {

@@ -40,6 +40,10 @@ struct SamplingOptions {
   float temperature = 1.0f;           // the model card's recommendation
   std::optional<uint64_t> seed;       // unset: a fresh seed per request
   std::vector<std::string> stop;      // stop strings (cut from the visible text)
+  // Report the log-probability of every content token, with this many alternatives
+  // (0..runtime::kMaxTopLogprobs). See docs/SERVER.md, "Log-probabilities".
+  bool logprobs = false;
+  int top_logprobs = 0;
 };
 
 struct StreamOptions {
@@ -81,6 +85,20 @@ struct Usage {
   int reasoning_tokens = 0;  // completion tokens spent before </think>
 };
 
+// One token of a logprobs report: the bytes it adds to the text (possibly part of a UTF-8
+// character) and its log-probability under the model's distribution.
+struct TokenChoice {
+  std::string bytes;
+  float logprob = 0;
+};
+
+// A content token with its most probable alternatives.
+struct TokenLogprob {
+  TokenChoice chosen;
+  std::vector<TokenChoice> top;
+  int text_offset = 0;  // where the token starts in the turn's content, in bytes
+};
+
 enum class FinishKind { kStop, kLength, kToolCalls, kCancelled, kError };
 
 // One generated assistant turn, as the parser understood it (never raw DSML in `content`).
@@ -95,6 +113,9 @@ struct Completion {
   std::string matched_stop;  // the stop string that ended the output, if one did
   Usage usage;
   OrderedJson responses_echo;  // ChatRequest::responses_echo of the request
+  bool has_logprobs = false;   // the request asked for them (SamplingOptions::logprobs)
+  bool thinking = false;       // the turn was generated in thinking mode
+  std::vector<TokenLogprob> logprobs;  // of the content tokens, in order
 };
 
 // The effort words every API may use, mapped as DeepSeek's protocol library (deepseek-recipe 0.2.0)

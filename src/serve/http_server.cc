@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <cstdio>
 #include <utility>  // before Asio: Boost 1.74's awaitable.hpp uses std::exchange without it
 
 #include <boost/asio.hpp>
@@ -27,6 +28,7 @@
 #include "serve/auth.h"
 #include "serve/metrics.h"
 #include "serve/openai_schema.h"
+#include "serve/rate_limit.h"
 #include "serve/responses_schema.h"
 #include "serve/sse.h"
 
@@ -114,6 +116,16 @@ struct Reply {
   std::vector<std::pair<std::string, std::string>> headers;
 };
 
+// OpenAI's x-ratelimit-*-tokens headers: the limit, what is left, and when the bucket is full
+// again ("1.5s").
+void add_rate_limit_headers(const TokenBudget::Decision& budget, Reply* r) {
+  char reset[32];
+  std::snprintf(reset, sizeof reset, "%.3gs", budget.reset_seconds);
+  r->headers.emplace_back("x-ratelimit-limit-tokens", std::to_string(budget.limit));
+  r->headers.emplace_back("x-ratelimit-remaining-tokens", std::to_string(budget.remaining));
+  r->headers.emplace_back("x-ratelimit-reset-tokens", reset);
+}
+
 Reply error_reply(bool anthropic, const ApiError& error) {
   Reply r;
   r.status = error.http_status();
@@ -169,32 +181,6 @@ class HandlerPool {
   std::vector<std::thread> threads_;
 };
 
-// Generation requests in flight per API key (--max-concurrent-per-key).
-class KeySlots {
- public:
-  explicit KeySlots(int limit) : limit_(limit) {}
-  bool acquire(const std::string& key) {
-    if (limit_ <= 0) return true;
-    std::lock_guard lock(mu_);
-    int& n = in_use_[key];
-    if (n >= limit_) return false;
-    ++n;
-    return true;
-  }
-  void release(const std::string& key) {
-    if (limit_ <= 0) return;
-    std::lock_guard lock(mu_);
-    auto it = in_use_.find(key);
-    if (it != in_use_.end() && --it->second == 0) in_use_.erase(it);
-  }
-  int limit() const { return limit_; }
-
- private:
-  const int limit_;
-  std::mutex mu_;
-  std::unordered_map<std::string, int> in_use_;
-};
-
 }  // namespace
 
 class HttpConnection;
@@ -205,6 +191,7 @@ struct HttpServer::Impl {
         options(std::move(opts)),
         key(options.api_key),
         key_slots(options.max_concurrent_per_key),
+        token_budget(options.max_tokens_per_minute_per_key),
         replay(options.replay_turns),
         queue(engine_in, options.queue),
         service(tokenizer, engine_in, queue, replay, options.service),
@@ -221,6 +208,9 @@ struct HttpServer::Impl {
   void handle(const std::shared_ptr<HttpConnection>& conn, const Request& req);
   Reply handle_generation(Api api, const Request& req, HttpConnection& conn, bool* streamed);
   Reply handle_count_tokens(const Request& req);
+  // 429 for a key whose tokens per minute are spent (or 429 without Retry-After for a prompt over
+  // the whole budget), in the endpoint's error format.
+  Reply token_limit_reply(Api api, const TokenBudget::Decision& budget, size_t prompt_tokens);
   void stream(Api api, const PreparedGeneration& prepared, GenerationTask& task, bool include_usage,
               HttpConnection& conn);
   Reply fail(Endpoint endpoint, bool anthropic, const ApiError& error) {
@@ -235,6 +225,7 @@ struct HttpServer::Impl {
   const ServerOptions options;
   const ApiKeyCheck key;
   KeySlots key_slots;
+  TokenBudget token_budget;
   ReplayStore replay;
   GenerationQueue queue;
   ChatService service;
@@ -779,6 +770,14 @@ Reply HttpServer::Impl::handle_generation(Api api, const Request& req, HttpConne
     ~SlotRelease() { slots.release(bucket); }
   } release{key_slots, bucket};
 
+  // The key's tokens per minute: the prompt now, the generated tokens when the turn has ended.
+  const TokenBudget::Decision budget =
+      token_budget.admit(bucket, static_cast<int64_t>(generation.request.prompt_ids.size()));
+  if (!budget.admitted) return token_limit_reply(api, budget, generation.request.prompt_ids.size());
+  auto charge_output = [&](const GenerationTask& done) {
+    if (done.result().ok()) token_budget.charge(bucket, static_cast<int64_t>(done.result()->output_ids.size()));
+  };
+
   auto submitted = service.submit(generation);
   if (const ApiError* e = std::get_if<ApiError>(&submitted)) return failed(*e);
   std::shared_ptr<GenerationTask> task = std::get<std::shared_ptr<GenerationTask>>(std::move(submitted));
@@ -786,16 +785,19 @@ Reply HttpServer::Impl::handle_generation(Api api, const Request& req, HttpConne
   if (stream_options.stream) {
     *streamed = true;
     stream(api, generation, *task, stream_options.include_usage, conn);
+    charge_output(*task);
     conn.stream_close(!conn.gone(), req.keep_alive());
     return {};
   }
   // Non-streaming: the client gets nothing until the end, so its disconnect is learnt from the
   // socket (HttpConnection::gone), checked whenever tokens arrive or the wait times out.
   auto outcome = service.follow(generation, *task, nullptr, [&conn](bool) { return !conn.gone(); });
+  charge_output(*task);
   if (const ApiError* e = std::get_if<ApiError>(&outcome)) return failed(*e);
   const Completion& turn = std::get<Completion>(outcome);
   metrics.count_turn(turn.usage, conn.gone());
   Reply r;
+  if (token_budget.enabled()) add_rate_limit_headers(budget, &r);
   r.body = render_turn(api, turn);
   metrics.count_response(endpoint_of(api), 200);
   return r;
@@ -815,6 +817,22 @@ void HttpServer::Impl::stream(Api api, const PreparedGeneration& prepared, Gener
   };
   auto outcome = service.follow(prepared, task, sink.get(), flush);
   if (const Completion* turn = std::get_if<Completion>(&outcome)) metrics.count_turn(turn->usage, gone);
+}
+
+Reply HttpServer::Impl::token_limit_reply(Api api, const TokenBudget::Decision& budget, size_t prompt_tokens) {
+  const std::string limit = std::to_string(budget.limit);
+  std::string message =
+      budget.never
+          ? "this request's prompt has " + std::to_string(prompt_tokens) + " tokens, more than this API key's limit of " +
+                limit + " tokens per minute (--max-tokens-per-minute-per-key); shorten the prompt"
+          : "this API key has used its " + limit + " tokens per minute (--max-tokens-per-minute-per-key): " +
+                std::to_string(budget.remaining) + " left, this prompt needs " + std::to_string(prompt_tokens) +
+                "; retry in " + std::to_string(budget.retry_after_seconds) + " s";
+  Reply r = error_reply(api == Api::kMessages, {ErrorKind::kTokenRateLimited, std::move(message), ""});
+  if (!budget.never) r.headers.emplace_back("Retry-After", std::to_string(budget.retry_after_seconds));
+  add_rate_limit_headers(budget, &r);
+  metrics.count_response(endpoint_of(api), r.status);
+  return r;
 }
 
 Reply HttpServer::Impl::handle_count_tokens(const Request& req) {

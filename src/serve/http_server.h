@@ -33,6 +33,8 @@ struct ServerOptions {
   bool allow_remote_origins = false;  // without a key: accept any Host/Origin and content type
   int max_concurrent_per_key = 0;  // generation requests in flight per API key (keyless clients
                                    // share one bucket); over it: 429. 0 = no limit
+  int64_t max_tokens_per_minute_per_key = 0;  // prompt + generated tokens per key and minute
+                                              // (rate_limit.h); over it: 429. 0 = no limit
   size_t max_body_bytes = 16u << 20;
   size_t max_connections = 2048;   // open connections; more are answered 503 and closed
   QueueLimits queue;

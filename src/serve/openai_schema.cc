@@ -1,17 +1,25 @@
 #include "serve/openai_schema.h"
 
+#include "runtime/engine.h"
+#include "serve/logprobs_json.h"
 #include "serve/sse.h"
+#include "serve/strict_tools.h"
 
 namespace cedar::serve {
 namespace {
 
 constexpr int64_t kMaxTokensField = 1 << 30;  // a sanity bound; the engine's context decides for real
 
+// choices[].logprobs of Chat Completions (and of its chunks).
+OrderedJson chat_logprobs_json(std::span<const TokenLogprob> tokens) {
+  return {{"content", token_logprob_entries(tokens)}, {"refusal", nullptr}};
+}
+
 // Fields every OpenAI generation endpoint shares: sampling, stop strings, streaming, and the options
 // cedar cannot honour (answered with a 400 that says so, rather than silently ignored).
 SchemaError parse_common_generation_fields(const OrderedJson& body, SamplingOptions* sampling,
                                            StreamOptions* stream) {
-  std::optional<int64_t> max_tokens, max_completion_tokens, n, seed, top_logprobs;
+  std::optional<int64_t> max_tokens, max_completion_tokens, n, seed;
   CEDAR_SCHEMA_TRY(read_int(body, "max_tokens", "", 1, kMaxTokensField, &max_tokens));
   CEDAR_SCHEMA_TRY(read_int(body, "max_completion_tokens", "", 1, kMaxTokensField, &max_completion_tokens));
   if (max_completion_tokens) {
@@ -34,11 +42,6 @@ SchemaError parse_common_generation_fields(const OrderedJson& body, SamplingOpti
   CEDAR_SCHEMA_TRY(read_int(body, "seed", "", INT64_MIN, INT64_MAX, &seed));
   if (seed) sampling->seed = static_cast<uint64_t>(*seed);
   if (body.contains("stop")) CEDAR_SCHEMA_TRY(read_stop(body["stop"], "stop", 4, &sampling->stop));
-  if (body.contains("logprobs") && !body["logprobs"].is_null() &&
-      !(body["logprobs"].is_boolean() && !body["logprobs"].get<bool>()) &&
-      !(body["logprobs"].is_number_integer() && body["logprobs"].get<int64_t>() == 0))
-    return invalid_request("logprobs are not supported by cedar", "logprobs");
-  CEDAR_SCHEMA_TRY(read_int(body, "top_logprobs", "", 0, 0, &top_logprobs));
   if (body.contains("logit_bias") && !body["logit_bias"].is_null() &&
       !(body["logit_bias"].is_object() && body["logit_bias"].empty()))
     return invalid_request("logit_bias is not supported by cedar", "logit_bias");
@@ -48,6 +51,29 @@ SchemaError parse_common_generation_fields(const OrderedJson& body, SamplingOpti
     if (!so.is_object()) return invalid_request("'stream_options' must be an object", "stream_options");
     CEDAR_SCHEMA_TRY(read_bool(so, "include_usage", "stream_options", &stream->include_usage));
   }
+  return std::nullopt;
+}
+
+// Chat Completions: "logprobs": bool, "top_logprobs": 0..20 (which needs logprobs true, as OpenAI).
+SchemaError parse_chat_logprobs(const OrderedJson& body, SamplingOptions* sampling) {
+  CEDAR_SCHEMA_TRY(read_bool(body, "logprobs", "", &sampling->logprobs));
+  std::optional<int64_t> top;
+  CEDAR_SCHEMA_TRY(read_int(body, "top_logprobs", "", 0, runtime::kMaxTopLogprobs, &top));
+  if (top && !sampling->logprobs)
+    return invalid_request("'top_logprobs' needs 'logprobs': true", "top_logprobs");
+  sampling->top_logprobs = static_cast<int>(top.value_or(0));
+  return std::nullopt;
+}
+
+// Legacy Completions: "logprobs": N (0..20) reports every token and its N most probable
+// alternatives; null means none.
+SchemaError parse_legacy_logprobs(const OrderedJson& body, SamplingOptions* sampling) {
+  auto it = body.find("logprobs");
+  if (it != body.end() && it->is_boolean() && !it->get<bool>()) return std::nullopt;  // false: none
+  std::optional<int64_t> top;
+  CEDAR_SCHEMA_TRY(read_int(body, "logprobs", "", 0, runtime::kMaxTopLogprobs, &top));
+  sampling->logprobs = top.has_value();
+  sampling->top_logprobs = static_cast<int>(top.value_or(0));
   return std::nullopt;
 }
 
@@ -183,6 +209,7 @@ SchemaError parse_chat_completion_request(const OrderedJson& body, ChatRequest* 
   for (size_t i = 0; i < messages->size(); ++i)
     CEDAR_SCHEMA_TRY(parse_message((*messages)[i], field_path("messages", i), &out->messages[i]));
   if (body.contains("tools")) CEDAR_SCHEMA_TRY(parse_tools(body["tools"], &out->tools));
+  CEDAR_SCHEMA_TRY(apply_strict_tools(&out->tools, "tools"));
   CEDAR_SCHEMA_TRY(apply_tool_choice(body, &out->tools));
   CEDAR_SCHEMA_TRY(parse_response_format(body, &out->response_format));
   bool parallel_tool_calls = true;  // accepted; V4.1 decides how many invokes one block holds
@@ -202,6 +229,7 @@ SchemaError parse_chat_completion_request(const OrderedJson& body, ChatRequest* 
     CEDAR_SCHEMA_TRY(read_effort(body["reasoning_effort"], "reasoning_effort", &out->reasoning));
     if (explicit_thinking.has_value() && !*explicit_thinking) out->reasoning.thinking = false;
   }
+  CEDAR_SCHEMA_TRY(parse_chat_logprobs(body, &out->sampling));
   return parse_common_generation_fields(body, &out->sampling, &out->stream);
 }
 
@@ -224,6 +252,7 @@ SchemaError parse_completion_request(const OrderedJson& body, CompletionRequest*
   CEDAR_SCHEMA_TRY(read_int(body, "best_of", "", 1, 1, &best_of));
   if (body.contains("suffix") && !body["suffix"].is_null())
     return invalid_request("'suffix' (fill-in-the-middle) is not supported by cedar", "suffix");
+  CEDAR_SCHEMA_TRY(parse_legacy_logprobs(body, &out->sampling));
   return parse_common_generation_fields(body, &out->sampling, &out->stream);
 }
 
@@ -270,7 +299,7 @@ std::string render_chat_completion(const Completion& c) {
   OrderedJson choice;
   choice["index"] = 0;
   choice["message"] = std::move(message);
-  choice["logprobs"] = nullptr;
+  choice["logprobs"] = c.has_logprobs ? chat_logprobs_json(c.logprobs) : OrderedJson(nullptr);
   choice["finish_reason"] = openai_finish_reason(c.finish);
   OrderedJson body;
   body["id"] = c.id;
@@ -287,7 +316,7 @@ std::string render_text_completion(const Completion& c) {
   OrderedJson choice;
   choice["index"] = 0;
   choice["text"] = c.content;
-  choice["logprobs"] = nullptr;
+  choice["logprobs"] = c.has_logprobs ? legacy_logprobs(c.logprobs) : OrderedJson(nullptr);
   choice["finish_reason"] = openai_finish_reason(c.finish);
   OrderedJson body;
   body["id"] = c.id;
@@ -341,11 +370,12 @@ std::string render_health(const std::string& model_id, int waiting, int running)
 
 // ---- Chat Completions stream.
 
-void ChatCompletionStream::emit_delta(OrderedJson delta, const char* finish_reason) {
+void ChatCompletionStream::emit_delta(OrderedJson delta, const char* finish_reason,
+                                      std::optional<std::span<const TokenLogprob>> logprobs) {
   OrderedJson choice;
   choice["index"] = 0;
   choice["delta"] = std::move(delta);
-  choice["logprobs"] = nullptr;
+  choice["logprobs"] = logprobs ? chat_logprobs_json(*logprobs) : OrderedJson(nullptr);
   choice["finish_reason"] = finish_reason ? OrderedJson(finish_reason) : OrderedJson(nullptr);
   OrderedJson chunk;
   chunk["id"] = header_.id;
@@ -366,8 +396,10 @@ void ChatCompletionStream::on_reasoning(std::string_view delta) {
   emit_delta({{"reasoning_content", std::string(delta)}}, nullptr);
 }
 
-void ChatCompletionStream::on_content(std::string_view delta) {
-  emit_delta({{"content", std::string(delta)}}, nullptr);
+void ChatCompletionStream::on_content(std::string_view delta, std::span<const TokenLogprob> logprobs) {
+  std::optional<std::span<const TokenLogprob>> reported;
+  if (header_.has_logprobs) reported = logprobs;
+  emit_delta({{"content", std::string(delta)}}, nullptr, reported);
 }
 
 void ChatCompletionStream::on_tool_call(size_t index, const ToolCall& call) {
@@ -399,11 +431,11 @@ void ChatCompletionStream::on_error(const ApiError& error) {
 
 // ---- Legacy Completions stream.
 
-void TextCompletionStream::on_content(std::string_view delta) {
+void TextCompletionStream::on_content(std::string_view delta, std::span<const TokenLogprob> logprobs) {
   OrderedJson choice;
   choice["index"] = 0;
   choice["text"] = std::string(delta);
-  choice["logprobs"] = nullptr;
+  choice["logprobs"] = header_.has_logprobs ? legacy_logprobs(logprobs) : OrderedJson(nullptr);
   choice["finish_reason"] = nullptr;
   OrderedJson chunk;
   chunk["id"] = header_.id;

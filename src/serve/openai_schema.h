@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -40,13 +42,14 @@ class ChatCompletionStream : public StreamSink {
   explicit ChatCompletionStream(bool include_usage) : include_usage_(include_usage) {}
   void on_start(const Completion& header) override;
   void on_reasoning(std::string_view delta) override;
-  void on_content(std::string_view delta) override;
+  void on_content(std::string_view delta, std::span<const TokenLogprob> logprobs) override;
   void on_tool_call(size_t index, const ToolCall& call) override;
   void on_finish(const Completion& done) override;
   void on_error(const ApiError& error) override;
 
  private:
-  void emit_delta(OrderedJson delta, const char* finish_reason);
+  void emit_delta(OrderedJson delta, const char* finish_reason,
+                  std::optional<std::span<const TokenLogprob>> logprobs = std::nullopt);
   bool include_usage_;
   Completion header_;
 };
@@ -57,7 +60,7 @@ class TextCompletionStream : public StreamSink {
   explicit TextCompletionStream(bool include_usage) : include_usage_(include_usage) {}
   void on_start(const Completion& header) override { header_ = header; }
   void on_reasoning(std::string_view delta) override {}  // a raw prompt has no reasoning channel
-  void on_content(std::string_view delta) override;
+  void on_content(std::string_view delta, std::span<const TokenLogprob> logprobs) override;
   void on_tool_call(size_t index, const ToolCall& call) override {}
   void on_finish(const Completion& done) override;
   void on_error(const ApiError& error) override;

@@ -1,6 +1,7 @@
 #include "serve/output_assembler.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "core/log.h"
 #include "serve/schema_util.h"
@@ -20,6 +21,15 @@ size_t incomplete_utf8_tail(std::string_view s) {
   return 0;
 }
 
+// Moves the newlines that end `text` (all of it when it is only newlines) into `held`.
+std::string hold_trailing_newlines(std::string text, std::string* held) {
+  const size_t last = text.find_last_not_of('\n');
+  const size_t keep = last == std::string::npos ? 0 : last + 1;
+  *held = text.substr(keep);
+  text.resize(keep);
+  return text;
+}
+
 }  // namespace
 
 OutputAssembler::OutputAssembler(const tokenizer::Tokenizer& tokenizer, OutputSettings settings, StreamSink* sink)
@@ -33,6 +43,21 @@ OutputAssembler::OutputAssembler(const tokenizer::Tokenizer& tokenizer, OutputSe
   for (const std::string& s : settings_.stop) longest_stop_ = std::max(longest_stop_, s.size());
 }
 
+void OutputAssembler::push(int32_t token, const runtime::TokenLogprobs& logprobs, size_t index) {
+  if (settings_.logprobs && index < logprobs.size()) {
+    ids_.push_back(token);
+    spans_.push_back({decoded_.size(), decoded_.size()});  // the end is set once the token is decoded
+    const size_t k = static_cast<size_t>(logprobs.k);
+    probs_.k = logprobs.k;
+    probs_.logprob.push_back(logprobs.logprob[index]);
+    probs_.top_ids.insert(probs_.top_ids.end(), logprobs.top_ids.begin() + index * k,
+                          logprobs.top_ids.begin() + (index + 1) * k);
+    probs_.top_logprobs.insert(probs_.top_logprobs.end(), logprobs.top_logprobs.begin() + index * k,
+                               logprobs.top_logprobs.begin() + (index + 1) * k);
+  }
+  push(token);
+}
+
 void OutputAssembler::push(int32_t token) {
   if (think_end_id_ && token == *think_end_id_ && !think_end_at_) think_end_at_ = tokens_;
   ++tokens_;
@@ -44,6 +69,8 @@ void OutputAssembler::push(int32_t token) {
   }
   if (text->empty()) return;
   decoded_ += *text;
+  // This token's span: the text it completed (before the parser may emit it as content).
+  if (spans_.size() == static_cast<size_t>(tokens_)) spans_.back().end = decoded_.size();
   if (settings_.mode == OutputMode::kRaw) {
     content_text(*text);
     return;
@@ -54,12 +81,14 @@ void OutputAssembler::push(int32_t token) {
 void OutputAssembler::handle(const tokenizer::ParseEvent& event) {
   if (stop_matched_) return;
   switch (event.type) {
-    case tokenizer::ParseEvent::Type::kReasoningDelta:
-      turn_.reasoning += event.text;
-      if (sink_) sink_->on_reasoning(event.text);
+    case tokenizer::ParseEvent::Type::kReasoningDelta: reasoning_delta(event.text); break;
+    case tokenizer::ParseEvent::Type::kContentDelta:
+      reasoning_newlines_.clear();
+      content_delta(event.text);
       break;
-    case tokenizer::ParseEvent::Type::kContentDelta: content_text(event.text); break;
     case tokenizer::ParseEvent::Type::kToolCall: {
+      reasoning_newlines_.clear();
+      content_newlines_.clear();  // newlines before the calls block are not content
       flush_held_content();  // a stop string cannot span a tool call
       ToolCall call{random_id(settings_.tool_id_prefix), event.tool_call.name, event.tool_call.arguments};
       if (sink_) sink_->on_tool_call(turn_.tool_calls.size(), call);
@@ -69,6 +98,24 @@ void OutputAssembler::handle(const tokenizer::ParseEvent& event) {
     case tokenizer::ParseEvent::Type::kError: failure_ = event.text; break;
     case tokenizer::ParseEvent::Type::kDone: parser_done_ = true; break;
   }
+}
+
+void OutputAssembler::reasoning_delta(std::string_view text) {
+  const std::string shown = hold_trailing_newlines(reasoning_newlines_ + std::string(text), &reasoning_newlines_);
+  if (shown.empty()) return;
+  turn_.reasoning += shown;
+  if (sink_) sink_->on_reasoning(shown);
+}
+
+void OutputAssembler::content_delta(std::string_view text) {
+  if (!content_started_) {
+    const size_t first = text.find_first_not_of('\n');
+    if (first == std::string_view::npos) return;
+    text.remove_prefix(first);
+    content_started_ = true;
+  }
+  const std::string shown = hold_trailing_newlines(content_newlines_ + std::string(text), &content_newlines_);
+  if (!shown.empty()) content_text(shown);
 }
 
 void OutputAssembler::content_text(std::string_view text) {
@@ -100,8 +147,41 @@ void OutputAssembler::content_text(std::string_view text) {
 
 void OutputAssembler::emit_content(std::string_view text) {
   if (text.empty()) return;
+  const size_t reported = turn_.logprobs.size();
+  if (settings_.logprobs) {
+    // Content is the model's text without markup, in order: each delta is the next occurrence of
+    // its text in decoded_, after the reasoning.
+    if (content_cursor_ == 0 && settings_.thinking == tokenizer::ThinkingMode::kThinking) {
+      const size_t end = decoded_.find(tokenizer::kThinkEnd);
+      if (end != std::string::npos) content_cursor_ = end + tokenizer::kThinkEnd.size();
+    }
+    const size_t at = decoded_.find(text, content_cursor_);
+    if (at != std::string::npos) {
+      report_tokens(at, at + text.size());
+      content_cursor_ = at + text.size();
+    }
+  }
   turn_.content += text;
-  if (sink_) sink_->on_content(text);
+  if (sink_) sink_->on_content(text, std::span<const TokenLogprob>(turn_.logprobs).subspan(reported));
+}
+
+void OutputAssembler::report_tokens(size_t from, size_t to) {
+  const size_t k = static_cast<size_t>(probs_.k);
+  auto spell = [&](int32_t id) {
+    if (tokenizer_.has_byte_level_decoder()) return std::string(tokenizer_.token_bytes(id));
+    return tokenizer_.decode_token_raw(id);
+  };
+  for (; next_report_ < spans_.size() && spans_[next_report_].start < to; ++next_report_) {
+    const TokenSpan span = spans_[next_report_];
+    const bool shows_text = span.start == span.end ? span.start >= from : span.end > from;
+    if (!shows_text) continue;  // markup or reasoning before this delta
+    TokenLogprob entry;
+    entry.chosen = {spell(ids_[next_report_]), probs_.logprob[next_report_]};
+    for (size_t j = 0; j < k; ++j)
+      entry.top.push_back({spell(probs_.top_ids[next_report_ * k + j]), probs_.top_logprobs[next_report_ * k + j]});
+    entry.text_offset = static_cast<int>(turn_.content.size() + (span.start > from ? span.start - from : 0));
+    turn_.logprobs.push_back(std::move(entry));
+  }
 }
 
 void OutputAssembler::flush_held_content() {
@@ -124,16 +204,29 @@ std::optional<ApiError> OutputAssembler::finish(const runtime::GenerationResult&
       }
     }
     if (settings_.mode == OutputMode::kChat && !wants_stop()) {
-      for (const tokenizer::ParseEvent& e : parser_.finish()) handle(e);
+      const std::vector<tokenizer::ParseEvent> events = parser_.finish();
+      // A text cut (max_tokens, cancel) inside a marker: the parser hands the start of the marker
+      // back as content and complains; that start is markup, not content (deepseek-recipe drops
+      // it too).
+      const bool cut_in_marker =
+          result.finish_reason != runtime::FinishReason::kStop &&
+          std::any_of(events.begin(), events.end(),
+                      [](const tokenizer::ParseEvent& e) { return e.type == tokenizer::ParseEvent::Type::kError; });
+      for (const tokenizer::ParseEvent& e : events)
+        if (!(cut_in_marker && e.type == tokenizer::ParseEvent::Type::kContentDelta)) handle(e);
       failure_at_end = failure_.has_value();
     }
   }
+  // Newlines that ended the answer are content after all (only those before a tool call are not).
+  if (!stop_matched_ && !content_newlines_.empty()) content_text(std::exchange(content_newlines_, {}));
   if (!stop_matched_) flush_held_content();
 
   turn->content = std::move(turn_.content);
   turn->reasoning = std::move(turn_.reasoning);
   turn->tool_calls = std::move(turn_.tool_calls);
   turn->matched_stop = turn_.matched_stop;
+  turn->has_logprobs = settings_.logprobs;
+  turn->logprobs = std::move(turn_.logprobs);
   turn->usage.prompt_tokens = result.prompt_tokens;
   turn->usage.completion_tokens = static_cast<int>(result.output_ids.size());
   turn->usage.cached_tokens = result.cached_tokens;

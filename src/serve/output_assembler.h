@@ -32,6 +32,8 @@ struct OutputSettings {
   // False when the request declared no tools or chose "none": DSML the model writes anyway stays
   // content, and the turn makes no tool call (as deepseek-recipe parses it).
   bool parse_tool_calls = true;
+  // Report the content tokens' log-probabilities (Completion::logprobs, StreamSink::on_content).
+  bool logprobs = false;
 };
 
 class OutputAssembler {
@@ -42,6 +44,8 @@ class OutputAssembler {
   // Consumes one generated token. After a stop string matched or the output broke the format,
   // further tokens are ignored; the caller should cancel the generation (wants_stop()).
   void push(int32_t token);
+  // The same, with the token's log-probabilities: entry `index` of `logprobs` (settings.logprobs).
+  void push(int32_t token, const runtime::TokenLogprobs& logprobs, size_t index);
   bool wants_stop() const { return stop_matched_ || failure_.has_value(); }
   // The parser's complaint when the model's output broke the V4.1 format (malformed DSML, a
   // control marker in the wrong place), with the generation finished by EOS.
@@ -57,9 +61,15 @@ class OutputAssembler {
 
  private:
   void handle(const tokenizer::ParseEvent& event);
+  // Parser deltas, with deepseek-recipe's newline handling: newlines that end the reasoning, that
+  // begin the answer, or that come just before the tool calls are dropped.
+  void reasoning_delta(std::string_view text);
+  void content_delta(std::string_view text);
   void content_text(std::string_view text);
   void emit_content(std::string_view text);
   void flush_held_content();
+  // The not yet reported tokens whose text overlaps decoded_[from, to), appended to turn_.logprobs.
+  void report_tokens(size_t from, size_t to);
 
   const tokenizer::Tokenizer& tokenizer_;
   const OutputSettings settings_;
@@ -71,12 +81,27 @@ class OutputAssembler {
   std::string decoded_;        // every decoded character so far
   std::string held_content_;   // content not yet shown: it may be the start of a stop string
   size_t longest_stop_ = 0;
+  std::string reasoning_newlines_;  // held: they are dropped if the reasoning ends after them
+  std::string content_newlines_;    // held: they are dropped if tool calls follow
+  bool content_started_ = false;    // a character other than a newline was shown as content
   bool stop_matched_ = false;
   bool parser_done_ = false;
   std::optional<std::string> failure_;
   Completion turn_;            // content, reasoning, tool calls so far
   int tokens_ = 0;
   std::optional<int> think_end_at_;  // index of the </think> token in the output
+
+  // Logprobs (settings.logprobs): every token's text span in decoded_ [start, end) (empty for a
+  // token that completed no character yet) and its probabilities; tokens are reported with the
+  // first content delta that shows their text, so reasoning, markup and tool call tokens are not.
+  struct TokenSpan {
+    size_t start = 0, end = 0;
+  };
+  std::vector<int32_t> ids_;
+  std::vector<TokenSpan> spans_;
+  runtime::TokenLogprobs probs_;
+  size_t next_report_ = 0;     // first token not yet reported or skipped
+  size_t content_cursor_ = 0;  // in decoded_: where the next content delta is looked for
 };
 
 }  // namespace cedar::serve

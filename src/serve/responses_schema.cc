@@ -2,7 +2,10 @@
 
 #include <algorithm>
 
+#include "runtime/engine.h"
+#include "serve/logprobs_json.h"
 #include "serve/sse.h"
+#include "serve/strict_tools.h"
 
 namespace cedar::serve {
 namespace {
@@ -139,6 +142,25 @@ SchemaError parse_text_format(const OrderedJson& body, std::optional<OrderedJson
   return std::nullopt;
 }
 
+// Log-probabilities come with include: ["message.output_text.logprobs"]; top_logprobs (0..20)
+// says how many alternatives. Other include values are accepted and change nothing (the reasoning
+// text always travels in encrypted_content).
+SchemaError parse_responses_logprobs(const OrderedJson& body, SamplingOptions* sampling) {
+  auto include = body.find("include");
+  if (include != body.end() && !include->is_null()) {
+    if (!include->is_array()) return invalid_request("'include' must be an array of strings", "include");
+    for (size_t i = 0; i < include->size(); ++i) {
+      const OrderedJson& v = (*include)[i];
+      if (!v.is_string()) return invalid_request("'include' must be an array of strings", field_path("include", i));
+      if (v == "message.output_text.logprobs") sampling->logprobs = true;
+    }
+  }
+  std::optional<int64_t> top;
+  CEDAR_SCHEMA_TRY(read_int(body, "top_logprobs", "", 0, runtime::kMaxTopLogprobs, &top));
+  sampling->top_logprobs = static_cast<int>(top.value_or(0));
+  return std::nullopt;
+}
+
 }  // namespace
 
 SchemaError parse_responses_request(const OrderedJson& body, ChatRequest* out) {
@@ -173,6 +195,7 @@ SchemaError parse_responses_request(const OrderedJson& body, ChatRequest* out) {
     std::stable_sort(m.tool_calls.begin(), m.tool_calls.end(),
                      [](const ToolCall& a, const ToolCall& b) { return a.id < b.id; });
   if (body.contains("tools")) CEDAR_SCHEMA_TRY(parse_tools(body["tools"], &out->tools));
+  CEDAR_SCHEMA_TRY(apply_strict_tools(&out->tools, "tools"));
   if (body.contains("tool_choice") && !body["tool_choice"].is_null()) {
     const OrderedJson& tc = body["tool_choice"];
     if (tc == "none") {
@@ -199,6 +222,7 @@ SchemaError parse_responses_request(const OrderedJson& body, ChatRequest* out) {
   CEDAR_SCHEMA_TRY(read_bool(body, "store", "", &store));  // accepted; nothing is ever stored
   CEDAR_SCHEMA_TRY(read_bool(body, "parallel_tool_calls", "", &parallel));
   CEDAR_SCHEMA_TRY(read_bool(body, "stream", "", &out->stream.stream));
+  CEDAR_SCHEMA_TRY(parse_responses_logprobs(body, &out->sampling));
   out->stream.include_usage = true;  // response.completed always carries usage
 
   // What the response objects report back (deepseek-recipe's ResponsesEcho).
@@ -238,7 +262,10 @@ namespace {
 OrderedJson usage_json(const Usage& u) {
   OrderedJson usage;
   usage["input_tokens"] = u.prompt_tokens;
-  usage["input_tokens_details"] = {{"cached_tokens", u.cached_tokens}};
+  // cache_write_tokens (required by the SDK's ResponseUsage): the prompt tokens this request
+  // computed, which the prefix cache stores for the next turn.
+  usage["input_tokens_details"] = {{"cache_write_tokens", u.prompt_tokens - u.cached_tokens},
+                                   {"cached_tokens", u.cached_tokens}};
   usage["output_tokens"] = u.completion_tokens;
   usage["output_tokens_details"] = {{"reasoning_tokens", u.reasoning_tokens}};
   usage["total_tokens"] = u.prompt_tokens + u.completion_tokens;
@@ -258,18 +285,22 @@ OrderedJson reasoning_item(const std::string& id, const std::string& text, const
   return item;
 }
 
-OrderedJson output_text_part(const std::string& text) {
-  return {{"type", "output_text"}, {"text", text}, {"annotations", OrderedJson::array()}, {"logprobs", OrderedJson::array()}};
+OrderedJson output_text_part(const std::string& text, std::span<const TokenLogprob> logprobs = {}) {
+  return {{"type", "output_text"},
+          {"text", text},
+          {"annotations", OrderedJson::array()},
+          {"logprobs", token_logprob_entries(logprobs)}};
 }
 
-OrderedJson message_item(const std::string& id, const std::string& text, const char* status, bool with_part) {
+OrderedJson message_item(const std::string& id, const std::string& text, const char* status, bool with_part,
+                         std::span<const TokenLogprob> logprobs = {}) {
   OrderedJson item;
   item["id"] = id;
   item["type"] = "message";
   item["role"] = "assistant";
   item["status"] = status;
   item["content"] = OrderedJson::array();
-  if (with_part) item["content"].push_back(output_text_part(text));
+  if (with_part) item["content"].push_back(output_text_part(text, logprobs));
   return item;
 }
 
@@ -321,12 +352,19 @@ const char* final_status(const Completion& c) { return c.finish == FinishKind::k
 }  // namespace
 
 std::string render_response(const Completion& c) {
+  // The items the stream would have sent (an empty answer has none), the last one carrying the
+  // response's status when max_output_tokens cut it.
+  const char* status = final_status(c);
+  const size_t n = (c.reasoning.empty() ? 0 : 1) + (c.content.empty() ? 0 : 1) + c.tool_calls.size();
+  size_t i = 0;
+  auto item_status = [&] { return ++i == n ? status : "completed"; };
   OrderedJson output = OrderedJson::array();
-  if (!c.reasoning.empty()) output.push_back(reasoning_item(random_id("rs_"), c.reasoning, "completed"));
-  if (!c.content.empty() || c.tool_calls.empty())
-    output.push_back(message_item(random_id("msg_"), c.content, "completed", true));
-  for (const ToolCall& call : c.tool_calls) output.push_back(function_call_item(random_id("fc_"), call, "completed", true));
-  return to_wire(response_json(c, std::move(output), final_status(c)));
+  if (!c.reasoning.empty()) output.push_back(reasoning_item(random_id("rs_"), c.reasoning, item_status()));
+  if (!c.content.empty())
+    output.push_back(message_item(random_id("msg_"), c.content, item_status(), true, c.logprobs));
+  for (const ToolCall& call : c.tool_calls)
+    output.push_back(function_call_item(random_id("fc_"), call, item_status(), true));
+  return to_wire(response_json(c, std::move(output), status));
 }
 
 // ---- Streaming.
@@ -345,14 +383,18 @@ void ResponsesStream::on_start(const Completion& header) {
   event("response.in_progress", {{"response", response_json(header_, OrderedJson::array(), "in_progress")}});
 }
 
-void ResponsesStream::close_open_item() {
-  if (open_ == Open::kReasoning) {
+void ResponsesStream::close_open_item(const char* status) {
+  if (open_ == Open::kFunctionCall) {
+    function_call_["status"] = status;
+    event("response.output_item.done", {{"output_index", output_index_}, {"item", function_call_}});
+    items_.push_back(std::move(function_call_));
+  } else if (open_ == Open::kReasoning) {
     const OrderedJson part = {{"type", "reasoning_text"}, {"text", text_}};
     event("response.reasoning_text.done",
           {{"item_id", item_id_}, {"output_index", output_index_}, {"content_index", 0}, {"text", text_}});
     event("response.content_part.done",
           {{"item_id", item_id_}, {"output_index", output_index_}, {"content_index", 0}, {"part", part}});
-    OrderedJson item = reasoning_item(item_id_, text_, "completed");
+    OrderedJson item = reasoning_item(item_id_, text_, status);
     event("response.output_item.done", {{"output_index", output_index_}, {"item", item}});
     items_.push_back(std::move(item));
   } else if (open_ == Open::kMessage) {
@@ -360,15 +402,18 @@ void ResponsesStream::close_open_item() {
                                         {"output_index", output_index_},
                                         {"content_index", 0},
                                         {"text", text_},
-                                        {"logprobs", OrderedJson::array()}});
-    event("response.content_part.done",
-          {{"item_id", item_id_}, {"output_index", output_index_}, {"content_index", 0}, {"part", output_text_part(text_)}});
-    OrderedJson item = message_item(item_id_, text_, "completed", true);
+                                        {"logprobs", token_logprob_entries(logprobs_, /*with_bytes=*/false)}});
+    event("response.content_part.done", {{"item_id", item_id_},
+                                         {"output_index", output_index_},
+                                         {"content_index", 0},
+                                         {"part", output_text_part(text_, logprobs_)}});
+    OrderedJson item = message_item(item_id_, text_, status, true, logprobs_);
     event("response.output_item.done", {{"output_index", output_index_}, {"item", item}});
     items_.push_back(std::move(item));
   }
   open_ = Open::kNone;
   text_.clear();
+  logprobs_.clear();
 }
 
 void ResponsesStream::on_reasoning(std::string_view delta) {
@@ -389,7 +434,7 @@ void ResponsesStream::on_reasoning(std::string_view delta) {
         {{"item_id", item_id_}, {"output_index", output_index_}, {"content_index", 0}, {"delta", std::string(delta)}});
 }
 
-void ResponsesStream::on_content(std::string_view delta) {
+void ResponsesStream::on_content(std::string_view delta, std::span<const TokenLogprob> logprobs) {
   if (open_ != Open::kMessage) {
     close_open_item();
     open_ = Open::kMessage;
@@ -401,11 +446,12 @@ void ResponsesStream::on_content(std::string_view delta) {
           {{"item_id", item_id_}, {"output_index", output_index_}, {"content_index", 0}, {"part", output_text_part("")}});
   }
   text_ += delta;
+  logprobs_.insert(logprobs_.end(), logprobs.begin(), logprobs.end());
   event("response.output_text.delta", {{"item_id", item_id_},
                                        {"output_index", output_index_},
                                        {"content_index", 0},
                                        {"delta", std::string(delta)},
-                                       {"logprobs", OrderedJson::array()}});
+                                       {"logprobs", token_logprob_entries(logprobs, /*with_bytes=*/false)}});
 }
 
 void ResponsesStream::on_tool_call(size_t index, const ToolCall& call) {
@@ -418,16 +464,15 @@ void ResponsesStream::on_tool_call(size_t index, const ToolCall& call) {
         {{"item_id", id}, {"output_index", output_index_}, {"delta", call.arguments}});
   event("response.function_call_arguments.done",
         {{"item_id", id}, {"output_index", output_index_}, {"name", call.name}, {"arguments", call.arguments}});
-  OrderedJson item = function_call_item(id, call, "completed", true);
-  event("response.output_item.done", {{"output_index", output_index_}, {"item", item}});
-  items_.push_back(std::move(item));
+  // Its output_item.done waits for the next item or the end: the last item of a turn cut by
+  // max_output_tokens is "incomplete" (as deepseek-recipe reports it).
+  open_ = Open::kFunctionCall;
+  function_call_ = function_call_item(id, call, "completed", true);
 }
 
 void ResponsesStream::on_finish(const Completion& done) {
-  close_open_item();
-  if (items_.empty()) on_content("");  // an empty answer is still one (empty) message
-  close_open_item();
   const char* status = final_status(done);
+  close_open_item(status);  // "incomplete" or "completed", like the response
   const char* type = std::string_view(status) == "incomplete" ? "response.incomplete" : "response.completed";
   event(type, {{"response", response_json(done, items_, status)}});
 }

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "serve/api_error.h"
 #include "serve/chat_types.h"
@@ -28,21 +29,24 @@ class ResponsesStream : public StreamSink {
  public:
   void on_start(const Completion& header) override;
   void on_reasoning(std::string_view delta) override;
-  void on_content(std::string_view delta) override;
+  void on_content(std::string_view delta, std::span<const TokenLogprob> logprobs) override;
   void on_tool_call(size_t index, const ToolCall& call) override;
   void on_finish(const Completion& done) override;
   void on_error(const ApiError& error) override;
 
  private:
-  enum class Open { kNone, kReasoning, kMessage };
+  enum class Open { kNone, kReasoning, kMessage, kFunctionCall };
   void event(const char* type, OrderedJson payload);
-  void close_open_item();
+  // Ends the open item with output_item.done of this status.
+  void close_open_item(const char* status = "completed");
   Completion header_;
   int sequence_ = 0;
   int output_index_ = -1;
   Open open_ = Open::kNone;
   std::string item_id_;
   std::string text_;  // text of the open item so far
+  std::vector<TokenLogprob> logprobs_;  // of the open message item's tokens so far
+  OrderedJson function_call_;  // the open function_call item (Open::kFunctionCall)
   OrderedJson items_ = OrderedJson::array();  // finished output items, for response.completed
 };
 

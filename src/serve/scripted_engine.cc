@@ -1,6 +1,7 @@
 #include "serve/scripted_engine.h"
 
 #include <algorithm>
+#include <array>
 #include <thread>
 
 #include "core/timer.h"
@@ -57,6 +58,8 @@ Result<runtime::GenerationResult> ScriptedEngine::generate(const runtime::Genera
   for (int32_t id : prompt)
     if (id < 0 || (info_.vocab_size > 0 && id >= info_.vocab_size))
       return invalid_argument("prompt token id " + std::to_string(id) + " is outside the vocabulary");
+  if (request.top_logprobs < 0 || request.top_logprobs > runtime::kMaxTopLogprobs)
+    return invalid_argument("top_logprobs must be in [0, " + std::to_string(runtime::kMaxTopLogprobs) + "]");
   CEDAR_ASSIGN_OR_RETURN(const ScriptedReply* reply, pick_reply(prompt));
   {
     std::lock_guard lock(mu_);
@@ -75,10 +78,22 @@ Result<runtime::GenerationResult> ScriptedEngine::generate(const runtime::Genera
 
   Timer decode;
   result.finish_reason = runtime::FinishReason::kLength;
+  std::array<int32_t, runtime::kMaxTopLogprobs> top_ids{};
+  std::array<float, runtime::kMaxTopLogprobs> top_logprobs{};
+  const int vocab = info_.vocab_size > 0 ? info_.vocab_size : 1;
   for (int32_t id : reply->output_ids) {
     if (static_cast<int>(result.output_ids.size()) >= request.sampling.max_tokens) break;
     std::this_thread::sleep_for(options_.token_delay);
+    const size_t position = result.output_ids.size();
     result.output_ids.push_back(id);
+    if (request.on_logprobs) {
+      const size_t k = std::min<size_t>(static_cast<size_t>(request.top_logprobs), static_cast<size_t>(vocab));
+      for (size_t j = 0; j < k; ++j) {
+        top_ids[j] = scripted_alternative(id, static_cast<int>(j), vocab);
+        top_logprobs[j] = scripted_logprob(position) - static_cast<float>(j);
+      }
+      request.on_logprobs({id, scripted_logprob(position), {top_ids.data(), k}, {top_logprobs.data(), k}});
+    }
     if (request.on_token && !request.on_token(id)) {
       result.finish_reason = runtime::FinishReason::kCancelled;
       break;

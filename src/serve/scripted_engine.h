@@ -13,6 +13,9 @@
 //     the longest stored token prefix as cached_tokens (at most prompt length - 1: the last prompt
 //     token is always computed), and only the uncached tokens cost prefill delay. This is what lets
 //     tests check that a re-rendered conversation is token-identical to what was generated;
+//   - with request.on_logprobs set, every played token reports synthetic, deterministic
+//     log-probabilities (scripted_logprob / scripted_alternative below), so tests of the logprobs
+//     wire formats know what to expect without a model;
 //   - prompt + max_tokens over max_context, an empty prompt, or more than max_active requests at
 //     once are the errors the real engine gives (InvalidArgument / ResourceExhausted).
 #pragma once
@@ -41,6 +44,15 @@ struct ScriptedEngineOptions {
   int max_active = 0;                                    // concurrent generate() calls; 0 = no limit
   size_t prefix_cache_entries = 256;                     // sequences the emulated prefix cache keeps
 };
+
+// The synthetic distribution of the scripted engine: the token at output position i has
+// log-probability -0.25 * (i % 4); its alternatives are the token itself first, then ids
+// (token + j) % vocab_size with log-probability scripted_logprob(i) - j, for j = 1, 2, ...
+// (all exact in binary floating point).
+inline float scripted_logprob(size_t position) { return 0.0f - 0.25f * static_cast<float>(position % 4); }  // +0, not -0
+inline int32_t scripted_alternative(int32_t token, int j, int vocab_size) {
+  return static_cast<int32_t>((static_cast<int64_t>(token) + j) % vocab_size);
+}
 
 class ScriptedEngine : public runtime::Engine {
  public:

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -19,7 +20,9 @@ class StreamSink {
   // Once, before anything else: the turn's id, model and creation time are known.
   virtual void on_start(const Completion& header) = 0;
   virtual void on_reasoning(std::string_view delta) = 0;
-  virtual void on_content(std::string_view delta) = 0;
+  // `logprobs`: the content tokens this delta completes, when the request asked for them (a token
+  // belongs to the first delta that shows any of its text).
+  virtual void on_content(std::string_view delta, std::span<const TokenLogprob> logprobs) = 0;
   // A complete tool call (the parser emits a call once its invoke block closed). index counts
   // the calls of this turn from 0.
   virtual void on_tool_call(size_t index, const ToolCall& call) = 0;

@@ -11,6 +11,10 @@ GenerationTask::Update GenerationTask::wait_for_update(std::chrono::milliseconds
   cv_.wait_for(lock, timeout, [&] { return finished_ || !pending_.empty(); });
   Update update;
   update.tokens.swap(pending_);
+  if (pending_logprobs_.size() > 0) {
+    update.logprobs.k = pending_logprobs_.k;
+    std::swap(update.logprobs, pending_logprobs_);
+  }
   update.finished = finished_;
   return update;
 }
@@ -21,10 +25,27 @@ const Result<runtime::GenerationResult>& GenerationTask::result() const {
   return *result_;
 }
 
+void GenerationTask::stage_logprobs(const runtime::TokenLogprobsView& view) {
+  staged_.clear();
+  staged_.k = static_cast<int>(view.top_ids.size());
+  staged_.logprob.push_back(view.logprob);
+  staged_.top_ids.assign(view.top_ids.begin(), view.top_ids.end());
+  staged_.top_logprobs.assign(view.top_logprobs.begin(), view.top_logprobs.end());
+  has_staged_ = true;
+}
+
 bool GenerationTask::push_token(int32_t token) {
   {
     std::lock_guard lock(mu_);
     pending_.push_back(token);
+    if (has_staged_) {
+      runtime::TokenLogprobs& to = pending_logprobs_;
+      to.k = staged_.k;
+      to.logprob.push_back(staged_.logprob.front());
+      to.top_ids.insert(to.top_ids.end(), staged_.top_ids.begin(), staged_.top_ids.end());
+      to.top_logprobs.insert(to.top_logprobs.end(), staged_.top_logprobs.begin(), staged_.top_logprobs.end());
+      has_staged_ = false;
+    }
   }
   cv_.notify_one();
   return !cancelled();
@@ -83,9 +104,11 @@ GenerationQueue::GenerationQueue(runtime::Engine& engine, QueueLimits limits) : 
 
 GenerationQueue::~GenerationQueue() { shutdown(); }
 
-Result<std::shared_ptr<GenerationTask>> GenerationQueue::submit(runtime::GenerationRequest request) {
-  request.on_token = nullptr;  // the worker installs the task's callback
-  auto task = std::make_shared<GenerationTask>(std::move(request));
+Result<std::shared_ptr<GenerationTask>> GenerationQueue::submit(runtime::GenerationRequest request,
+                                                                bool want_logprobs) {
+  request.on_token = nullptr;  // the worker installs the task's callbacks
+  request.on_logprobs = nullptr;
+  auto task = std::make_shared<GenerationTask>(std::move(request), want_logprobs);
   std::vector<std::shared_ptr<GenerationTask>> dropped;  // finished outside the lock
   {
     std::lock_guard lock(mu_);
@@ -162,6 +185,8 @@ void GenerationQueue::worker_loop() {
     runtime::GenerationRequest request = task->request();
     GenerationTask* raw = task.get();
     request.on_token = [raw](int32_t token) { return raw->push_token(token); };
+    if (task->wants_logprobs())
+      request.on_logprobs = [raw](const runtime::TokenLogprobsView& view) { raw->stage_logprobs(view); };
     Result<runtime::GenerationResult> result = engine_.generate(request);
     {
       std::lock_guard lock(mu_);

@@ -34,13 +34,16 @@ namespace cedar::serve {
 
 class GenerationTask {
  public:
-  explicit GenerationTask(runtime::GenerationRequest request) : request_(std::move(request)) {}
+  explicit GenerationTask(runtime::GenerationRequest request, bool want_logprobs = false)
+      : request_(std::move(request)), want_logprobs_(want_logprobs) {}
   GenerationTask(const GenerationTask&) = delete;
   GenerationTask& operator=(const GenerationTask&) = delete;
 
   // ---- HTTP side.
   struct Update {
     std::vector<int32_t> tokens;  // generated since the previous call, in order
+    // Entry i belongs to tokens[i]; empty unless the task wants logprobs (GenerationQueue::submit).
+    runtime::TokenLogprobs logprobs;
     bool finished = false;        // the engine returned; result() is valid
   };
   // Waits until tokens arrive, the task finishes or `timeout` passes (then both fields may be
@@ -55,16 +58,25 @@ class GenerationTask {
 
   // ---- Worker side (GenerationQueue).
   const runtime::GenerationRequest& request() const { return request_; }
+  bool wants_logprobs() const { return want_logprobs_; }
   // Appends one generated token; returns false when the task was cancelled (the engine stops).
   bool push_token(int32_t token);
+  // The log-probabilities of the token the next push_token delivers (engine thread, before it).
+  void stage_logprobs(const runtime::TokenLogprobsView& view);
   void finish(Result<runtime::GenerationResult> result);
 
  private:
   runtime::GenerationRequest request_;
+  const bool want_logprobs_;
   std::atomic<bool> cancelled_{false};
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::vector<int32_t> pending_;  // tokens not yet taken by the HTTP side
+  runtime::TokenLogprobs pending_logprobs_;  // theirs, when the request asked for logprobs
+  // The engine thread's copy of the token being reported, moved into pending_logprobs_ by push_token
+  // (so both grow together under the lock).
+  runtime::TokenLogprobs staged_;
+  bool has_staged_ = false;
   bool finished_ = false;
   std::optional<Result<runtime::GenerationResult>> result_;
 };
@@ -106,9 +118,10 @@ class GenerationQueue {
   GenerationQueue(const GenerationQueue&) = delete;
   GenerationQueue& operator=(const GenerationQueue&) = delete;
 
-  // Queues a request (its on_token is replaced by the task's). ResourceExhausted when max_waiting
+  // Queues a request (its on_token is replaced by the task's; so is its on_logprobs when
+  // `want_logprobs`, the log-probabilities then arriving in the task's updates). ResourceExhausted when max_waiting
   // requests already wait; FailedPrecondition after shutdown().
-  Result<std::shared_ptr<GenerationTask>> submit(runtime::GenerationRequest request);
+  Result<std::shared_ptr<GenerationTask>> submit(runtime::GenerationRequest request, bool want_logprobs = false);
 
   int waiting() const;  // queued, not yet handed to the engine
   int running() const;  // inside Engine::generate

@@ -15,9 +15,10 @@ class RecordingSink : public StreamSink {
  public:
   void on_start(const Completion&) override { ++starts; }
   void on_reasoning(std::string_view d) override { reasoning += d; }
-  void on_content(std::string_view d) override {
+  void on_content(std::string_view d, std::span<const TokenLogprob> lp) override {
     content += d;
     ++content_events;
+    logprobs.insert(logprobs.end(), lp.begin(), lp.end());
   }
   void on_tool_call(size_t index, const ToolCall& call) override {
     EXPECT_EQ(index, calls.size());
@@ -28,6 +29,7 @@ class RecordingSink : public StreamSink {
   int starts = 0, finishes = 0, errors = 0, content_events = 0;
   std::string reasoning, content;
   std::vector<ToolCall> calls;
+  std::vector<TokenLogprob> logprobs;
 };
 
 runtime::GenerationResult result_of(const std::vector<int32_t>& ids, runtime::FinishReason finish) {
@@ -149,10 +151,10 @@ TEST(OutputAssembler, HeldBackTextIsValidUtf8InEveryDelta) {
   // Each delta handed to the sink must be whole characters even while text is held back.
   class Utf8Sink : public RecordingSink {
    public:
-    void on_content(std::string_view d) override {
+    void on_content(std::string_view d, std::span<const TokenLogprob> lp) override {
       auto ids = test::test_tokenizer().encode(d);
       EXPECT_TRUE(ids.ok()) << "a delta split a character";
-      RecordingSink::on_content(d);
+      RecordingSink::on_content(d, lp);
     }
   } sink;
   OutputAssembler assembler(test::test_tokenizer(), settings, &sink);

@@ -76,7 +76,7 @@ TEST(OpenAiSchema, RejectionsNameTheParameter) {
       {R"({"messages": [{"role": "user", "content": "x"}], "n": 2})", "n"},
       {R"({"messages": [{"role": "user", "content": "x"}], "temperature": 3})", "temperature"},
       {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0})", "max_tokens"},
-      {R"({"messages": [{"role": "user", "content": "x"}], "logprobs": true})", "logprobs"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", "top_logprobs"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"})", "tool_choice"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "web_search"}]})", "tools[0].type"},
       {R"({"messages": [{"role": "user", "content": "x"}], "response_format": {"type": "xml"}})", "response_format.type"},
@@ -129,7 +129,7 @@ TEST(OpenAiSchema, StreamsChunksThenDone) {
   const Completion c = sample_turn();
   s.on_start(c);
   s.on_reasoning("think");
-  s.on_content("Checking.");
+  s.on_content("Checking.", {});
   s.on_tool_call(0, c.tool_calls[0]);
   s.on_finish(c);
   const auto events = test::parse_sse(s.take());
@@ -261,7 +261,7 @@ TEST(ResponsesSchema, StreamEventsAreOrderedAndNumbered) {
   s.on_start(c);
   s.on_reasoning("th");
   s.on_reasoning("ink");
-  s.on_content("Checking.");
+  s.on_content("Checking.", {});
   s.on_tool_call(0, c.tool_calls[0]);
   s.on_finish(c);
   const auto events = test::parse_sse(s.take());
@@ -377,7 +377,7 @@ TEST(AnthropicSchema, StreamEvents) {
   const Completion c = sample_turn();
   s.on_start(c);
   s.on_reasoning("think");
-  s.on_content("Checking.");
+  s.on_content("Checking.", {});
   s.on_tool_call(0, c.tool_calls[0]);
   s.on_finish(c);
   const auto events = test::parse_sse(s.take());

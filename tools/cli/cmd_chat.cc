@@ -58,7 +58,7 @@ class TerminalSink : public serve::StreamSink {
     in_reasoning_ = true;
     out_ += delta;
   }
-  void on_content(std::string_view delta) override {
+  void on_content(std::string_view delta, std::span<const serve::TokenLogprob>) override {
     end_reasoning();
     out_ += delta;
   }

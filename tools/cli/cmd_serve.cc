@@ -36,6 +36,8 @@ constexpr const char* kUsage =
     "                           (Host and Origin) are answered\n"
     "  --allow-remote-origins   without a key, answer any Host/Origin and content type anyway\n"
     "  --max-concurrent-per-key N  generation requests in flight per key (default 0 = no limit; 429)\n"
+    "  --max-tokens-per-minute-per-key N  prompt + generated tokens per key and minute, refilled\n"
+    "                           continuously (default 0 = no limit; 429 with Retry-After)\n"
     "  --max-connections N      open connections before new ones get 503 (default 2048)\n"
     "  --served-model-name NAME model id reported by /v1/models (default: the checkpoint's name)\n"
     "  --parallel N             requests handed to the engine at once (default 16)\n"
@@ -161,6 +163,8 @@ Result<ServeConfig> read_flags(const Args& args) {
   CEDAR_ASSIGN_OR_RETURN(c.server.api_key, api_key(args));
   c.server.allow_remote_origins = args.has("--allow-remote-origins");
   CEDAR_ASSIGN_OR_RETURN(c.server.max_concurrent_per_key, int_flag(args, "--max-concurrent-per-key", 0, 0, 1 << 20));
+  CEDAR_ASSIGN_OR_RETURN(c.server.max_tokens_per_minute_per_key,
+                         int_flag(args, "--max-tokens-per-minute-per-key", 0, 0, 1 << 30));
   CEDAR_ASSIGN_OR_RETURN(int max_connections, int_flag(args, "--max-connections", 2048, 1, 1 << 20));
   c.server.max_connections = static_cast<size_t>(max_connections);
   CEDAR_ASSIGN_OR_RETURN(long long body, args.get_int("--max-body-bytes", 16 << 20));
@@ -182,7 +186,7 @@ bool is_loopback(const std::string& host) {
 int cmd_serve(const std::vector<std::string>& argv) {
   auto args = Args::parse(argv,
                           {"--model", "--scripted", "--tokenizer", "--host", "--port", "--api-key", "--api-key-file",
-                           "--max-concurrent-per-key", "--max-connections",
+                           "--max-concurrent-per-key", "--max-tokens-per-minute-per-key", "--max-connections",
                            "--served-model-name", "--parallel", "--queue", "--max-context", "--max-prompt-tokens",
                            "--max-tokens", "--max-body-bytes", "--thinking", "--threads", "--cache-dir", "--replay", "--kv-memory", "--numerics",
                            "--memory-budget", "--residency-stats"},

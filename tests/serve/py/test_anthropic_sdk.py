@@ -79,3 +79,15 @@ def test_errors(server_url, client):
     with pytest.raises(anthropic.BadRequestError) as e:
         client.messages.create(model="cedar-test", max_tokens=10, messages=[])
     assert "messages" in str(e.value)
+
+
+def test_non_json_tool_arguments_do_not_break_the_stream_helper(client):
+    """A call whose DSML value is not JSON ("3 days" for a string="false" parameter): input is {}, in
+    the message and in the stream, which the SDK's accumulator must be able to parse."""
+    messages = [{"role": "user", "content": "broken-args please"}]
+    m = client.messages.create(model="cedar-test", max_tokens=200, tools=TOOLS, messages=messages)
+    assert m.stop_reason == "tool_use"
+    assert m.content[-1].type == "tool_use" and m.content[-1].input == {}
+    with client.messages.stream(model="cedar-test", max_tokens=200, tools=TOOLS, messages=messages) as stream:
+        final = stream.get_final_message()
+    assert final.content[-1].type == "tool_use" and final.content[-1].input == {}

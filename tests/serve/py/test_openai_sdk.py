@@ -130,3 +130,50 @@ def test_errors(server_url, client):
         client.chat.completions.create(model="cedar-test", messages=[{"role": "user", "content": "hi"}],
                                        tool_choice="required", tools=TOOLS)
     assert "tool_choice" in e.value.message
+
+
+def test_logprobs_validate_against_the_sdk_types(client):
+    """Logprobs bodies and events must validate (strictly, pydantic's model_validate) as the SDK's types."""
+    from openai.types import Completion
+    from openai.types.chat import ChatCompletion, ChatCompletionChunk
+    from openai.types.responses import Response, ResponseTextDeltaEvent, ResponseTextDoneEvent
+
+    messages = [{"role": "user", "content": "hi"}]
+    raw = client.chat.completions.with_raw_response.create(model="cedar-test", messages=messages, logprobs=True,
+                                                           top_logprobs=3)
+    r = ChatCompletion.model_validate(json.loads(raw.text))
+    content = r.choices[0].logprobs.content
+    assert "".join(t.token for t in content) == r.choices[0].message.content == "Hello from cedar!"
+    assert all(len(t.top_logprobs) == 3 and t.bytes == list(t.token.encode()) for t in content)
+    assert all(t.logprob <= 0 for t in content)
+
+    stream = client.chat.completions.create(model="cedar-test", messages=messages, logprobs=True, top_logprobs=1,
+                                            stream=True)
+    tokens = []
+    for chunk in stream:
+        ChatCompletionChunk.model_validate(chunk.model_dump())
+        for choice in chunk.choices:
+            if choice.logprobs and choice.logprobs.content:
+                tokens += [t.token for t in choice.logprobs.content]
+    assert "".join(tokens) == "Hello from cedar!"
+
+    raw = client.completions.with_raw_response.create(model="cedar-test", prompt="hello", logprobs=2)
+    c = Completion.model_validate(json.loads(raw.text))
+    lp = c.choices[0].logprobs
+    assert "".join(lp.tokens) == c.choices[0].text
+    assert len(lp.token_logprobs) == len(lp.tokens) == len(lp.top_logprobs) == len(lp.text_offset)
+
+    raw = client.responses.with_raw_response.create(model="cedar-test", input="hi", top_logprobs=2,
+                                                    include=["message.output_text.logprobs"])
+    resp = Response.model_validate(json.loads(raw.text))
+    part = resp.output[0].content[0]
+    assert "".join(t.token for t in part.logprobs) == part.text
+    events = client.responses.create(model="cedar-test", input="hi", top_logprobs=2, stream=True,
+                                     include=["message.output_text.logprobs"])
+    deltas = []
+    for event in events:
+        if event.type == "response.output_text.delta":
+            deltas += ResponseTextDeltaEvent.model_validate(event.model_dump()).logprobs
+        if event.type == "response.output_text.done":
+            ResponseTextDoneEvent.model_validate(event.model_dump())
+    assert "".join(t.token for t in deltas) == "Hello from cedar!"

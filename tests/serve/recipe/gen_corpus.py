@@ -294,6 +294,65 @@ def edge_cases(g):
                 {"model": MODEL, "messages": U, "response_format": {"type": "json_schema", "json_schema": {"name": "s"}}}))
     out.append(("chat", "refuse-no-messages", {"model": MODEL, "messages": []}))
     out.append(("messages", "edge-no-max-tokens", {"model": MODEL, "messages": U}))
+    out += strict_tool_cases(U)
+    return out
+
+
+def strict_tool_cases(U):
+    """`strict: true` tools: deepseek-recipe rewrites their schemas into a canonical typed form
+    (every property required, additionalProperties false, unknown keywords dropped) and refuses
+    schemas it cannot read and a mix of strict and non-strict tools."""
+    def chat_tool(name, params, strict=True):
+        fn = {"name": name, "description": "tool " + name}
+        if params is not None:
+            fn["parameters"] = params
+        if strict is not None:
+            fn["strict"] = strict
+        return {"type": "function", "function": fn}
+
+    def obj(props, **extra):
+        return dict({"type": "object", "properties": props}, **extra)
+
+    rich = obj({
+        "city": {"description": "City name", "type": "string", "minLength": 1, "title": "City"},
+        "when": {"type": "string", "format": "uuid", "pattern": "^[a-f0-9-]+$", "enum": ["a", "b"], "default": "a"},
+        "days": {"type": "integer", "minimum": 1, "maximum": 14, "enum": [1, 2], "format": "int32", "default": 3},
+        "ratio": {"type": "number", "exclusiveMinimum": 0, "multipleOf": 0.5, "const": 1.5, "examples": [1]},
+        "flag": {"type": "boolean", "default": True, "description": "on/off"},
+        "nothing": {"type": "null"},
+        "either": {"type": ["string", "null"], "description": "maybe", "enum": ["x", None]},
+        "tags": {"type": "array", "items": {"type": "string", "maxLength": 3}, "minItems": 1, "description": "t"},
+        "nested": {"type": "object", "description": "n", "properties": {
+            "z": {"type": "string"}, "y": {"anyOf": [{"type": "integer"}, {"type": "object", "properties": {"q": {"type": "boolean"}}}],
+                                           "description": "one of"}}},
+        "ref": {"$ref": "#/$defs/thing", "description": "dropped"},
+    }, required=["city", "when", "days", "ratio", "flag", "nothing", "either", "tags", "nested", "ref"],
+        title="Rich", description="top", **{"$defs": {"thing": {"type": "string"}}, "$schema": "x"})
+    out = []
+    ok = [("strict-rich", [chat_tool("f", rich)]),
+          ("strict-required-filled", [chat_tool("f", obj({"b": {"type": "string"}, "a": {"type": "integer"}}))]),
+          ("strict-required-reordered", [chat_tool("f", obj({"a": {"type": "string"}, "b": {"type": "string"}},
+                                                            required=["b", "a"], additionalProperties=False))]),
+          ("strict-no-parameters", [chat_tool("f", None), chat_tool("g", obj({}))]),
+          ("strict-false-untouched", [chat_tool("f", obj({"a": {"type": "string", "title": "A"}}), strict=False)])]
+    refused = [("strict-mixed", [chat_tool("f", obj({"a": {"type": "string"}})), chat_tool("g", obj({}), strict=None)]),
+               ("strict-mixed-false", [chat_tool("f", obj({})), chat_tool("g", obj({}), strict=False)]),
+               ("strict-partial-required", [chat_tool("f", obj({"a": {"type": "string"}, "b": {"type": "string"}},
+                                                               required=["a"]))]),
+               ("strict-additional-true", [chat_tool("f", obj({}, additionalProperties=True))]),
+               ("strict-array-without-items", [chat_tool("f", obj({"a": {"type": "array"}}))]),
+               ("strict-untyped-property", [chat_tool("f", obj({"a": {"description": "?"}}))]),
+               ("strict-bad-format", [chat_tool("f", obj({"a": {"type": "string", "format": "date"}}))]),
+               ("strict-top-not-object", [chat_tool("f", {"type": "string"})]),
+               ("strict-nested-empty-object", [chat_tool("f", obj({"a": {"type": "object", "properties": {}}}))])]
+    for name, tools in ok + refused:
+        out.append(("chat", name, {"model": MODEL, "messages": U, "tools": tools}))
+        flat = [dict({"type": "function"}, **t["function"]) for t in tools]
+        out.append(("responses", name, {"model": MODEL, "input": U, "tools": flat}))
+    # Anthropic tools ignore strict.
+    out.append(("messages", "strict-ignored", {"model": MODEL, "max_tokens": 32, "messages": U, "tools": [
+        {"name": "f", "strict": True, "input_schema": obj({"a": {"type": "string", "title": "A"}})},
+        {"name": "g", "input_schema": obj({})}]}))
     return out
 
 

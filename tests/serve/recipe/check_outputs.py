@@ -1,0 +1,389 @@
+#!/usr/bin/env python3
+"""Checks cedar's responses and stream events against DeepSeek's protocol library (PyPI
+deepseek-recipe 0.2.0) on the scripted completions of outputs.jsonl, for Chat Completions,
+Responses and Messages.
+
+cedar side: `cedar serve --scripted` plays each completion (through the real encoder, queue,
+streaming parser and wire formats, on the byte-level test tokenizer); each case is sent once
+without and once with streaming. deepseek-recipe side: the same request body is converted
+(`*Request(body).convert(...)`), and its stream processor (`StreamProcessor` over the API's chunk
+generator and the request's parsing options) is fed the completion token by token, ending with
+`finish(Length)` when max_tokens cut it; its non-streaming response is the stream accumulated by
+the API's `*Response.accumulate`.
+
+Compared are the semantic fields: content, reasoning, tool call names and arguments, finish / stop
+reasons and stop sequences, output item and block types, and the event sequence (event types in
+order, consecutive deltas of one part merged, their text concatenated). Ids, timestamps, usage,
+signatures, `ping` events and Responses' `phase` are left out.
+
+    check_outputs.py CEDAR_BINARY [outputs.jsonl] [--show N] [--only NAME_PREFIX]
+
+Exit status: 0 when every comparison is equal or one of the documented differences (KNOWN below,
+each counted and printed), 1 otherwise.
+"""
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import urllib.request
+
+import deepseek_recipe as dr
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+TOKENIZER_DIR = os.path.join(HERE, "..", "data", "tokenizer")
+MODEL = "DeepSeek-V4.1-Flash"
+EOS = "<｜end▁of▁sentence｜>"
+OPTIONS = dr.ConversionOptions(default_thinking_mode=False)
+
+
+def marker_tokens():
+    """The control markers of the test tokenizer: one token each (the rest is one token per byte)."""
+    with open(os.path.join(TOKENIZER_DIR, "tokenizer.json"), encoding="utf-8") as f:
+        added = [t["content"] for t in json.load(f)["added_tokens"]]
+    return sorted(added, key=len, reverse=True)
+
+
+MARKERS = marker_tokens()
+
+
+def token_pieces(text):
+    """The completion as the test tokenizer splits it: markers whole, every other byte alone."""
+    pieces, i = [], 0
+    while i < len(text):
+        m = next((m for m in MARKERS if text.startswith(m, i)), None)
+        if m:
+            pieces.append(m.encode())
+            i += len(m)
+        else:
+            pieces.extend(bytes([b]) for b in text[i].encode())
+            i += 1
+    return pieces
+
+
+# ---- Request bodies.
+
+TOOL_PARAMS = {"type": "object", "properties": {"city": {"type": "string"}, "days": {"type": "integer"}}}
+TOOL_NAMES = ["get_weather", "search_docs", "run_sql", "now", "a", "b", "x"] + ["tool_%d" % k for k in range(4)]
+
+
+def body_for(api, case):
+    user = "case %s" % case["name"]
+    if api == "chat":
+        body = {"model": MODEL, "messages": [{"role": "user", "content": user}]}
+        if case["tools"]:
+            body["tools"] = [{"type": "function", "function": {"name": n, "parameters": TOOL_PARAMS}} for n in TOOL_NAMES]
+        if case["thinking"]:
+            body["reasoning_effort"] = "high"
+        if case["stop"]:
+            body["stop"] = case["stop"]
+        if case["max_tokens"]:
+            body["max_tokens"] = case["max_tokens"]
+    elif api == "responses":
+        body = {"model": MODEL, "input": user}
+        if case["tools"]:
+            body["tools"] = [{"type": "function", "name": n, "parameters": TOOL_PARAMS} for n in TOOL_NAMES]
+        if case["thinking"]:
+            body["reasoning"] = {"effort": "high"}
+        if case["max_tokens"]:
+            body["max_output_tokens"] = case["max_tokens"]
+    else:
+        body = {"model": MODEL, "max_tokens": case["max_tokens"] or 4096, "messages": [{"role": "user", "content": user}]}
+        if case["tools"]:
+            body["tools"] = [{"name": n, "input_schema": TOOL_PARAMS} for n in TOOL_NAMES]
+        if case["thinking"]:
+            body["thinking"] = {"type": "enabled", "budget_tokens": 2048}
+        if case["stop"]:
+            body["stop_sequences"] = case["stop"]
+    return body
+
+
+def applies(api, case):
+    return not (api == "responses" and case["stop"])  # the Responses API has no stop strings
+
+
+# ---- deepseek-recipe.
+
+RECIPE = {"chat": (dr.ChatCompletionRequest, dr.ChatCompletionResponse),
+          "responses": (dr.ResponsesRequest, dr.ResponsesResponse),
+          "messages": (dr.MessagesRequest, dr.MessagesResponse)}
+
+
+def recipe_run(api, case):
+    """(events, response) as deepseek-recipe produces them for this completion."""
+    request_cls, response_cls = RECIPE[api]
+    converted = request_cls(body_for(api, case)).convert(OPTIONS)
+    processor = dr.StreamProcessor(request_cls.chunk_generator(converted, "id", MODEL), converted.parsing_options)
+    pieces = token_pieces(case["completion"])
+    cut = case["max_tokens"] is not None and case["max_tokens"] < len(pieces)
+    if cut:
+        pieces = pieces[:case["max_tokens"]]
+    chunks = processor.push(dr.InferenceChunk.ready())
+    pending = b""
+    for p in pieces:  # whole characters only, as cedar's decoder hands them on
+        if p == EOS.encode():  # a backend reports EOS as the end of the stream, not as text
+            cut = False
+            break
+        if processor.finished:
+            break
+        pending += p
+        try:
+            text = pending.decode()
+        except UnicodeDecodeError:
+            continue
+        pending = b""
+        chunks += processor.push(dr.InferenceChunk.text(text, 1))
+    if not processor.finished:
+        reason = dr.InferenceFinishReason.Length if cut else dr.InferenceFinishReason.Stop
+        chunks += processor.push(dr.InferenceChunk.finish(reason))
+        chunks += processor.finish()
+    events = [json.loads(c.to_json()) for c in chunks]  # before accumulate() consumes them
+    response = response_cls("id", MODEL, 0, 0, 0)
+    for c in chunks:
+        response.accumulate(c)
+    return events, json.loads(response.to_json())
+
+
+# ---- cedar.
+
+def start_cedar(cedar, cases, workdir):
+    script = {"token_delay_ms": 0, "replies": [
+        {"when_prompt_contains": "case %s<" % c["name"], "completion": c["completion"]} for c in cases]}
+    path = os.path.join(workdir, "script.json")
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump(script, f, ensure_ascii=False)
+    proc = subprocess.Popen([cedar, "serve", "--scripted", path, "--tokenizer", TOKENIZER_DIR, "--port", "0"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    for line in proc.stdout:
+        m = re.search(r"on (http://127\.0\.0\.1:\d+)", line)
+        if m:
+            return proc, m.group(1)
+    proc.kill()
+    sys.exit("cedar serve did not start")
+
+
+PATHS = {"chat": "/v1/chat/completions", "responses": "/v1/responses", "messages": "/v1/messages"}
+
+
+def cedar_run(url, api, case, stream):
+    body = dict(body_for(api, case), stream=stream)
+    req = urllib.request.Request(url + PATHS[api], data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req) as r:
+            text = r.read().decode()
+    except urllib.error.HTTPError as e:
+        return {"http_error": e.code, "body": e.read().decode()}
+    if not stream:
+        return json.loads(text)
+    events = []
+    for block in text.split("\n\n"):
+        for line in block.split("\n"):
+            if line.startswith("data: ") and line[6:] != "[DONE]":
+                events.append(json.loads(line[6:]))
+    return events
+
+
+# ---- Semantic forms.
+
+def merge(seq):
+    """Consecutive ("delta", key, text) entries of the same key become one, their texts joined."""
+    out = []
+    for e in seq:
+        if out and e[0] == "delta" and out[-1][0] == "delta" and out[-1][1] == e[1]:
+            out[-1] = ("delta", e[1], out[-1][2] + e[2])
+        else:
+            out.append(e)
+    return [list(e) for e in out]
+
+
+def chat_response(r):
+    m = r["choices"][0]["message"]
+    return {"content": m.get("content") or "", "reasoning": m.get("reasoning_content") or "",
+            "tool_calls": [[c["function"]["name"], c["function"]["arguments"]] for c in m.get("tool_calls") or []],
+            "finish_reason": r["choices"][0]["finish_reason"]}
+
+
+def chat_events(events):
+    seq = []
+    for e in events:
+        for choice in e.get("choices", []):
+            d = choice.get("delta", {})
+            if d.get("role"):
+                seq.append(("role", d["role"]))
+            if d.get("reasoning_content"):
+                seq.append(("delta", "reasoning", d["reasoning_content"]))
+            if d.get("content"):
+                seq.append(("delta", "content", d["content"]))
+            for tc in d.get("tool_calls") or []:
+                if tc.get("function", {}).get("name"):
+                    seq.append(("tool_call", tc["index"], tc["function"]["name"]))
+                if tc.get("function", {}).get("arguments"):
+                    seq.append(("delta", "arguments %d" % tc["index"], tc["function"]["arguments"]))
+            if choice.get("finish_reason"):
+                seq.append(("finish", choice["finish_reason"]))
+        if "error" in e:
+            seq.append(("error",))
+    return merge(seq)
+
+
+def responses_item(item):
+    if item["type"] == "message":
+        return ["message", "".join(p.get("text", "") for p in item["content"]), item.get("status")]
+    if item["type"] == "reasoning":
+        return ["reasoning", "".join(p.get("text", "") for p in item.get("content") or []), item.get("status")]
+    if item["type"] == "function_call":
+        return ["function_call", item["name"], item["arguments"], item.get("status")]
+    return [item["type"]]
+
+
+def responses_response(r):
+    return {"status": r["status"], "incomplete": (r.get("incomplete_details") or {}).get("reason"),
+            "output": [responses_item(i) for i in r["output"]]}
+
+
+def responses_events(events):
+    seq = []
+    for e in events:
+        t = e["type"]
+        if t.endswith(".delta"):
+            seq.append(("delta", t + " %d" % e["output_index"], e["delta"]))
+        elif t in ("response.output_item.added", "response.output_item.done"):
+            seq.append((t, responses_item(e["item"])))
+        elif t in ("response.created", "response.in_progress"):
+            seq.append((t,))
+        elif t in ("response.completed", "response.incomplete", "response.failed"):
+            seq.append((t, responses_response(e["response"])))
+        elif t == "response.output_text.done":
+            seq.append((t, e["text"]))
+        elif t == "response.reasoning_text.done":
+            seq.append((t, e["text"]))
+        elif t == "response.function_call_arguments.done":
+            seq.append((t, e["arguments"]))
+        elif t in ("response.content_part.added", "response.content_part.done"):
+            seq.append((t, e["part"]["type"], e["part"].get("text", "")))
+        else:
+            seq.append((t,))
+    return merge(seq)
+
+
+def messages_block(b):
+    if b["type"] == "text":
+        return ["text", b["text"]]
+    if b["type"] == "thinking":
+        return ["thinking", b["thinking"]]
+    if b["type"] == "tool_use":
+        return ["tool_use", b["name"], b["input"]]
+    return [b["type"]]
+
+
+def messages_response(r):
+    return {"content": [messages_block(b) for b in r["content"]], "stop_reason": r["stop_reason"],
+            "stop_sequence": r.get("stop_sequence")}
+
+
+def messages_events(events):
+    seq = []
+    for e in events:
+        t = e["type"]
+        if t == "ping":
+            continue
+        if t == "content_block_start":
+            seq.append((t, e["content_block"]["type"], e["content_block"].get("name")))
+        elif t == "content_block_delta":
+            d = e["delta"]
+            if d["type"] == "signature_delta":
+                continue
+            text = d.get("text", d.get("thinking", d.get("partial_json", "")))
+            seq.append(("delta", "%s %d" % (d["type"], e["index"]), text))
+        elif t == "message_delta":
+            seq.append((t, e["delta"].get("stop_reason"), e["delta"].get("stop_sequence")))
+        else:
+            seq.append((t,))
+    return merge(seq)
+
+
+FORMS = {"chat": (chat_response, chat_events), "responses": (responses_response, responses_events),
+         "messages": (messages_response, messages_events)}
+
+
+# Differences cedar keeps on purpose (docs/SERVER.md, "Responses and stream events"): a predicate on
+# (api, mode, case, cedar form, recipe form) and why.
+def anthropic_stream_keeps_json_valid(api, mode, case, ours, theirs):
+    """Messages stream, a tool call whose arguments are not JSON: deepseek-recipe streams the text
+    as input_json_delta (which the Anthropic SDK cannot parse), cedar streams the `input` that the
+    message reports, {} (deepseek-recipe's own accumulated message has {} too)."""
+    if api != "messages" or mode != "stream" or not case["name"].startswith("malformed"):
+        return False
+    strip = lambda seq: [e for e in seq if not (e[0] == "delta" and e[1].startswith("input_json_delta"))]
+    return strip(ours) == strip(theirs)
+
+
+KNOWN = [anthropic_stream_keeps_json_valid]
+
+
+def main():
+    parser = argparse.ArgumentParser(description="cedar's responses and stream events against deepseek-recipe")
+    parser.add_argument("cedar")
+    parser.add_argument("outputs", nargs="?", default=os.path.join(HERE, "outputs.jsonl"))
+    parser.add_argument("--show", type=int, default=10, help="differences to print")
+    parser.add_argument("--only", default="", help="only the cases whose name starts so (to debug)")
+    opts = parser.parse_args()
+    cedar, show = opts.cedar, opts.show
+    with open(opts.outputs, encoding="utf-8") as f:
+        cases = [c for c in (json.loads(line) for line in f if line.strip()) if c["name"].startswith(opts.only)]
+    tally = {}
+    differences, known = [], []
+    with tempfile.TemporaryDirectory() as workdir:
+        proc, url = start_cedar(cedar, cases, workdir)
+        try:
+            for case in cases:
+                for api in ("chat", "responses", "messages"):
+                    if not applies(api, case):
+                        continue
+                    recipe_events, recipe_response = recipe_run(api, case)
+                    to_response, to_events = FORMS[api]
+                    for mode in ("response", "stream"):
+                        got = cedar_run(url, api, case, mode == "stream")
+                        if isinstance(got, dict) and "http_error" in got:
+                            ours = got
+                        else:
+                            ours = to_response(got) if mode == "response" else to_events(got)
+                        theirs = to_response(recipe_response) if mode == "response" else to_events(recipe_events)
+                        key = (api, mode)
+                        t = tally.setdefault(key, [0, 0, 0])
+                        t[0] += 1
+                        if ours == theirs:
+                            t[1] += 1
+                        elif any(k(api, mode, case, ours, theirs) for k in KNOWN):
+                            t[2] += 1
+                            known.append((case["name"], api, mode))
+                        else:
+                            differences.append((case["name"], api, mode, ours, theirs))
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+    for (api, mode), (n, equal, documented) in sorted(tally.items()):
+        print("%-9s %-8s %3d compared, %3d equal, %2d documented differences, %2d other" %
+              (api, mode, n, equal, documented, n - equal - documented))
+    if known:
+        print("documented differences:", ", ".join("%s/%s/%s" % k for k in known))
+    for name, api, mode, ours, theirs in differences[:show]:
+        print("\nDIFF %s %s %s\n  cedar : %s\n  recipe: %s" % (name, api, mode, json.dumps(ours, ensure_ascii=False),
+                                                            json.dumps(theirs, ensure_ascii=False)))
+    if differences:
+        by_case = {}
+        for name, api, mode, _, _ in differences:
+            by_case.setdefault(name, []).append("%s/%s" % (api, mode))
+        print("\ndiffering cases:")
+        for name, where in by_case.items():
+            print("  %s: %s" % (name, " ".join(where)))
+    print("%d of %d comparisons differ" % (len(differences), sum(t[0] for t in tally.values())))
+    return 1 if differences else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

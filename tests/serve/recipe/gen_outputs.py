@@ -1,0 +1,159 @@
+#!/usr/bin/env python3
+"""Writes outputs.jsonl: scripted completions (what the model "generates") on which cedar's output
+assembly (responses and stream events of the three chat APIs) is checked against DeepSeek's
+protocol library, deepseek-recipe 0.2.0 (check_outputs.py).
+
+Deterministic (a fixed seed, no clock, no network): rerunning it rewrites the same file. Each line
+is {"name", "completion", "thinking": bool, "tools": bool, "stop": [str] | null,
+"max_tokens": int | null}: the completion text after the generation header (EOS included when the
+model ended the turn), whether the request is in thinking mode and declares tools, its stop
+strings and its output budget (in tokens of the byte-level test tokenizer: one per byte, one per
+control marker).
+
+The completions cover plain answers, reasoning + answer, DSML tool calls (single and parallel,
+string and JSON parameters, nested values, escapes), malformed tool arguments (non-JSON values of
+string="false" parameters), DSML written when no tools were declared, truncation by max_tokens in
+each part of the output, and stop strings.
+
+    python3 tests/serve/recipe/gen_outputs.py            # from the repository root
+"""
+
+import json
+import os
+import random
+
+EOS = "<｜end▁of▁sentence｜>"
+WORDS = ("the quick brown fox jumps over a lazy dog while seven wizards quietly judge boxing "
+         "matches in Paris Tokyo Zürich 東京 naïve café 42 3.14 -7 def main(): return x**2").split()
+ASCII_WORDS = [w for w in WORDS if w.isascii()]
+
+
+def invoke(name, params):
+    """One DSML invoke; params are (name, value, is_string)."""
+    out = "<｜DSML｜ invoke name=\"%s\">\n" % name
+    for pname, value, is_string in params:
+        out += "<｜DSML｜ parameter name=\"%s\" string=\"%s\">%s</｜DSML｜ parameter>\n" % (
+            pname, "true" if is_string else "false", value)
+    return out + "</｜DSML｜ invoke>\n"
+
+
+def calls(*invokes):
+    """A DSML calls block as V4.1 writes it: after a blank line, even when no content precedes it."""
+    return "\n\n<｜DSML｜ calls>\n" + "".join(invokes) + "</｜DSML｜ calls>"
+
+
+class Gen:
+    def __init__(self, seed):
+        self.r = random.Random(seed)
+
+    def words(self, lo=2, hi=10, ascii_only=False):
+        pool = ASCII_WORDS if ascii_only else WORDS
+        return " ".join(self.r.choice(pool) for _ in range(self.r.randint(lo, hi)))
+
+    def params(self):
+        """Tool parameters: string and JSON values, as a model writes them."""
+        choices = [
+            ("city", self.r.choice(["Paris", "Zürich", "東京", "New York"]), True),
+            ("days", str(self.r.randint(1, 14)), False),
+            ("query", self.words(1, 5), True),
+            ("verbose", self.r.choice(["true", "false"]), False),
+            ("filters", json.dumps({"lang": "en", "max": self.r.randint(1, 9)}), False),
+            ("tags", json.dumps(["a", "b", self.r.choice(WORDS)], ensure_ascii=False), False),
+            ("ratio", self.r.choice(["0.5", "-3", "1e3"]), False),
+            ("note", self.r.choice(['say "hi"', "back\\slash", "line\nbreak", "tab\there", "{not json}"]), True),
+            ("empty", "", True),
+        ]
+        picked = self.r.sample(choices, self.r.randint(1, 4))
+        return picked
+
+
+def cases():
+    g = Gen(20261203)
+    out = []
+
+    def add(name, completion, thinking=False, tools=False, stop=None, max_tokens=None):
+        out.append({"name": name, "completion": completion, "thinking": thinking, "tools": tools,
+                    "stop": stop, "max_tokens": max_tokens})
+
+    # Plain answers (chat mode), with and without tools declared.
+    for i in range(6):
+        add("plain_%d" % i, g.words(1, 20) + EOS, tools=i % 2 == 1)
+    add("plain_multiline", "Line one.\n\n- item\n- item 2\n\n```py\nprint(1)\n```" + EOS)
+    add("plain_empty", EOS)
+    add("plain_markup_lookalike", "a < b and <｜not a marker｜> or </tag>" + EOS, tools=True)
+
+    # Reasoning + answer (thinking mode).
+    for i in range(6):
+        add("think_%d" % i, g.words(3, 15) + "</think>" + g.words(1, 15) + EOS, thinking=True, tools=i % 3 == 0)
+    add("think_empty_reasoning", "</think>Just the answer." + EOS, thinking=True)
+    add("think_empty_answer", "Only thoughts.</think>" + EOS, thinking=True)
+    add("think_multiline", "Step 1.\nStep 2.\n\n</think>\n\nDone:\n1. a\n2. b" + EOS, thinking=True)
+
+    # Tool calls: single, parallel, after content, after reasoning.
+    for i in range(6):
+        add("call_%d" % i, calls(invoke(g.r.choice(["get_weather", "search_docs", "run_sql"]), g.params())) + EOS,
+            tools=True)
+    for i in range(5):
+        n = 2 + i % 3
+        add("parallel_%d" % i, calls(*[invoke("tool_%d" % k, g.params()) for k in range(n)]) + EOS, tools=True)
+    for i in range(4):
+        add("content_then_call_%d" % i, g.words(2, 8) + calls(invoke("get_weather", g.params())) + EOS,
+            tools=True)
+    for i in range(4):
+        add("think_then_call_%d" % i,
+            g.words(2, 8) + "</think>" + ("" if i % 2 else g.words(1, 5)) +
+            calls(*[invoke("search_docs", g.params()) for _ in range(1 + i % 2)]) + EOS,
+            thinking=True, tools=True)
+    add("call_no_params", calls(invoke("now", [])) + EOS, tools=True)
+
+    # Malformed tool arguments: string="false" values that are not JSON.
+    malformed = ["3 days", "{bad", "[1, 2", "tru", "", "'single'", "1 2 3", "{\"a\": }", "NaN", "Paris"]
+    for i, value in enumerate(malformed):
+        params = [("city", "Paris", True), ("days", value, False)] if i % 2 == 0 else [("days", value, False)]
+        add("malformed_%d" % i, calls(invoke("get_weather", params)) + EOS, tools=True)
+    add("malformed_parallel", calls(invoke("a", [("x", "1", False)]), invoke("b", [("y", "oops", False)])) + EOS,
+        tools=True)
+    add("malformed_after_reasoning", "Think.</think>" + calls(invoke("get_weather", [("days", "two", False)])) + EOS,
+        thinking=True, tools=True)
+
+    # DSML written although the request declared no tools: plain content on both sides.
+    add("dsml_without_tools", "Sure." + calls(invoke("get_weather", [("city", "Paris", True)])) + EOS)
+    add("dsml_without_tools_thinking", "Hm.</think>" + calls(invoke("x", [("a", "1", False)])) + EOS, thinking=True)
+
+    # Truncation by max_tokens (one token per byte / marker): in the answer, the reasoning, a call.
+    for i in range(4):
+        text = g.words(8, 20, ascii_only=True)
+        add("cut_content_%d" % i, text + EOS, max_tokens=len(text) // 2 + i, tools=i % 2 == 1)
+    add("cut_reasoning", "A long chain of thought that goes on.</think>Answer." + EOS, thinking=True, max_tokens=12)
+    add("cut_at_think_end", "Thought.</think>Answer." + EOS, thinking=True, max_tokens=9)
+    call_text = "Calling." + calls(invoke("get_weather", [("city", "Paris", True), ("days", "3", False)])) + EOS
+    for cut in (12, 20, 40):
+        add("cut_in_call_%d" % cut, call_text, tools=True, max_tokens=cut)
+    two_calls = calls(invoke("a", [("x", "1", False)]), invoke("b", [("y", "two", True)])) + EOS
+    add("cut_after_first_call", two_calls, tools=True, max_tokens=two_calls.index("<｜DSML｜ invoke name=\"b\"") - 10)
+
+    # Stop strings (on the answer).
+    for i in range(4):
+        words = g.words(6, 12, ascii_only=True).split()
+        stop = words[len(words) // 2]
+        add("stop_%d" % i, " ".join(words) + EOS, stop=[stop], tools=i % 2 == 1)
+    add("stop_unmatched", "nothing to see" + EOS, stop=["zzz"])
+    add("stop_two", "alpha beta gamma delta" + EOS, stop=["delta", "beta"])
+    add("stop_in_reasoning_only", "stop here</think>fine answer" + EOS, thinking=True, stop=["stop"])
+    add("stop_before_call", "Wait STOP now" + calls(invoke("a", [("x", "1", False)])) + EOS, tools=True,
+        stop=["STOP"])
+    add("stop_unicode", "café ☕ naïve" + EOS, stop=["☕"])
+    return out
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    path = os.path.join(here, "outputs.jsonl")
+    with open(path, "w", encoding="utf-8") as f:
+        for case in cases():
+            f.write(json.dumps(case, ensure_ascii=False) + "\n")
+    print("wrote %d completions to %s" % (len(cases()), path))
+
+
+if __name__ == "__main__":
+    main()
