@@ -128,8 +128,10 @@ SchemaError apply_strict_tools(std::vector<OrderedJson>* tools, const std::strin
     const std::string tpath = field_path(path, i);
     auto flag = fn.find("strict");
     if (flag == fn.end() || flag->is_null()) continue;
-    if (!flag->is_boolean()) return invalid_request("'" + field_path(tpath, "strict") + "' must be a boolean",
-                                                    field_path(tpath, "strict"));
+    if (!flag->is_boolean()) {
+      const std::string strict_path = field_path(tpath, "strict");
+      return invalid_request("'" + strict_path + "' must be a boolean", strict_path);
+    }
     if (!flag->get<bool>()) continue;
     ++strict;
     const std::string ppath = field_path(tpath, "parameters");
