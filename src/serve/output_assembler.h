@@ -32,6 +32,9 @@ struct OutputSettings {
   // False when the request declared no tools or chose "none": DSML the model writes anyway stays
   // content, and the turn makes no tool call (as deepseek-recipe parses it).
   bool parse_tool_calls = true;
+  // Text of the answer the prompt already holds (a forced tool call's "\n\n<｜DSML｜ calls>\n",
+  // chat_prompt.h): parsed before the first generated token, so the turn reads as the model's.
+  std::string output_prefix;
 };
 
 class OutputAssembler {
@@ -57,6 +60,7 @@ class OutputAssembler {
 
  private:
   void handle(const tokenizer::ParseEvent& event);
+  void feed_output_prefix();
   void content_text(std::string_view text);
   void emit_content(std::string_view text);
   void flush_held_content();
@@ -73,6 +77,7 @@ class OutputAssembler {
   size_t longest_stop_ = 0;
   bool stop_matched_ = false;
   bool parser_done_ = false;
+  bool prefix_fed_ = false;
   std::optional<std::string> failure_;
   Completion turn_;            // content, reasoning, tool calls so far
   int tokens_ = 0;
