@@ -20,7 +20,7 @@ constexpr const char* kInvokeEnd = "</｜DSML｜ invoke>\n";
 
 }  // namespace
 
-Result<std::string> dsml_tool_call_structural_tag(const std::string& tools_json, bool required) {
+Result<std::string> dsml_tool_call_structural_tag(const std::string& tools_json, bool required, int max_whitespace_run) {
   const json tools = json::parse(tools_json, nullptr, false);
   if (tools.is_discarded() || !tools.is_array() || tools.empty())
     return invalid_argument("tool-call constraint: the tools must be a non-empty JSON array");
@@ -33,7 +33,11 @@ Result<std::string> dsml_tool_call_structural_tag(const std::string& tools_json,
     const json schema = params == tool.end() || params->is_null() ? json(true) : *params;
     invokes.push_back({{"type", "tag"},
                        {"begin", kInvokeBeginPrefix + tool["name"].get<std::string>() + kInvokeBeginSuffix},
-                       {"content", {{"type", "json_schema"}, {"json_schema", schema}, {"style", "deepseek_v4_1_xml"}}},
+                       {"content",
+                        {{"type", "json_schema"},
+                         {"json_schema", schema},
+                         {"style", "deepseek_v4_1_xml"},
+                         {"max_whitespace_cnt", max_whitespace_run}}},
                        {"end", kInvokeEnd}});
   }
   const json calls = {{"type", "tags_with_separator"},

@@ -12,6 +12,11 @@ namespace {
 
 // The one GrammarCompiler is shared by the server's request threads; its cache makes a repeated
 // schema cost nothing, and the lock keeps the compiler single-threaded from cedar's side.
+// The longest run of white space the grammars allow between JSON tokens and DSML tags: room for
+// pretty-printed JSON (a newline and an indent), and a bound on the runs of white space a model
+// can otherwise emit without end (xgrammar's runtime safeguard, max_whitespace_cnt).
+constexpr int kMaxWhitespaceRun = 16;
+
 std::mutex& compiler_mutex() {
   static std::mutex mu;
   return mu;
@@ -112,16 +117,17 @@ Result<std::shared_ptr<const xgrammar::CompiledGrammar>> GrammarEngine::compile(
   std::string structural_tag;
   if (spec.kind == ConstraintKind::kToolCall || spec.kind == ConstraintKind::kToolCallRequired) {
     const bool required = spec.kind == ConstraintKind::kToolCallRequired;
-    CEDAR_ASSIGN_OR_RETURN(structural_tag, dsml_tool_call_structural_tag(spec.text, required));
+    CEDAR_ASSIGN_OR_RETURN(structural_tag, dsml_tool_call_structural_tag(spec.text, required, kMaxWhitespaceRun));
   }
   std::lock_guard<std::mutex> lock(compiler_mutex());
   try {
     switch (spec.kind) {
       case ConstraintKind::kJson:
-        if (spec.text.empty())
-          return std::make_shared<const xgrammar::CompiledGrammar>(compiler_->CompileBuiltinJSONGrammar());
+        // "" is any JSON value: the empty schema (xgrammar's builtin JSON grammar has no
+        // white-space bound).
         return std::make_shared<const xgrammar::CompiledGrammar>(compiler_->CompileJSONSchema(
-            spec.text, /*any_whitespace=*/true, std::nullopt, std::nullopt, /*strict_mode=*/spec.strict));
+            spec.text.empty() ? "{}" : spec.text, /*any_whitespace=*/true, std::nullopt, std::nullopt,
+            /*strict_mode=*/spec.strict, kMaxWhitespaceRun));
       case ConstraintKind::kRegex:
         return std::make_shared<const xgrammar::CompiledGrammar>(compiler_->CompileRegex(spec.text));
       case ConstraintKind::kToolCall:

@@ -104,7 +104,8 @@ class GrammarEngine {
 // block with one tag per declared tool whose parameters follow the tool's JSON schema
 // (xgrammar's "deepseek_v4_1_xml" style). `required`: the block is already open (the prompt ends
 // with "<｜DSML｜ calls>\n"); else free text may precede it and the block is optional. InvalidArgument
-// when `tools_json` is not an array of named function objects.
-Result<std::string> dsml_tool_call_structural_tag(const std::string& tools_json, bool required);
+// when `tools_json` is not an array of named function objects. `max_whitespace_run` bounds the runs
+// of white space between the DSML tags and around JSON values.
+Result<std::string> dsml_tool_call_structural_tag(const std::string& tools_json, bool required, int max_whitespace_run);
 
 }  // namespace cedar::constrain
