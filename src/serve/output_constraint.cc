@@ -8,12 +8,10 @@ namespace {
 // Walks every subschema that can hold an object and puts it in strict form.
 SchemaError make_strict(OrderedJson& schema, const std::string& field) {
   if (!schema.is_object()) return std::nullopt;
-  if (schema.contains("$ref") || schema.contains("anyOf")) {
-    // A reference or a union: its targets are checked where they are defined ($defs) or listed.
-  } else if (!schema.contains("type")) {
+  // A reference or a union is checked where its targets are defined ($defs) or listed (anyOf).
+  if (!schema.contains("$ref") && !schema.contains("anyOf") && !schema.contains("type"))
     return invalid_request("'" + field + "': every subschema of a strict json_schema needs `type`, `anyOf` or `$ref`",
                            field);
-  }
   const bool is_object = schema.contains("type") && schema["type"] == "object";
   if (is_object) {
     if (!schema.contains("properties") || !schema["properties"].is_object() || schema["properties"].empty())
