@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <vector>
@@ -53,6 +54,22 @@ struct TokenLogprobs {
 // The most alternatives a request may ask for (OpenAI's top_logprobs limit).
 inline constexpr int kMaxTopLogprobs = 20;
 
+// Constrained decoding: which tokens may come next, per request. The serve layer builds one per
+// request (a grammar matcher, src/constrain) and the engine calls it on its scheduler thread, in
+// order: next_token_mask() before sampling each token, then accept_token() with the token sampled.
+// The engine knows nothing about grammars; this interface is all it sees.
+class TokenConstraint {
+ public:
+  virtual ~TokenConstraint() = default;
+  // The allowed tokens of the next step as a bitmask, bit (id % 32) of word id / 32 set when `id` may
+  // be sampled; at least ceil(vocab_size / 32) words, owned by the constraint and valid until the
+  // next call. nullptr: every token is allowed (nothing to mask, e.g. inside free reasoning).
+  virtual const uint32_t* next_token_mask() = 0;
+  // The token sampled; false when the constraint cannot take it (the engine ends the request with
+  // an error: a masked sampler never picks such a token).
+  virtual bool accept_token(int32_t token) = 0;
+};
+
 struct GenerationRequest {
   std::vector<int32_t> prompt_ids;
   SamplingParams sampling;
@@ -66,6 +83,9 @@ struct GenerationRequest {
   int top_logprobs = 0;
   // Store prompt + output in the prefix cache when the request ends (memory, then disk).
   bool cache_prefix = true;
+  // Constrained decoding (null: none). Shared so copies of the request share the one state; only
+  // the engine's thread touches it while the request runs.
+  std::shared_ptr<TokenConstraint> constraint;
 };
 
 struct GenerationResult {
@@ -93,6 +113,10 @@ struct EngineStats {             // cumulative, for /metrics
   // Wall time of the engine's forward steps, split between prefill and decode by the tokens each
   // (batched) step ran: rates from these are aggregate throughput, not per-request speeds.
   double prefill_seconds = 0, decode_seconds = 0;
+  // Constrained decoding: tokens sampled under a mask, and the time spent computing the masks,
+  // applying them to the logits and advancing the matchers (the per-token overhead).
+  uint64_t constrained_tokens = 0;
+  double constraint_seconds = 0;
   uint64_t kv_bytes_memory = 0, kv_bytes_disk = 0;  // prefix cache
   uint64_t sequence_bytes = 0;   // working state reserved by running sequences
   int queue_depth = 0, active_sequences = 0;

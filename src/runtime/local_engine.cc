@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <condition_variable>
 #include <deque>
 #include <filesystem>
+#include <limits>
 #include <mutex>
 #include <thread>
 
@@ -18,6 +20,20 @@
 
 namespace cedar::runtime {
 namespace {
+
+// Masks the logits of the tokens `mask` (TokenConstraint::next_token_mask) does not allow: they get
+// -inf, so neither argmax nor the exponential race can pick them. Whole words of allowed tokens
+// are skipped at once.
+void apply_token_mask(const uint32_t* mask, float* logits, size_t n) {
+  constexpr float kMasked = -std::numeric_limits<float>::infinity();
+  for (size_t word = 0; word * 32 < n; ++word) {
+    const uint32_t bits = mask[word];
+    if (bits == 0xFFFFFFFFu) continue;
+    const size_t end = std::min(n, word * 32 + 32);
+    for (size_t i = word * 32; i < end; ++i)
+      if (!((bits >> (i - word * 32)) & 1u)) logits[i] = kMasked;
+  }
+}
 
 // One request as the scheduler sees it. Owned by the caller's stack frame in generate(); the
 // scheduler signals `done` and never touches it afterwards.
@@ -228,9 +244,30 @@ class LocalEngine final : public Engine {
           j->prefilled = true;
           j->result.prefill_seconds = j->timer.seconds() - j->result.queue_seconds;
         }
-        const float* row = logits.data() + i * vocab;
+        float* row = logits.data() + i * vocab;
+        Timer constraint_timer;
+        if (req.constraint)
+          if (const uint32_t* mask = req.constraint->next_token_mask()) apply_token_mask(mask, row, model_->sampleable_vocab());
+        double constraint_seconds = req.constraint ? constraint_timer.seconds() : 0.0;
         const int32_t next = ops::sample_token(row, model_->sampleable_vocab(), req.sampling.temperature, *j->rng);
         j->result.output_ids.push_back(next);
+        if (req.constraint) {
+          Timer accept_timer;
+          const bool accepted = req.constraint->accept_token(next);
+          constraint_seconds += accept_timer.seconds();
+          {
+            std::lock_guard<std::mutex> lock(mu_);
+            stats_.constrained_tokens++;
+            stats_.constraint_seconds += constraint_seconds;
+          }
+          if (!accepted) {
+            finish(j, FinishReason::kError,
+                   internal_error("constrained decoding: the grammar rejected sampled token " + std::to_string(next)));
+            continue;
+          }
+        }
+        // Under a constraint the masked row is the distribution sampled from: its log-softmax gives the
+        // logprobs (tokens the grammar forbids have none).
         if (req.on_logprobs) {
           const size_t k = std::min<size_t>(static_cast<size_t>(req.top_logprobs), model_->sampleable_vocab());
           TokenLogprobsView view;

@@ -1,5 +1,7 @@
 #include "serve/anthropic_schema.h"
 
+#include "serve/output_constraint.h"
+
 #include <cstdio>
 #include <functional>
 
@@ -166,7 +168,10 @@ SchemaError parse_thinking(const OrderedJson& body, ReasoningOptions* reasoning)
   return std::nullopt;
 }
 
-SchemaError parse_output_format(const OrderedJson& body, std::optional<OrderedJson>* out) {
+// output_config.format {type: json_schema, schema}: Anthropic's structured outputs. deepseek-recipe
+// derives no constraint from it; cedar enforces the schema anyway (Anthropic guarantees it), in
+// the form the client sent (a loose schema stays loose).
+SchemaError parse_output_format(const OrderedJson& body, ChatRequest* request) {
   auto config = body.find("output_config");
   if (config == body.end() || !config->is_object() || !config->contains("format") || (*config)["format"].is_null())
     return std::nullopt;
@@ -177,7 +182,8 @@ SchemaError parse_output_format(const OrderedJson& body, std::optional<OrderedJs
   if (type != "json_schema" || !format.contains("schema") || !format["schema"].is_object())
     return invalid_request("'output_config.format' must be {\"type\": \"json_schema\", \"schema\": {...}}",
                            "output_config.format");
-  *out = OrderedJson{{"type", "json_schema"}, {"json_schema", {{"schema", format["schema"]}}}};
+  request->response_format = OrderedJson{{"type", "json_schema"}, {"json_schema", {{"schema", format["schema"]}}}};
+  request->answer_constraint = AnswerConstraint{false, format["schema"].dump(), false};
   return std::nullopt;
 }
 
@@ -223,13 +229,18 @@ SchemaError parse_messages_request(const OrderedJson& body, ChatRequest* out, bo
     CEDAR_SCHEMA_TRY(read_string(tc, "type", "tool_choice", &type, /*required=*/true));
     if (type == "none") {
       out->tools.clear();
-    } else if (type != "auto") {
-      return invalid_request("'tool_choice.type' must be auto or none: DeepSeek-V4.1 cannot be forced to call a tool",
-                             "tool_choice.type");
+    } else if (type == "tool") {
+      std::string name;
+      CEDAR_SCHEMA_TRY(read_string(tc, "name", "tool_choice", &name, /*required=*/true));
+      CEDAR_SCHEMA_TRY(choose_named_tool(name, "tool_choice.name", out));
+    } else if (type != "auto" && type != "any") {
+      // "any" keeps the tools with an optional call: deepseek-recipe derives tool_call, not
+      // tool_call_required, and renders no forced block for it.
+      return invalid_request("'tool_choice.type' must be auto, any, tool or none", "tool_choice.type");
     }
   }
   CEDAR_SCHEMA_TRY(parse_thinking(body, &out->reasoning));
-  CEDAR_SCHEMA_TRY(parse_output_format(body, &out->response_format));
+  CEDAR_SCHEMA_TRY(parse_output_format(body, out));
   if (body.contains("stop_sequences"))
     CEDAR_SCHEMA_TRY(read_stop(body["stop_sequences"], "stop_sequences", 16, &out->sampling.stop));
   std::optional<double> temperature, top_p;

@@ -16,6 +16,22 @@ bool mentions_json(const std::vector<Message>& messages) {
   return false;
 }
 
+// Appends deepseek-recipe's prefill of a forced tool call, "\n\n<｜DSML｜ calls>\n", after the
+// assistant header: the DSML marker is the encoder's own token, the rest text.
+void append_forced_call_prefill(tokenizer::ChatPrompt* prompt) {
+  auto add = [&](std::string_view s, tokenizer::SpanKind kind) {
+    const size_t at = prompt->text.size();
+    prompt->text += s;
+    if (kind == tokenizer::SpanKind::kText && !prompt->spans.empty() && prompt->spans.back().kind == kind)
+      prompt->spans.back().end = prompt->text.size();
+    else
+      prompt->spans.push_back({at, prompt->text.size(), kind});
+  };
+  add("\n\n<", tokenizer::SpanKind::kText);
+  add(tokenizer::kDsml, tokenizer::SpanKind::kSpecial);
+  add(" calls>\n", tokenizer::SpanKind::kText);
+}
+
 }  // namespace
 
 std::variant<RenderedChat, ApiError> render_chat_prompt(const ChatRequest& request, const std::vector<Message>& messages,
@@ -33,6 +49,13 @@ std::variant<RenderedChat, ApiError> render_chat_prompt(const ChatRequest& reque
         "the last message is an assistant turn: cedar continues a partial assistant answer in non-thinking "
         "mode only, and never one with tool calls",
         "messages");
+  if (request.tool_call_required && thinking)
+    return invalid_request("thinking mode does not support this tool_choice: a forced tool call needs thinking off",
+                           "tool_choice");
+  if (request.tool_call_required && prefill)
+    return invalid_request("a forced tool call (tool_choice required or a named function) cannot continue a partial "
+                           "assistant answer",
+                           "tool_choice");
   const OrderedJson encoder_input = encoder_messages(messages, request.tools, request.response_format, prefill);
 
   tokenizer::ChatOptions options;
@@ -42,6 +65,7 @@ std::variant<RenderedChat, ApiError> render_chat_prompt(const ChatRequest& reque
   if (settings.format == tokenizer::PromptFormat::kV41) options.reasoning_effort = request.reasoning.effort.value_or(kDefaultEffort);
   auto prompt = tokenizer::encode_chat(encoder_input, options);
   if (!prompt.ok()) return invalid_request("the conversation cannot be encoded: " + prompt.status().message());
+  if (request.tool_call_required) append_forced_call_prefill(&*prompt);
   auto ids = tokenizer::encode_chat_ids(tokenizer, *prompt, settings.format);
   if (!ids.ok()) {
     if (ids.status().code() == StatusCode::kInvalidArgument)

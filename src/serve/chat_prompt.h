@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
@@ -28,6 +30,11 @@ struct RenderedChat {
 
 // The V4.1 effort of a thinking turn whose request names none: deepseek-recipe's default "high".
 inline constexpr int kDefaultEffort = 75;
+
+// The text a forced tool call (tool_choice required or a named function, non-thinking) puts after
+// the assistant header, as deepseek-recipe renders it: the model continues inside the DSML block.
+inline constexpr std::string_view kForcedCallPrefill = "\n\n<｜DSML｜ calls>\n";
+inline std::string forced_call_prefill() { return std::string(kForcedCallPrefill); }
 
 // Renders `messages` (the request's, after any replay of generated turns) with the request's tools,
 // response format and reasoning options. 400 for what the encoder rejects; 500 when the tokenizer

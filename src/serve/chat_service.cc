@@ -5,7 +5,9 @@
 #include <climits>
 #include <random>
 
+#include "core/log.h"
 #include "serve/chat_prompt.h"
+#include "serve/output_constraint.h"
 #include "serve/prompt_schema.h"
 #include "serve/schema_util.h"
 
@@ -41,6 +43,19 @@ ChatService::ChatService(const tokenizer::Tokenizer& tokenizer, runtime::Engine&
       replay_(replay),
       config_(std::move(config)),
       info_(engine.info()) {}
+
+constrain::GrammarEngine* ChatService::grammar() const {
+  std::call_once(grammar_once_, [&] {
+    auto engine = constrain::GrammarEngine::create(tokenizer_, info_.vocab_size);
+    if (engine.ok()) {
+      grammar_ = std::move(*engine);
+    } else {
+      grammar_status_ = engine.status();
+      CEDAR_LOG_WARN("constrained decoding unavailable: %s", grammar_status_.to_string().c_str());
+    }
+  });
+  return grammar_.get();
+}
 
 std::vector<Message> ChatService::replay_turns(const std::vector<Message>& messages) const {
   std::vector<Message> out = messages;
@@ -86,10 +101,24 @@ std::variant<PreparedGeneration, ApiError> ChatService::prepare_chat(const ChatR
   output.stop = request.sampling.stop;
   output.tool_id_prefix = std::string(tool_id_prefix);
   output.parse_tool_calls = !request.tools.empty();
+  if (request.tool_call_required) output.output_prefix = forced_call_prefill();
   auto prepared = finish_prepare(std::move(chat.ids), request.sampling, std::move(output), id_prefix, request.model);
-  if (auto* p = std::get_if<PreparedGeneration>(&prepared)) {
-    p->header.responses_echo = request.responses_echo;
-    p->header.thinking = chat.thinking;
+  auto* p = std::get_if<PreparedGeneration>(&prepared);
+  if (!p) return prepared;
+  p->header.responses_echo = request.responses_echo;
+  p->header.thinking = chat.thinking;
+  if (std::optional<constrain::ConstraintSpec> spec = output_constraint(request, chat.thinking)) {
+    const std::string what = request.tools.empty() ? "the response format" : "the tools' parameter schemas";
+    const char* field = request.tools.empty() ? "response_format" : "tools";
+    constrain::GrammarEngine* engine = grammar();
+    if (!engine)
+      return invalid_request("this server cannot constrain its output (" + grammar_status_.message() + "), which " +
+                                 what + " needs",
+                             field);
+    auto constraint = engine->start(*spec);
+    if (!constraint.ok())
+      return invalid_request(what + " cannot be enforced: " + constraint.status().message(), field);
+    p->request.constraint = std::move(*constraint);
   }
   return prepared;
 }

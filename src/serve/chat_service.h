@@ -4,6 +4,8 @@
 //      the very token sequence the engine generated, and the prefix cache hits;
 //   2. checks the per-request limits (prompt length, output budget) and submits to the bounded
 //      GenerationQueue (429 when full);
+//   2b. gives a request with an output constraint (output_constraint.h) its grammar matcher, which
+//      the engine masks the logits with (constrained decoding);
 //   3. follows the generation on the calling thread: decodes, parses and streams the output
 //      (OutputAssembler -> StreamSink), detects a client that went away through the flush
 //      callback, and cancels the generation then.
@@ -12,10 +14,12 @@
 
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <string_view>
 #include <variant>
 
+#include "constrain/grammar_engine.h"
 #include "runtime/engine.h"
 #include "serve/api_error.h"
 #include "serve/chat_types.h"
@@ -74,7 +78,14 @@ class ChatService {
                                                             const SamplingOptions& sampling, OutputSettings output,
                                                             std::string_view id_prefix, const std::string& model) const;
 
+  // The grammar engine of constrained decoding, built on the first request that needs it (building
+  // xgrammar's view of the 129k-token vocabulary is not free, and most requests never need it).
+  constrain::GrammarEngine* grammar() const;
+
   const tokenizer::Tokenizer& tokenizer_;
+  mutable std::once_flag grammar_once_;
+  mutable std::unique_ptr<constrain::GrammarEngine> grammar_;
+  mutable Status grammar_status_;
   GenerationQueue& queue_;
   ReplayStore& replay_;
   const ServiceConfig config_;

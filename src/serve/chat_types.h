@@ -57,10 +57,21 @@ struct ReasoningOptions {
   std::optional<int> effort;            // 1..100; only meaningful in thinking mode
 };
 
+// What constrained decoding enforces on the answer of a request without tools (response_format).
+struct AnswerConstraint {
+  bool regex = false;  // false: JSON
+  std::string text;    // JSON: the schema ("" = any JSON value, json_object); regex: the pattern
+  bool strict = false; // JSON: the schema is in strict form (no undeclared properties)
+};
+
 struct ChatRequest {
   std::string model;
   std::vector<Message> messages;
   std::vector<OrderedJson> tools;        // each the function object {"name", "description", "parameters"}
+  // tool_choice "required" or a named function (then `tools` holds that one only): the turn must be
+  // tool calls. "none" removes the tools; "auto" (the default) leaves this false.
+  bool tool_call_required = false;
+  std::optional<AnswerConstraint> answer_constraint;
   // What the prompt's "Response Format" section shows: json_object_format() or the JSON schema.
   std::optional<OrderedJson> response_format;
   ReasoningOptions reasoning;

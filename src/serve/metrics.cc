@@ -98,6 +98,7 @@ std::string ServerMetrics::render(const runtime::EngineStats& engine, const Queu
   sample(out, "cedar_engine_tokens_total", "kind=\"computed_prompt\"",
          static_cast<double>(engine.computed_prompt_tokens));
   sample(out, "cedar_engine_tokens_total", "kind=\"replayed\"", static_cast<double>(engine.replayed_tokens));
+  sample(out, "cedar_engine_tokens_total", "kind=\"decode\"", static_cast<double>(engine.decode_tokens));
   metric(out, "cedar_prefill_tokens_per_second", "gauge",
          "Prompt tokens computed (uncached plus replayed) per second of prefill work, all sequences together, "
          "since start.");
@@ -106,6 +107,14 @@ std::string ServerMetrics::render(const runtime::EngineStats& engine, const Queu
   metric(out, "cedar_decode_tokens_per_second", "gauge",
          "Decode tokens per second of decode work, all sequences together, since start.");
   sample(out, "cedar_decode_tokens_per_second", "", rate(static_cast<double>(engine.decode_tokens), engine.decode_seconds));
+  metric(out, "cedar_constrained_tokens_total", "counter", "Tokens sampled under a grammar mask (constrained decoding).");
+  sample(out, "cedar_constrained_tokens_total", "", static_cast<double>(engine.constrained_tokens));
+  metric(out, "cedar_constraint_seconds_total", "counter",
+         "Seconds the engine spent on constrained decoding: computing the token masks, masking the logits, "
+         "advancing the grammar matchers.");
+  sample(out, "cedar_constraint_seconds_total", "", engine.constraint_seconds);
+  metric(out, "cedar_decode_seconds_total", "counter", "Seconds of decode work (forward steps), since start.");
+  sample(out, "cedar_decode_seconds_total", "", engine.decode_seconds);
   metric(out, "cedar_prefix_cache_lookups_total", "counter", "Prefix-cache lookups by result.");
   sample(out, "cedar_prefix_cache_lookups_total", "result=\"hit\"", static_cast<double>(engine.prefix_hits));
   sample(out, "cedar_prefix_cache_lookups_total", "result=\"miss\"", static_cast<double>(engine.prefix_misses));

@@ -2,6 +2,7 @@
 
 #include "runtime/engine.h"
 #include "serve/logprobs_json.h"
+#include "serve/output_constraint.h"
 #include "serve/sse.h"
 #include "serve/strict_tools.h"
 
@@ -160,32 +161,47 @@ SchemaError parse_tools(const OrderedJson& tools, std::vector<OrderedJson>* out)
   return std::nullopt;
 }
 
-// tool_choice: "auto" (the default) keeps the tools; "none" leaves them out of the prompt. V4.1 has
-// no way to force a call, so "required" and a named function are refused rather than faked.
-SchemaError apply_tool_choice(const OrderedJson& body, std::vector<OrderedJson>* tools) {
+// tool_choice: "auto" (the default) keeps the tools; "none" leaves them out of the prompt;
+// "required" and a named function force a tool call (constrained decoding, output_constraint.h).
+SchemaError apply_tool_choice(const OrderedJson& body, ChatRequest* out) {
   auto it = body.find("tool_choice");
   if (it == body.end() || it->is_null()) return std::nullopt;
   if (it->is_string() && *it == "auto") return std::nullopt;
   if (it->is_string() && *it == "none") {
-    tools->clear();
+    out->tools.clear();
     return std::nullopt;
   }
-  return invalid_request("'tool_choice' must be \"auto\" or \"none\": DeepSeek-V4.1 cannot be forced to call a tool",
-                         "tool_choice");
+  if (it->is_string() && *it == "required") return require_tool_call("tool_choice", out);
+  if (it->is_object() && it->value("type", "") == "function" && it->contains("function") &&
+      (*it)["function"].is_object() && (*it)["function"].contains("name") && (*it)["function"]["name"].is_string())
+    return choose_named_tool((*it)["function"]["name"].get<std::string>(), "tool_choice.function.name", out);
+  return invalid_request(
+      "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}",
+      "tool_choice");
 }
 
-SchemaError parse_response_format(const OrderedJson& body, std::optional<OrderedJson>* out) {
+// response_format: text, json_object, json_schema (strict or not) or regex {"type": "regex",
+// "regex": PATTERN} (deepseek-recipe's extension). The prompt shows json formats; the answer is
+// constrained to them (output_constraint.h).
+SchemaError parse_response_format(const OrderedJson& body, ChatRequest* out) {
   auto it = body.find("response_format");
   if (it == body.end() || it->is_null()) return std::nullopt;
   if (!it->is_object()) return invalid_request("'response_format' must be an object", "response_format");
   std::string type;
   CEDAR_SCHEMA_TRY(read_string(*it, "type", "response_format", &type, /*required=*/true));
   if (type == "text") return std::nullopt;  // the default: nothing to add to the prompt
+  if (type == "regex") {
+    std::string pattern;
+    CEDAR_SCHEMA_TRY(read_string(*it, "regex", "response_format", &pattern, /*required=*/true));
+    out->answer_constraint = AnswerConstraint{true, pattern, false};
+    return std::nullopt;
+  }
   if (type != "json_object" && type != "json_schema")
-    return invalid_request("'response_format.type' must be text, json_object or json_schema",
+    return invalid_request("'response_format.type' must be text, json_object, json_schema or regex",
                            "response_format.type");
   if (type == "json_object") {
-    *out = json_object_format();
+    out->response_format = json_object_format();
+    out->answer_constraint = AnswerConstraint{};
     return std::nullopt;
   }
   if (!it->contains("json_schema") || !(*it)["json_schema"].is_object())
@@ -194,7 +210,12 @@ SchemaError parse_response_format(const OrderedJson& body, std::optional<Ordered
   if (!js.contains("schema") || !js["schema"].is_object())
     return invalid_request("'response_format.json_schema.schema' must be a JSON schema object",
                            "response_format.json_schema.schema");
-  *out = js["schema"];  // the prompt shows the schema itself, as deepseek-recipe renders it
+  bool strict = false;
+  CEDAR_SCHEMA_TRY(read_bool(js, "strict", "response_format.json_schema", &strict));
+  out->response_format = js["schema"];  // the prompt shows the schema itself, as deepseek-recipe renders it
+  OrderedJson enforced = js["schema"];
+  if (strict) CEDAR_SCHEMA_TRY(strict_json_schema(js["schema"], "response_format.json_schema.schema", &enforced));
+  out->answer_constraint = AnswerConstraint{false, enforced.dump(), strict};
   return std::nullopt;
 }
 
@@ -210,8 +231,8 @@ SchemaError parse_chat_completion_request(const OrderedJson& body, ChatRequest* 
     CEDAR_SCHEMA_TRY(parse_message((*messages)[i], field_path("messages", i), &out->messages[i]));
   if (body.contains("tools")) CEDAR_SCHEMA_TRY(parse_tools(body["tools"], &out->tools));
   CEDAR_SCHEMA_TRY(apply_strict_tools(&out->tools, "tools"));
-  CEDAR_SCHEMA_TRY(apply_tool_choice(body, &out->tools));
-  CEDAR_SCHEMA_TRY(parse_response_format(body, &out->response_format));
+  CEDAR_SCHEMA_TRY(apply_tool_choice(body, out));
+  CEDAR_SCHEMA_TRY(parse_response_format(body, out));
   bool parallel_tool_calls = true;  // accepted; V4.1 decides how many invokes one block holds
   CEDAR_SCHEMA_TRY(read_bool(body, "parallel_tool_calls", "", &parallel_tool_calls));
   // DeepSeek's API switch {"thinking": {"type": "enabled" | "disabled"}}, then reasoning_effort.

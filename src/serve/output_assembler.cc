@@ -44,6 +44,7 @@ OutputAssembler::OutputAssembler(const tokenizer::Tokenizer& tokenizer, OutputSe
 }
 
 void OutputAssembler::push(int32_t token, const runtime::TokenLogprobs& logprobs, size_t index) {
+  feed_output_prefix();  // before the first span starts: the prefix is prompt text, not this token's
   if (settings_.logprobs && index < logprobs.size()) {
     ids_.push_back(token);
     spans_.push_back({decoded_.size(), decoded_.size()});  // the end is set once the token is decoded
@@ -58,7 +59,16 @@ void OutputAssembler::push(int32_t token, const runtime::TokenLogprobs& logprobs
   push(token);
 }
 
+void OutputAssembler::feed_output_prefix() {
+  if (prefix_fed_) return;
+  prefix_fed_ = true;
+  if (settings_.output_prefix.empty() || settings_.mode == OutputMode::kRaw) return;
+  decoded_ += settings_.output_prefix;
+  for (const tokenizer::ParseEvent& e : parser_.feed(settings_.output_prefix)) handle(e);
+}
+
 void OutputAssembler::push(int32_t token) {
+  feed_output_prefix();
   if (think_end_id_ && token == *think_end_id_ && !think_end_at_) think_end_at_ = tokens_;
   ++tokens_;
   if (wants_stop() || parser_done_) return;
@@ -191,6 +201,7 @@ void OutputAssembler::flush_held_content() {
 }
 
 std::optional<ApiError> OutputAssembler::finish(const runtime::GenerationResult& result, Completion* turn) {
+  feed_output_prefix();
   const bool truncated = result.finish_reason == runtime::FinishReason::kLength;
   bool failure_at_end = false;  // the parser's verdict on where the text ended (no EOS, open block)
   if (!wants_stop() && !parser_done_) {

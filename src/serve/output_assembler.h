@@ -34,6 +34,9 @@ struct OutputSettings {
   bool parse_tool_calls = true;
   // Report the content tokens' log-probabilities (Completion::logprobs, StreamSink::on_content).
   bool logprobs = false;
+  // Text of the answer the prompt already holds (a forced tool call's "\n\n<｜DSML｜ calls>\n",
+  // chat_prompt.h): parsed before the first generated token, so the turn reads as the model's.
+  std::string output_prefix;
 };
 
 class OutputAssembler {
@@ -65,6 +68,7 @@ class OutputAssembler {
   // begin the answer, or that come just before the tool calls are dropped.
   void reasoning_delta(std::string_view text);
   void content_delta(std::string_view text);
+  void feed_output_prefix();
   void content_text(std::string_view text);
   void emit_content(std::string_view text);
   void flush_held_content();
@@ -86,6 +90,7 @@ class OutputAssembler {
   bool content_started_ = false;    // a character other than a newline was shown as content
   bool stop_matched_ = false;
   bool parser_done_ = false;
+  bool prefix_fed_ = false;
   std::optional<std::string> failure_;
   Completion turn_;            // content, reasoning, tool calls so far
   int tokens_ = 0;

@@ -4,6 +4,7 @@
 
 #include "runtime/engine.h"
 #include "serve/logprobs_json.h"
+#include "serve/output_constraint.h"
 #include "serve/sse.h"
 #include "serve/strict_tools.h"
 
@@ -119,8 +120,9 @@ SchemaError parse_tools(const OrderedJson& tools, std::vector<OrderedJson>* out)
 }
 
 // text.format {type: json_schema, name, schema, strict} -> Chat Completions' response_format shape,
-// so the prompt is the same whichever API carried the request.
-SchemaError parse_text_format(const OrderedJson& body, std::optional<OrderedJson>* out) {
+// so the prompt is the same whichever API carried the request; the answer is constrained to it.
+// (deepseek-recipe's Responses conversion knows no regex format, so neither does cedar's.)
+SchemaError parse_text_format(const OrderedJson& body, ChatRequest* out) {
   auto text = body.find("text");
   if (text == body.end() || text->is_null()) return std::nullopt;
   if (!text->is_object()) return invalid_request("'text' must be an object", "text");
@@ -131,14 +133,20 @@ SchemaError parse_text_format(const OrderedJson& body, std::optional<OrderedJson
   CEDAR_SCHEMA_TRY(read_string(*format, "type", "text.format", &type, /*required=*/true));
   if (type == "text") return std::nullopt;
   if (type == "json_object") {
-    *out = json_object_format();
+    out->response_format = json_object_format();
+    out->answer_constraint = AnswerConstraint{};
     return std::nullopt;
   }
   if (type != "json_schema")
     return invalid_request("'text.format.type' must be text, json_object or json_schema", "text.format.type");
   if (!format->contains("schema") || !(*format)["schema"].is_object())
     return invalid_request("'text.format.schema' must be a JSON schema object", "text.format.schema");
-  *out = (*format)["schema"];  // the prompt shows the schema itself, as deepseek-recipe renders it
+  bool strict = false;
+  CEDAR_SCHEMA_TRY(read_bool(*format, "strict", "text.format", &strict));
+  out->response_format = (*format)["schema"];  // the prompt shows the schema itself, as deepseek-recipe renders it
+  OrderedJson enforced = (*format)["schema"];
+  if (strict) CEDAR_SCHEMA_TRY(strict_json_schema((*format)["schema"], "text.format.schema", &enforced));
+  out->answer_constraint = AnswerConstraint{false, enforced.dump(), strict};
   return std::nullopt;
 }
 
@@ -200,12 +208,17 @@ SchemaError parse_responses_request(const OrderedJson& body, ChatRequest* out) {
     const OrderedJson& tc = body["tool_choice"];
     if (tc == "none") {
       out->tools.clear();
+    } else if (tc == "required") {
+      CEDAR_SCHEMA_TRY(require_tool_call("tool_choice", out));
+    } else if (tc.is_object() && tc.value("type", "") == "function" && tc.contains("name") && tc["name"].is_string()) {
+      CEDAR_SCHEMA_TRY(choose_named_tool(tc["name"].get<std::string>(), "tool_choice.name", out));
     } else if (tc != "auto") {
-      return invalid_request("'tool_choice' must be \"auto\" or \"none\": DeepSeek-V4.1 cannot be forced to call a tool",
-                             "tool_choice");
+      return invalid_request(
+          "'tool_choice' must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"name\": ...}",
+          "tool_choice");
     }
   }
-  CEDAR_SCHEMA_TRY(parse_text_format(body, &out->response_format));
+  CEDAR_SCHEMA_TRY(parse_text_format(body, out));
   if (body.contains("reasoning") && !body["reasoning"].is_null()) {
     const OrderedJson& r = body["reasoning"];
     if (!r.is_object()) return invalid_request("'reasoning' must be an object", "reasoning");

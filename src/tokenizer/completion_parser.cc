@@ -59,14 +59,14 @@ bool parse_invoke_name(std::string_view content, std::string* name) {
   }
   constexpr std::string_view kOpen = "name=\"";
   if (content.compare(i, kOpen.size(), kOpen) != 0) return false;
-  const std::string_view rest = content.substr(i + kOpen.size());
-  if (ends_with(rest, "\">\n\n")) {
-    *name = std::string(rest.substr(0, rest.size() - 4));
-  } else if (ends_with(rest, "\">\n")) {
-    *name = std::string(rest.substr(0, rest.size() - 3));
-  } else {
-    return false;
-  }
+  std::string_view rest = content.substr(i + kOpen.size());
+  // The format writes "\">\n" (or "\">\n\n"); any run of ASCII white space after the ">" is
+  // accepted, as between the other DSML tags (see scan_calls).
+  const size_t last = rest.find_last_not_of(" \n\r\t");
+  if (last == std::string_view::npos || rest.size() - last - 1 == 0) return false;
+  rest = rest.substr(0, last + 1);
+  if (!ends_with(rest, "\">")) return false;
+  *name = std::string(rest.substr(0, rest.size() - 2));
   return true;
 }
 
@@ -246,21 +246,29 @@ bool CompletionParser::scan_text(std::vector<ParseEvent>* events, bool at_end) {
 
 bool CompletionParser::scan_calls(std::vector<ParseEvent>* events, bool at_end) {
   const std::string kSep = ">\n";
+  // Between DSML tags the format writes ">\n"; ">" followed by any run of ASCII white space is
+  // accepted too, because constrained decoding's grammar (xgrammar's DeepSeek-V4.1 layout) lets the
+  // model put a bounded run of white space there. The calls read the same either way.
+  auto is_ascii_space = [](char c) { return c == ' ' || c == '\n' || c == '\r' || c == '\t'; };
   auto need_separator = [&](const std::vector<std::string>& nexts, const char* what) -> int {
-    // Returns the index of the marker that follows ">\n", -1 to wait, -2 on error.
+    // Returns the index of the marker that follows the separator, -1 to wait, -2 on error.
     std::vector<std::string_view> views(nexts.begin(), nexts.end());
     const Found f = find_first(pending_, views);
     if (f.pos == std::string_view::npos) {
-      std::vector<std::string> full;
-      for (const auto& n : nexts) full.push_back(kSep + n);
-      if (!is_prefix_of_any(pending_, full)) {
+      size_t ws = pending_.empty() || pending_[0] != '>' ? 0 : 1;
+      while (ws < pending_.size() && ws > 0 && is_ascii_space(pending_[ws])) ++ws;
+      std::vector<std::string> markers(nexts.begin(), nexts.end());
+      const bool may_continue = pending_.empty() || (ws > 0 && is_prefix_of_any(pending_.substr(ws), markers));
+      if (!may_continue) {
         fail(events, std::string(what) + ": expected '>\\n' but got '" + pending_ + "'");
         return -2;
       }
       return -1;
     }
     const std::string between = pending_.substr(0, f.pos);
-    if (between != kSep) {
+    const bool separator = !between.empty() && between[0] == '>' &&
+                           std::all_of(between.begin() + 1, between.end(), is_ascii_space);
+    if (!separator) {
       fail(events, std::string(what) + ": expected '>\\n' but got '" + between + "'");
       return -2;
     }

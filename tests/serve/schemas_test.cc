@@ -341,7 +341,10 @@ TEST(AnthropicSchema, Rejections) {
   EXPECT_EQ(parse_messages_request(body_of(R"({"max_tokens": 5, "messages": [{"role": "user", "content": "x"}], "tools": [{"type": "bash_20250124", "name": "bash"}]})"), &r)
                 ->param,
             "tools[0].type");
-  EXPECT_EQ(parse_messages_request(body_of(R"({"max_tokens": 5, "messages": [{"role": "user", "content": "x"}], "tool_choice": {"type": "any"}})"), &r)
+  EXPECT_EQ(parse_messages_request(body_of(R"({"max_tokens": 5, "messages": [{"role": "user", "content": "x"}], "tool_choice": {"type": "tool", "name": "nope"}})"), &r)
+                ->param,
+            "tool_choice.name");
+  EXPECT_EQ(parse_messages_request(body_of(R"({"max_tokens": 5, "messages": [{"role": "user", "content": "x"}], "tool_choice": {"type": "sometimes"}})"), &r)
                 ->param,
             "tool_choice.type");
 }

@@ -356,6 +356,72 @@ def strict_tool_cases(U):
     return out
 
 
+def constrained_cases(g):
+    """Bodies of constrained decoding: tool_choice required / a named function (deepseek-recipe
+    prefills the DSML calls block, non-thinking only), Anthropic any / tool, regex and strict
+    json_schema response formats, and the ones both sides refuse. A generator of its own (seeded
+    apart from the main one), so adding these left the earlier bodies unchanged."""
+    out = []
+    for api in ("chat", "responses", "messages"):
+        for variant in range(8):
+            shape = g.pick(SHAPES[api])
+            inject = variant % 2 == 0
+            ntools = g.pick([1, 2, 3])
+            names = ["get_weather", "search_docs", "run_sql", "send_mail"][:max(ntools, 2 if shape == "tools_roundtrip" else 1)]
+            named = g.pick(names)
+            if api == "chat":
+                choice = g.pick(["required", {"type": "function", "function": {"name": named}}])
+            elif api == "responses":
+                choice = g.pick(["required", {"type": "function", "name": named}])
+            else:
+                choice = g.pick(["any", "tool"])
+            body = BUILDERS[api](g, shape, inject, False, None, ntools, None)
+            if api == "messages":
+                body["tool_choice"] = {"type": "any"} if choice == "any" else {"type": "tool", "name": named}
+            else:
+                body["tool_choice"] = choice
+            out.append((api, "constrained-%s-%s-%02d" % (api, shape, variant), body))
+    tools = [{"type": "function", "function": t} for t in tool_defs(g, 2, True)]
+    user = [{"role": "user", "content": "answer in json " + g.text(True)}]
+    # Thinking mode cannot force a call; an undeclared name is refused.
+    out.append(("chat", "refuse-required-thinking", {"model": MODEL, "messages": user, "tools": tools,
+                                                     "tool_choice": "required", "thinking": {"type": "enabled"}}))
+    out.append(("chat", "refuse-named-unknown", {"model": MODEL, "messages": user, "tools": tools, "tool_choice": {
+        "type": "function", "function": {"name": "nope"}}}))
+    out.append(("messages", "refuse-tool-thinking", {"model": MODEL, "max_tokens": 64, "messages": user,
+                                                     "tools": [{"name": "f", "input_schema": {"type": "object"}}],
+                                                     "tool_choice": {"type": "tool", "name": "f"},
+                                                     "thinking": {"type": "enabled", "budget_tokens": 1024}}))
+    # tool_choice required and response_format together: the tools decide.
+    out.append(("chat", "constrained-required-with-json", {"model": MODEL, "messages": user, "tools": tools,
+                                                           "tool_choice": "required",
+                                                           "response_format": {"type": "json_object"}}))
+    # Regex (Chat Completions only) and strict json_schema.
+    for thinking in (False, True):
+        th = {"type": "enabled" if thinking else "disabled"}
+        out.append(("chat", "constrained-regex-%d" % thinking, {"model": MODEL, "messages": user, "thinking": th,
+                                                                 "response_format": {"type": "regex",
+                                                                                     "regex": "(yes|no) [0-9]+"}}))
+        strict = {"type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "array", "items": {
+            "type": "object", "properties": {"c": {"type": "integer"}}}}}}
+        out.append(("chat", "constrained-strict-%d" % thinking, {"model": MODEL, "messages": user, "thinking": th,
+                                                                  "response_format": {"type": "json_schema", "json_schema": {
+                                                                      "name": "s", "strict": True, "schema": strict}}}))
+        out.append(("responses", "constrained-strict-responses-%d" % thinking, {
+            "model": MODEL, "input": user, "reasoning": {"effort": "high" if thinking else "none"},
+            "text": {"format": {"type": "json_schema", "name": "s", "strict": True, "schema": strict}}}))
+    out.append(("responses", "refuse-regex", {"model": MODEL, "input": user,
+                                              "text": {"format": {"type": "regex", "pattern": "[a-z]+"}}}))
+    out.append(("chat", "refuse-strict-no-properties", {"model": MODEL, "messages": user, "response_format": {
+        "type": "json_schema", "json_schema": {"name": "s", "strict": True, "schema": {"type": "object"}}}}))
+    out.append(("chat", "refuse-strict-partial-required", {"model": MODEL, "messages": user, "response_format": {
+        "type": "json_schema", "json_schema": {"name": "s", "strict": True, "schema": {
+            "type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "string"}}, "required": ["a"]}}}}))
+    out.append(("chat", "refuse-strict-top-level-array", {"model": MODEL, "messages": user, "response_format": {
+        "type": "json_schema", "json_schema": {"name": "s", "strict": True, "schema": {"type": "array"}}}}))
+    return out
+
+
 BUILDERS = {"chat": chat_body, "responses": responses_body, "messages": messages_body}
 SHAPES = {
     "chat": ["user", "system", "user_parts", "multi", "multi_system", "tools_roundtrip"],
@@ -385,6 +451,8 @@ def main():
                 out.append({"name": "%s-%s-%02d" % (api, shape, variant), "api": api, "body": body})
                 n += 1
     for api, name, body in edge_cases(g):
+        out.append({"name": name, "api": api, "body": body})
+    for api, name, body in constrained_cases(Gen(20261204)):
         out.append({"name": name, "api": api, "body": body})
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus.jsonl")
     with open(path, "w", encoding="utf-8") as f:

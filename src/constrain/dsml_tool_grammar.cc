@@ -1,0 +1,64 @@
+// The structural tag of DeepSeek-V4.1's DSML tool calls (grammar_engine.h), written as xgrammar's
+// own builtin "deepseek_v4_1" structural tag writes it (python/xgrammar/builtin_structural_tag.py of
+// the pinned sdist), minus its reasoning prefix: cedar gates the reasoning itself (GrammarConstraint).
+// The markers are the ones tokenizer/completion_parser reads back.
+#include <nlohmann/json.hpp>
+
+#include "constrain/grammar_engine.h"
+
+namespace cedar::constrain {
+namespace {
+
+using json = nlohmann::json;
+
+constexpr const char* kCallsBegin = "<｜DSML｜ calls>\n";
+constexpr const char* kCallsTrigger = "<｜DSML｜ calls>";
+constexpr const char* kCallsEnd = "</｜DSML｜ calls>";
+constexpr const char* kInvokeBeginPrefix = "<｜DSML｜ invoke name=\"";
+constexpr const char* kInvokeBeginSuffix = "\">\n";
+constexpr const char* kInvokeEnd = "</｜DSML｜ invoke>\n";
+
+}  // namespace
+
+Result<std::string> dsml_tool_call_structural_tag(const std::string& tools_json, bool required, int max_whitespace_run) {
+  const json tools = json::parse(tools_json, nullptr, false);
+  if (tools.is_discarded() || !tools.is_array() || tools.empty())
+    return invalid_argument("tool-call constraint: the tools must be a non-empty JSON array");
+  json invokes = json::array();
+  for (const json& tool : tools) {
+    if (!tool.is_object() || !tool.contains("name") || !tool["name"].is_string())
+      return invalid_argument("tool-call constraint: every tool needs a name");
+    // No parameters: any arguments (xgrammar's `true` schema), as its builtin tag does.
+    const auto params = tool.find("parameters");
+    const json schema = params == tool.end() || params->is_null() ? json(true) : *params;
+    invokes.push_back({{"type", "tag"},
+                       {"begin", kInvokeBeginPrefix + tool["name"].get<std::string>() + kInvokeBeginSuffix},
+                       {"content",
+                        {{"type", "json_schema"},
+                         {"json_schema", schema},
+                         {"style", "deepseek_v4_1_xml"},
+                         {"max_whitespace_cnt", max_whitespace_run}}},
+                       {"end", kInvokeEnd}});
+  }
+  const json calls = {{"type", "tags_with_separator"},
+                      {"tags", invokes},
+                      {"separator", ""},
+                      {"at_least_one", true},
+                      {"stop_after_first", false}};
+  json format;
+  if (required) {
+    // The prompt already holds "\n\n<｜DSML｜ calls>\n" (deepseek-recipe's prefill for a forced call).
+    format = {{"type", "sequence"}, {"elements", {calls, {{"type", "const_string"}, {"value", kCallsEnd}}}}};
+  } else {
+    // Free text (never <think> or </think>), then at most one calls block, which ends the turn.
+    format = {{"type", "triggered_tags"},
+              {"triggers", {kCallsTrigger}},
+              {"tags", {{{"type", "tag"}, {"begin", kCallsBegin}, {"content", calls}, {"end", kCallsEnd}}}},
+              {"excludes", {"<think>", "</think>"}},
+              {"at_least_one", false},
+              {"stop_after_first", true}};
+  }
+  return json{{"type", "structural_tag"}, {"format", format}}.dump();
+}
+
+}  // namespace cedar::constrain

@@ -1,0 +1,111 @@
+// Constrained decoding over xgrammar's C++ core (cmake/Xgrammar.cmake: the pinned 0.2.9 sdist).
+//
+// GrammarEngine is built once per server from the tokenizer: it tells xgrammar the bytes of every
+// token and compiles the output constraints deepseek-recipe derives from a request (json, regex,
+// tool_call, tool_call_required; see ConstraintSpec) into grammars, caching them. start() gives a
+// fresh per-request GrammarConstraint, the runtime::TokenConstraint the engine masks the logits
+// with.
+//
+// Token bytes: ordinary tokens are their byte-level bytes. Added tokens are never allowed inside a
+// constrained span (xgrammar treats an empty token as special), except the end-of-sentence token,
+// which ends the output once the grammar is complete, and the DSML marker token, which the model
+// writes inside its tool-call blocks (it matches its own bytes, "｜DSML｜", where the grammar wants
+// them).
+//
+// Thinking mode: the reasoning is free; the grammar starts after the `</think>` token
+// (ConstraintSpec::after_think_end), as xgrammar's own DeepSeek structural tag does.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/status.h"
+#include "runtime/engine.h"
+#include "tokenizer/tokenizer.h"
+
+namespace xgrammar {
+class CompiledGrammar;
+class GrammarCompiler;
+class TokenizerInfo;
+}  // namespace xgrammar
+
+namespace cedar::constrain {
+
+// The kinds of deepseek-recipe's OutputConstraint.
+enum class ConstraintKind {
+  kJson,              // `text`: a JSON schema, or "" for any JSON value (json_object)
+  kRegex,             // `text`: a regular expression the whole output matches
+  kToolCall,          // `text`: the tools; free text, then optionally one DSML calls block
+  kToolCallRequired,  // `text`: the tools; the prompt ends inside "<｜DSML｜ calls>\n": one or more
+                      // invokes of those tools, then the block's end
+};
+const char* constraint_kind_name(ConstraintKind kind);  // "json", "regex", "tool_call", ...
+
+struct ConstraintSpec {
+  ConstraintKind kind = ConstraintKind::kJson;
+  // json: the schema text ("" = any JSON value); regex: the pattern; tool kinds: a JSON array of
+  // function objects {"name": ..., "parameters": {...}} (parameters absent or null: any arguments).
+  std::string text;
+  // json only: reject properties the schema does not declare (the schema is already in strict
+  // form; xgrammar's strict_mode). Off: unknown properties are allowed, as JSON Schema says.
+  bool strict = false;
+  // The grammar applies after the `</think>` token; before it every token is allowed.
+  bool after_think_end = false;
+};
+
+class GrammarEngine;
+
+// One request's matcher: the runtime::TokenConstraint of constrained decoding.
+class GrammarConstraint final : public runtime::TokenConstraint {
+ public:
+  ~GrammarConstraint() override;
+  const uint32_t* next_token_mask() override;
+  bool accept_token(int32_t token) override;
+  // The grammar is complete and took the stop token.
+  bool terminated() const;
+  // Back to the state start() gave (the grammar not begun; before `</think>` when gated).
+  void reset();
+
+ private:
+  friend class GrammarEngine;
+  struct Impl;
+  explicit GrammarConstraint(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+class GrammarEngine {
+ public:
+  // `vocab_size`: the engine's logits width (may exceed the tokenizer's; the extra ids are never
+  // allowed). Fails when the tokenizer is not byte-level or lacks an end-of-sentence token.
+  static Result<std::unique_ptr<GrammarEngine>> create(const tokenizer::Tokenizer& tokenizer, int vocab_size);
+  ~GrammarEngine();
+
+  // Compiles (or finds in the cache) the grammar of `spec` and returns a fresh matcher over it.
+  // InvalidArgument, with xgrammar's reason, for a schema or pattern it cannot compile.
+  Result<std::shared_ptr<GrammarConstraint>> start(const ConstraintSpec& spec);
+
+  int vocab_size() const { return vocab_size_; }
+  int32_t eos_id() const { return eos_id_; }
+
+ private:
+  GrammarEngine() = default;
+  Result<std::shared_ptr<const xgrammar::CompiledGrammar>> compile(const ConstraintSpec& spec);
+
+  std::unique_ptr<xgrammar::TokenizerInfo> info_;
+  std::unique_ptr<xgrammar::GrammarCompiler> compiler_;
+  int vocab_size_ = 0;
+  int32_t eos_id_ = -1;
+  int32_t think_end_id_ = -1;
+};
+
+// The xgrammar structural tag (JSON text) of a tool-call constraint: DeepSeek-V4.1's DSML calls
+// block with one tag per declared tool whose parameters follow the tool's JSON schema
+// (xgrammar's "deepseek_v4_1_xml" style). `required`: the block is already open (the prompt ends
+// with "<｜DSML｜ calls>\n"); else free text may precede it and the block is optional. InvalidArgument
+// when `tools_json` is not an array of named function objects. `max_whitespace_run` bounds the runs
+// of white space between the DSML tags and around JSON values.
+Result<std::string> dsml_tool_call_structural_tag(const std::string& tools_json, bool required, int max_whitespace_run);
+
+}  // namespace cedar::constrain

@@ -1,0 +1,75 @@
+// The engine's constrained-decoding hook (runtime::TokenConstraint): the mask is applied before
+// sampling, every sampled token is handed to accept_token in order, a rejected token ends the
+// request with an error, and a null mask leaves sampling alone.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "runtime/local_engine.h"
+#include "../model/tiny_model_util.h"
+
+namespace cedar::runtime {
+namespace {
+
+// Allows the ids of `script` one after another (one id per step), records what it was given.
+class ScriptedConstraint final : public TokenConstraint {
+ public:
+  ScriptedConstraint(std::vector<int32_t> script, int vocab, bool reject_at_end = false)
+      : script_(std::move(script)), mask_((vocab + 31) / 32), reject_at_end_(reject_at_end) {}
+  const uint32_t* next_token_mask() override {
+    if (step_ >= script_.size()) return nullptr;
+    std::fill(mask_.begin(), mask_.end(), 0u);
+    const int32_t id = script_[step_];
+    mask_[id / 32] |= 1u << (id % 32);
+    return mask_.data();
+  }
+  bool accept_token(int32_t token) override {
+    accepted.push_back(token);
+    if (step_ >= script_.size()) return !reject_at_end_;
+    return script_[step_++] == token;
+  }
+  std::vector<int32_t> accepted;
+
+ private:
+  std::vector<int32_t> script_;
+  std::vector<uint32_t> mask_;
+  size_t step_ = 0;
+  bool reject_at_end_;
+};
+
+TEST(TokenConstraint, MaskDecidesEveryTokenAndSeesThemAll) {
+  auto engine = make_engine(model::testing::tiny_checkpoint(2), EngineOptions{});
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  const int vocab = (*engine)->info().vocab_size;
+  const std::vector<int32_t> script = {5, 77, 1234, 9, 300};
+  auto constraint = std::make_shared<ScriptedConstraint>(script, vocab);
+  GenerationRequest r;
+  r.prompt_ids = model::testing::test_prompt(12, 1);
+  r.sampling.temperature = 1.0f;
+  r.sampling.seed = 42;
+  r.sampling.max_tokens = 5;
+  r.constraint = constraint;
+  auto out = (*engine)->generate(r);
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  EXPECT_EQ(out->output_ids, script) << "a masked sampler can only pick the allowed token";
+  EXPECT_EQ(constraint->accepted, script);
+  EXPECT_EQ((*engine)->stats().constrained_tokens, script.size());
+}
+
+TEST(TokenConstraint, RejectedTokenEndsTheRequestWithAnError) {
+  auto engine = make_engine(model::testing::tiny_checkpoint(2), EngineOptions{});
+  ASSERT_TRUE(engine.ok());
+  auto constraint = std::make_shared<ScriptedConstraint>(std::vector<int32_t>{5}, (*engine)->info().vocab_size,
+                                                         /*reject_at_end=*/true);
+  GenerationRequest r;
+  r.prompt_ids = model::testing::test_prompt(12, 1);
+  r.sampling.max_tokens = 8;
+  r.constraint = constraint;
+  auto out = (*engine)->generate(r);
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().code(), StatusCode::kInternal);
+  EXPECT_EQ(constraint->accepted.size(), 2u) << "the second token (unmasked) was refused and generation stopped";
+}
+
+}  // namespace
+}  // namespace cedar::runtime

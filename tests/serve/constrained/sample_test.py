@@ -1,0 +1,352 @@
+#!/usr/bin/env python3
+"""Constrained decoding on a random tiny checkpoint: every sampled output must parse and validate.
+
+  sample_test.py PATH/TO/cedar WORK_DIR [--samples N] [--kinds k1,k2] [--report FILE]
+
+`cedar serve -m TINY` (a `cedar make-tiny` checkpoint, random weights: its outputs are noise, so
+only the constraint can make them well-formed) answers N requests per constraint kind, each sampled
+at temperature 1 with its own seed, through all three APIs:
+
+  json_object       Chat Completions, response_format json_object         -> json.loads
+  json_schema       Chat Completions (streamed) and Responses, strict json_schema with nested
+                    objects, arrays, enums and required properties         -> jsonschema
+  regex             Chat Completions, response_format regex               -> re.fullmatch
+  tool_required     Responses, tool_choice "required" over two tools      -> tool name declared,
+                    arguments valid against that tool's schema (jsonschema)
+  named_tool        Anthropic Messages, tool_choice {type: tool, name}    -> that tool, valid input
+  tool_auto         Chat Completions, tools with tool_choice auto         -> any call made is valid
+
+The validator is the `jsonschema` package (Debian python3-jsonschema), independent of cedar. A
+sample that ends by length (max_tokens) counts as a failure: a constrained output must end on its
+own; the schema and pattern here bound every string, array and number, so it can. The other kinds
+have no such bound and may reach max_tokens: json_object (any JSON value: random weights wander
+into long strings and deep nesting), the tool kinds (a calls block may hold any number of calls)
+and tool_auto's free text. Their truncated samples are counted and reported ("truncated"), not
+validated; every sample that ended must validate. Afterwards /metrics gives the per-token cost of constrained decoding (mask computation, logits
+masking and matcher updates) beside the decode time per token; the same number of unconstrained
+requests is the baseline. Exit 0 when every sample validates, 1 otherwise, 77 without jsonschema.
+"""
+import concurrent.futures
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "py"))
+
+try:
+    import jsonschema
+except ImportError:
+    print("SKIP: the jsonschema package is missing (Debian: python3-jsonschema; scripts/deps.sh installs it)")
+    sys.exit(77)
+
+from restart_test import Server  # noqa: E402  (the serve-process helper of the restart test)
+
+MODEL = "DeepSeek-V4.1-Flash"
+USER = [{"role": "user", "content": "Reply in JSON, please."}]
+
+# Strict form (every property required, no others), so the client's schema is what is validated.
+ANSWER_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "status": {"type": "string", "enum": ["ok", "warn", "fail"]},
+        "count": {"type": "integer", "minimum": 0, "maximum": 999},
+        "ratio": {"type": "boolean"},
+        "owner": {
+            "type": "object",
+            "properties": {"name": {"type": "string", "maxLength": 6},
+                           "level": {"type": "string", "enum": ["a", "b"]}},
+            "required": ["name", "level"],
+            "additionalProperties": False,
+        },
+        "tags": {"type": "array", "items": {"type": "string", "enum": ["x", "y", "z"]}, "maxItems": 3},
+    },
+    "required": ["status", "count", "ratio", "owner", "tags"],
+    "additionalProperties": False,
+}
+
+REGEX = r"(yes|no|maybe): [a-z]{1,6}( [a-z]{1,6}){0,2} [0-9]{1,3}\."
+
+WEATHER = {"type": "object",
+           "properties": {"city": {"type": "string", "enum": ["Paris", "Tokyo", "Lima"]},
+                          "days": {"type": "integer", "minimum": 1, "maximum": 14},
+                          "metric": {"type": "boolean"}},
+           "required": ["city", "days"]}
+SEARCH = {"type": "object",
+          "properties": {"topic": {"type": "string", "enum": ["news", "docs"]},
+                         "limit": {"type": "integer", "minimum": 1, "maximum": 50},
+                         "filters": {"type": "array", "items": {"type": "string", "enum": ["en", "fr"]},
+                                     "maxItems": 2}},
+          "required": ["topic"]}
+TOOLS = {"get_weather": WEATHER, "search_docs": SEARCH}
+CHAT_TOOLS = [{"type": "function", "function": {"name": n, "description": "a tool", "parameters": s}}
+              for n, s in TOOLS.items()]
+RESPONSES_TOOLS = [{"type": "function", "name": n, "description": "a tool", "parameters": s} for n, s in TOOLS.items()]
+MESSAGES_TOOLS = [{"name": n, "description": "a tool", "input_schema": s} for n, s in TOOLS.items()]
+
+MAX_TOKENS = 512
+
+
+def validate(instance, schema):
+    jsonschema.validate(instance, schema, cls=jsonschema.Draft202012Validator)
+
+
+def sse_events(data):
+    for block in data.decode().split("\n\n"):
+        for line in block.splitlines():
+            if line.startswith("data: ") and line != "data: [DONE]":
+                yield json.loads(line[6:])
+
+
+# Each kind: (request builder, checker). A checker raises on an invalid output and returns the
+# completion token count.
+def json_object_request(seed):
+    return "/v1/chat/completions", {"model": MODEL, "messages": USER, "temperature": 1, "seed": seed,
+                                    "max_tokens": MAX_TOKENS, "response_format": {"type": "json_object"}}
+
+
+class Truncated(Exception):
+    """An output of an unbounded kind that reached max_tokens (reported, not validated)."""
+
+
+def check_chat_json(status, data, schema=None):
+    body = json.loads(data)
+    assert status == 200, f"status {status}: {data[:300]!r}"
+    choice = body["choices"][0]
+    if choice["finish_reason"] == "length":
+        raise Truncated()
+    assert choice["finish_reason"] == "stop", f"finish_reason {choice['finish_reason']}"
+    value = json.loads(choice["message"]["content"])
+    if schema is not None:
+        validate(value, schema)
+    return body["usage"]["completion_tokens"]
+
+
+def json_schema_request(seed):
+    fmt = {"type": "json_schema", "name": "answer", "schema": ANSWER_SCHEMA, "strict": True}
+    if seed % 2:  # Responses
+        return "/v1/responses", {"model": MODEL, "input": USER, "temperature": 1, "max_output_tokens": MAX_TOKENS,
+                                 "text": {"format": fmt}, "reasoning": {"effort": "none"}, "seed": seed}
+    return "/v1/chat/completions", {"model": MODEL, "messages": USER, "temperature": 1, "seed": seed,
+                                    "max_tokens": MAX_TOKENS, "stream": True,
+                                    "stream_options": {"include_usage": True},
+                                    "response_format": {"type": "json_schema", "json_schema": {
+                                        "name": "answer", "schema": ANSWER_SCHEMA, "strict": True}}}
+
+
+def check_json_schema(status, data):
+    assert status == 200, f"status {status}: {data[:300]!r}"
+    if data.startswith(b"data: "):  # the streamed Chat Completions case
+        text, finish, tokens = "", None, 0
+        for event in sse_events(data):
+            for choice in event.get("choices", []):
+                text += choice.get("delta", {}).get("content") or ""
+                finish = choice.get("finish_reason") or finish
+            if event.get("usage"):
+                tokens = event["usage"]["completion_tokens"]
+        assert finish == "stop", f"finish_reason {finish}"
+        validate(json.loads(text), ANSWER_SCHEMA)
+        return tokens
+    body = json.loads(data)
+    assert body["status"] == "completed", f"status {body['status']} {body.get('incomplete_details')}"
+    texts = [c["text"] for item in body["output"] if item["type"] == "message" for c in item["content"]]
+    validate(json.loads("".join(texts)), ANSWER_SCHEMA)
+    return body["usage"]["output_tokens"]
+
+
+def regex_request(seed):
+    return "/v1/chat/completions", {"model": MODEL, "messages": USER, "temperature": 1, "seed": seed,
+                                    "max_tokens": MAX_TOKENS, "response_format": {"type": "regex", "regex": REGEX}}
+
+
+def check_regex(status, data):
+    body = json.loads(data)
+    assert status == 200, f"status {status}: {data[:300]!r}"
+    choice = body["choices"][0]
+    assert choice["finish_reason"] == "stop", f"finish_reason {choice['finish_reason']}"
+    assert re.fullmatch(REGEX, choice["message"]["content"]), repr(choice["message"]["content"])
+    return body["usage"]["completion_tokens"]
+
+
+def tool_required_request(seed):
+    return "/v1/responses", {"model": MODEL, "input": "Use a tool.", "tools": RESPONSES_TOOLS,
+                             "tool_choice": "required", "temperature": 1, "seed": seed,
+                             "max_output_tokens": MAX_TOKENS, "reasoning": {"effort": "none"}}
+
+
+def check_tool_required(status, data):
+    body = json.loads(data)
+    assert status == 200, f"status {status}: {data[:300]!r}"
+    if body["status"] == "incomplete":  # max_output_tokens: the number of calls is unbounded
+        raise Truncated()
+    assert body["status"] == "completed", f"status {body['status']} {body.get('incomplete_details')}"
+    calls = [item for item in body["output"] if item["type"] == "function_call"]
+    assert calls, "no function call"
+    for call in calls:
+        assert call["name"] in TOOLS, call["name"]
+        validate(json.loads(call["arguments"]), TOOLS[call["name"]])
+    return body["usage"]["output_tokens"]
+
+
+def named_tool_request(seed):
+    return "/v1/messages", {"model": MODEL, "max_tokens": MAX_TOKENS, "messages": [{"role": "user", "content": "Go."}],
+                            "tools": MESSAGES_TOOLS, "tool_choice": {"type": "tool", "name": "search_docs"},
+                            "temperature": 1, "metadata": {"user_id": str(seed)}, "seed": seed}
+
+
+def check_named_tool(status, data):
+    body = json.loads(data)
+    assert status == 200, f"status {status}: {data[:300]!r}"
+    if body["stop_reason"] == "max_tokens":  # the number of calls is unbounded
+        raise Truncated()
+    assert body["stop_reason"] == "tool_use", body["stop_reason"]
+    uses = [block for block in body["content"] if block["type"] == "tool_use"]
+    assert uses, "no tool_use block"
+    for use in uses:
+        assert use["name"] == "search_docs", use["name"]
+        validate(use["input"], SEARCH)
+    return body["usage"]["output_tokens"]
+
+
+def tool_auto_request(seed):
+    # Free text may run to max_tokens (no grammar ends it), so this kind's budget is small.
+    return "/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": "Weather?"}],
+                                    "tools": CHAT_TOOLS, "temperature": 1, "seed": seed, "max_tokens": 128}
+
+
+def check_tool_auto(status, data):
+    body = json.loads(data)
+    assert status == 200, f"status {status}: {data[:300]!r}"
+    choice = body["choices"][0]
+    for call in choice["message"].get("tool_calls") or []:
+        name = call["function"]["name"]
+        assert name in TOOLS, name
+        validate(json.loads(call["function"]["arguments"]), TOOLS[name])
+    # Free text may run to max_tokens (reported as truncated); a call, once made, was valid above.
+    if choice["finish_reason"] == "length":
+        raise Truncated()
+    assert choice["finish_reason"] in ("stop", "tool_calls"), choice["finish_reason"]
+    return body["usage"]["completion_tokens"]
+
+
+def unconstrained_request(seed):
+    return "/v1/chat/completions", {"model": MODEL, "messages": USER, "temperature": 1, "seed": seed,
+                                    "max_tokens": 64}
+
+
+def check_unconstrained(status, data):
+    assert status == 200, f"status {status}: {data[:300]!r}"
+    return json.loads(data)["usage"]["completion_tokens"]
+
+
+KINDS = {
+    "json_object": (json_object_request, check_chat_json),
+    "json_schema": (json_schema_request, check_json_schema),
+    "regex": (regex_request, check_regex),
+    "tool_required": (tool_required_request, check_tool_required),
+    "named_tool": (named_tool_request, check_named_tool),
+    "tool_auto": (tool_auto_request, check_tool_auto),
+}
+
+
+def metrics(server):
+    _, data = server.request("GET", "/metrics")
+    out = {}
+    for line in data.decode().splitlines():
+        m = re.match(r'(cedar_constrained_tokens_total|cedar_constraint_seconds_total|cedar_decode_seconds_total)'
+                     r' (\S+)', line)
+        if m:
+            out[m.group(1)] = float(m.group(2))
+        m = re.match(r'cedar_engine_tokens_total\{kind="decode"\} (\S+)', line)
+        if m:
+            out["decode_tokens"] = float(m.group(1))
+    return out
+
+
+def run_kind(server, name, build, check, samples, workers):
+    before = metrics(server)
+    failures, tokens, truncated = [], 0, 0
+    t0 = time.monotonic()
+
+    def one(seed):
+        path, body = build(seed)
+        status, data = server.request("POST", path, body)
+        try:
+            return check(status, data), None
+        except Truncated:
+            return 0, "truncated"
+        except Exception as e:  # noqa: BLE001  (any failure of any check is reported with its seed)
+            return 0, f"seed {seed}: {type(e).__name__}: {str(e)[:300]}"
+
+    with concurrent.futures.ThreadPoolExecutor(workers) as pool:
+        for n, error in pool.map(one, range(1, samples + 1)):
+            tokens += n
+            if error == "truncated":
+                truncated += 1
+            elif error:
+                failures.append(error)
+    wall = time.monotonic() - t0
+    after = metrics(server)
+    d = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+    row = {"kind": name, "samples": samples, "ended": samples - truncated, "valid": samples - truncated - len(failures),
+           "truncated": truncated, "output_tokens_of_valid": tokens,
+           "wall_s": round(wall, 2)}
+    if d.get("decode_tokens"):
+        row["decode_us_per_token"] = round(1e6 * d["cedar_decode_seconds_total"] / d["decode_tokens"], 1)
+    if d.get("cedar_constrained_tokens_total"):
+        per = 1e6 * d["cedar_constraint_seconds_total"] / d["cedar_constrained_tokens_total"]
+        row["constraint_us_per_token"] = round(per, 1)
+        if row.get("decode_us_per_token"):
+            row["overhead_pct"] = round(100 * per / row["decode_us_per_token"], 1)
+    return row, failures
+
+
+def main():
+    args = [a for a in sys.argv[1:]]
+    samples, kinds, report = 20, list(KINDS), None
+    if "--samples" in args:
+        i = args.index("--samples")
+        samples = int(args[i + 1])
+        del args[i:i + 2]
+    if "--kinds" in args:
+        i = args.index("--kinds")
+        kinds = args[i + 1].split(",")
+        del args[i:i + 2]
+    if "--report" in args:
+        i = args.index("--report")
+        report = args[i + 1]
+        del args[i:i + 2]
+    cedar, work = args[0], args[1]
+    os.makedirs(work, exist_ok=True)
+    tiny = os.path.join(work, "tiny")
+    if not os.path.exists(os.path.join(tiny, "config.json")):
+        subprocess.run([cedar, "make-tiny", "--out", tiny, "--seed", "5"], check=True, stdout=subprocess.DEVNULL)
+    workers = 8
+    server = Server(cedar, ["-m", tiny, "--parallel", str(workers)], os.path.join(work, "serve.log"))
+    rows, failed = [], 0
+    try:
+        base, _ = run_kind(server, "unconstrained", unconstrained_request, check_unconstrained, samples, workers)
+        rows.append(base)
+        for name in kinds:
+            build, check = KINDS[name]
+            row, failures = run_kind(server, name, build, check, samples, workers)
+            rows.append(row)
+            print(json.dumps(row))
+            for f in failures[:5]:
+                print("   FAIL", name, f)
+            failed += len(failures)
+    finally:
+        server.stop()
+    print(json.dumps(rows[0]))
+    if report:
+        with open(report, "w") as f:
+            json.dump(rows, f, indent=1)
+    print("%d kinds x %d samples: %s" % (len(kinds), samples, "all valid" if failed == 0 else "%d invalid" % failed))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
