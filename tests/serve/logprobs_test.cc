@@ -192,8 +192,9 @@ TEST_F(LogprobsTest, ResponsesNeedTheIncludeAndCarryThemOnOutputText) {
     if (event["type"] == "response.output_text.delta")
       for (const json& entry : event["logprobs"]) deltas.push_back(entry);
     if (event["type"] == "response.output_text.done") done = event["logprobs"];
-    if (event["type"] == "response.completed")
+    if (event["type"] == "response.completed") {
       EXPECT_EQ(event["response"]["output"][0]["content"][0]["logprobs"], expected_entries("Rain.", 0, 1));
+    }
   }
   EXPECT_EQ(deltas, expected_entries("Rain.", 0, 1, /*with_bytes=*/false));
   EXPECT_EQ(done, expected_entries("Rain.", 0, 1, /*with_bytes=*/false));
