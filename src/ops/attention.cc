@@ -125,21 +125,20 @@ int ExactSpreadLimit(size_t n) {
   return 22 - log2n;
 }
 
+// q_spread: exact_sum_spread of each head's q (indexer_scores computes them once per query), or
+// nullptr with key_spread == nullptr (every dot in float64).
 void IndexerScoresRange(const float* q, const float* w, size_t n_heads, size_t head_dim, const float* keys,
-                        const uint8_t* key_spread, float* scores, size_t t_begin, size_t t_end) {
-  constexpr size_t kMaxHeads = 256;
-  int q_spread[kMaxHeads];
+                        const uint8_t* key_spread, const int* q_spread, float* scores, size_t t_begin,
+                        size_t t_end) {
   const int limit = ExactSpreadLimit(head_dim);
-  for (size_t h = 0; h < n_heads; ++h)
-    q_spread[h] = key_spread != nullptr && h < kMaxHeads ? exact_sum_spread(q + h * head_dim, head_dim) : 1 << 20;
   for (size_t t = t_begin; t < t_end; ++t) {
     const float* key = keys + t * head_dim;
     const int ks = key_spread != nullptr ? key_spread[t] : 1 << 20;
     double sum = 0.0;
     for (size_t h = 0; h < n_heads; ++h) {
       const float* qh = q + h * head_dim;
-      const float dot = h < kMaxHeads && q_spread[h] + ks <= limit ? DotF32Exact(qh, key, head_dim)
-                                                                   : DotCanonical(qh, key, head_dim);
+      const float dot = key_spread != nullptr && q_spread[h] + ks <= limit ? DotF32Exact(qh, key, head_dim)
+                                                                           : DotCanonical(qh, key, head_dim);
       const float d = round_bf16(dot);
       const float relu = d > 0.0f ? d : 0.0f;
       sum += static_cast<double>(round_bf16(relu * w[h]));
@@ -163,17 +162,14 @@ HWY_INLINE V RoundBf16Finite(D df, V x) {
 // float64 head sum on vectors, in the scalar kernel's order. A key lane whose dot is not provably
 // exact in fp32 gets the float64 dot from its row instead. [t_begin, t_end): t_begin a multiple of 16.
 void IndexerScoresTiles(const float* q, const float* w, size_t n_heads, size_t head_dim, const float* keys,
-                        const float* tiles, const uint8_t* key_spread, float* scores, size_t t_begin,
-                        size_t t_end) {
+                        const float* tiles, const uint8_t* key_spread, const int* q_spread, float* scores,
+                        size_t t_begin, size_t t_end) {
   constexpr size_t kTile = kIndexKeyTile;
   CEDAR_CHECK(t_begin % kTile == 0, "indexer tiles: range start %zu is not a tile boundary", t_begin);
   const hn::ScalableTag<float> df;
   const size_t lanes = hn::Lanes(df);
   const size_t nv = kTile / lanes;  // vectors per tile row (AVX2: 2)
-  constexpr size_t kMaxHeads = 256;
-  int q_spread[kMaxHeads];
   const int limit = ExactSpreadLimit(head_dim);
-  for (size_t h = 0; h < n_heads; ++h) q_spread[h] = exact_sum_spread(q + h * head_dim, head_dim);
   const hn::ScalableTag<double> dd;
   const hn::Rebind<float, decltype(dd)> dfd;  // floats promoted to the float64 head sums
   const size_t dlanes = hn::Lanes(dd);
@@ -247,12 +243,19 @@ void indexer_scores(const float* q, const float* w, size_t n_heads, size_t head_
   // The tile kernel needs finite head weights (its vector bf16 rounding has no NaN case).
   bool finite_w = true;
   for (size_t h = 0; h < n_heads; ++h) finite_w = finite_w && std::isfinite(w[h]);
-  const bool tiled = key_spread != nullptr && key_tiles != nullptr && finite_w && n_heads <= 256;
+  // The query's head spreads, once per query rather than per range of keys.
+  constexpr size_t kMaxHeads = 256;
+  int q_spread[kMaxHeads];
+  if (n_heads > kMaxHeads) key_spread = nullptr;  // more heads than the array: every dot in float64
+  if (key_spread != nullptr)
+    for (size_t h = 0; h < n_heads; ++h) q_spread[h] = exact_sum_spread(q + h * head_dim, head_dim);
+  const bool tiled = key_spread != nullptr && key_tiles != nullptr && finite_w;
   const auto run = [&](size_t b, size_t e) {
     if (tiled) {
-      HWY_DYNAMIC_DISPATCH(IndexerScoresTiles)(q, w, n_heads, head_dim, keys, key_tiles, key_spread, scores, b, e);
+      HWY_DYNAMIC_DISPATCH(IndexerScoresTiles)(q, w, n_heads, head_dim, keys, key_tiles, key_spread, q_spread, scores,
+                                               b, e);
     } else {
-      HWY_DYNAMIC_DISPATCH(IndexerScoresRange)(q, w, n_heads, head_dim, keys, key_spread, scores, b, e);
+      HWY_DYNAMIC_DISPATCH(IndexerScoresRange)(q, w, n_heads, head_dim, keys, key_spread, q_spread, scores, b, e);
     }
   };
   if (pool == nullptr || pool->size() <= 1 || n_keys < 256) {

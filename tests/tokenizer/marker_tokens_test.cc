@@ -53,19 +53,27 @@ void expect_single_token_markers(const Tokenizer& tok) {
   }
 }
 
-TEST(MarkerTokens, V4LacksSystemUntilAdded) {
-  // The premise: the V4.1 encoder refuses the plain V4-series file (id 128799 is a placeholder).
+// The premise (the V4.1 encoder refuses the plain file), then the file with markers: a system prompt
+// encodes, every marker is one token, <｜System｜> takes V4.1's id and <｜User｜> keeps the plain
+// file's. Returns the markers added.
+std::vector<std::string> check_markers_make_v41_encodable(const Tokenizer& plain, const std::string& json,
+                                                          const std::string& config) {
   const ChatPrompt prompt = system_prompt();
-  EXPECT_FALSE(encode_chat_ids(v4_tokenizer(), prompt, PromptFormat::kV41).ok());
-
+  EXPECT_FALSE(encode_chat_ids(plain, prompt, PromptFormat::kV41).ok());
   std::vector<std::string> added;
-  auto tok = with_markers(v4_json(), v4_config(), &added);
-  EXPECT_EQ(added, (std::vector<std::string>{"<｜System｜>=128799", "<｜deepseek_image｜>=129264"}));
+  auto tok = with_markers(json, config, &added);
   auto ids = encode_chat_ids(*tok, prompt, PromptFormat::kV41);
-  ASSERT_TRUE(ids.ok()) << ids.status().to_string();
+  EXPECT_TRUE(ids.ok()) << ids.status().to_string();
   expect_single_token_markers(*tok);
   EXPECT_EQ(*tok->token_to_id("<｜System｜>"), 128799);  // V4.1's own id for it
-  EXPECT_EQ(*tok->token_to_id("<｜User｜>"), *v4_tokenizer().token_to_id("<｜User｜>"));
+  EXPECT_EQ(*tok->token_to_id("<｜User｜>"), *plain.token_to_id("<｜User｜>"));
+  return added;
+}
+
+TEST(MarkerTokens, V4LacksSystemUntilAdded) {
+  // id 128799 is a placeholder in the V4-series file.
+  EXPECT_EQ(check_markers_make_v41_encodable(v4_tokenizer(), v4_json(), v4_config()),
+            (std::vector<std::string>{"<｜System｜>=128799", "<｜deepseek_image｜>=129264"}));
 }
 
 TEST(MarkerTokens, V4EverythingElseIsUnchanged) {
@@ -104,18 +112,8 @@ TEST(MarkerTokens, V4EverythingElseIsUnchanged) {
 
 TEST(MarkerTokens, V3LacksMarkersUntilAdded) {
   CEDAR_SKIP_WITHOUT_SHARED(kV3TokenizerFile);
-  // The premise: the V4.1 encoder refuses the plain V3 file.
-  const ChatPrompt prompt = system_prompt();
-  EXPECT_FALSE(encode_chat_ids(v3_tokenizer(), prompt, PromptFormat::kV41).ok());
-
-  std::vector<std::string> added;
-  auto tok = with_markers(v3_json(), v3_config(), &added);
-  EXPECT_EQ(added.size(), 5u);  // System, <think>, </think>, DSML, latest_reminder
-  auto ids = encode_chat_ids(*tok, prompt, PromptFormat::kV41);
-  ASSERT_TRUE(ids.ok()) << ids.status().to_string();
-  expect_single_token_markers(*tok);
-  EXPECT_EQ(*tok->token_to_id("<｜System｜>"), 128799);  // V4.1's own id for it
-  EXPECT_EQ(*tok->token_to_id("<｜User｜>"), *v3_tokenizer().token_to_id("<｜User｜>"));
+  // System, <think>, </think>, DSML, latest_reminder.
+  EXPECT_EQ(check_markers_make_v41_encodable(v3_tokenizer(), v3_json(), v3_config()).size(), 5u);
 }
 
 TEST(MarkerTokens, V3EverythingElseIsUnchanged) {
