@@ -113,10 +113,13 @@ struct EngineStats {             // cumulative, for /metrics
   // Wall time of the engine's forward steps, split between prefill and decode by the tokens each
   // (batched) step ran: rates from these are aggregate throughput, not per-request speeds.
   double prefill_seconds = 0, decode_seconds = 0;
-  // Constrained decoding: tokens sampled under a mask, and the time spent computing the masks,
-  // applying them to the logits and advancing the matchers (the per-token overhead).
+  // Constrained decoding: tokens sampled under a mask; the time the constraints add to the steps
+  // (waiting for masks not ready when the forward pass ends, applying them to the logits, advancing
+  // the matchers: the per-token overhead); and the time spent computing the masks, which runs
+  // beside the forward pass (runtime/mask_prefetcher.h).
   uint64_t constrained_tokens = 0;
   double constraint_seconds = 0;
+  double constraint_mask_seconds = 0;
   uint64_t kv_bytes_memory = 0, kv_bytes_disk = 0;  // prefix cache
   uint64_t sequence_bytes = 0;   // working state reserved by running sequences
   int queue_depth = 0, active_sequences = 0;

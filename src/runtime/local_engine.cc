@@ -16,6 +16,7 @@
 #include "model/model.h"
 #include "ops/logprob.h"
 #include "ops/sample.h"
+#include "runtime/mask_prefetcher.h"
 #include "runtime/prefix_store.h"
 
 namespace cedar::runtime {
@@ -154,6 +155,7 @@ class LocalEngine final : public Engine {
     std::vector<Job*> active;
     std::vector<model::SeqChunk> chunks;
     std::vector<float> logits;
+    std::vector<TokenConstraint*> mask_constraints;
     const size_t vocab = info_.vocab_size;
     for (;;) {
       {
@@ -220,15 +222,30 @@ class LocalEngine final : public Engine {
         (j->prefilled ? decode_tokens : prefill_tokens) += j->pending.size();
       }
       logits.resize(chunks.size() * vocab);
+      // Constrained requests: their next masks are computed beside the forward pass.
+      mask_constraints.clear();
+      bool constrained = false;
+      for (Job* j : active) {
+        mask_constraints.push_back(j->request->constraint.get());
+        constrained |= j->request->constraint != nullptr;
+      }
+      if (constrained) prefetch_.start(mask_constraints);
       Timer step;
       Status st = model_->forward(chunks, logits.data(), &pool_);
+      const double forward_seconds = step.seconds();
+      // Exposed mask time: what the step waits for the masks beyond the forward pass.
+      Timer mask_wait;
+      const double mask_seconds = constrained ? prefetch_.wait() : 0.0;
+      const double mask_wait_seconds = constrained ? mask_wait.seconds() : 0.0;
       {
-        const double dt = step.seconds(), total = static_cast<double>(prefill_tokens + decode_tokens);
+        const double dt = forward_seconds, total = static_cast<double>(prefill_tokens + decode_tokens);
         std::lock_guard<std::mutex> lock(mu_);
         stats_.prefill_seconds += dt * static_cast<double>(prefill_tokens) / total;
         stats_.decode_seconds += dt * static_cast<double>(decode_tokens) / total;
         stats_.computed_prompt_tokens += prefill_tokens;
         stats_.decode_tokens += decode_tokens;
+        stats_.constraint_seconds += mask_wait_seconds;
+        stats_.constraint_mask_seconds += mask_seconds;
       }
       if (!st.ok()) {
         CEDAR_LOG_ERROR("forward failed: %s", st.to_string().c_str());
@@ -247,7 +264,7 @@ class LocalEngine final : public Engine {
         float* row = logits.data() + i * vocab;
         Timer constraint_timer;
         if (req.constraint)
-          if (const uint32_t* mask = req.constraint->next_token_mask()) apply_token_mask(mask, row, model_->sampleable_vocab());
+          if (const uint32_t* mask = prefetch_.masks()[i]) apply_token_mask(mask, row, model_->sampleable_vocab());
         double constraint_seconds = req.constraint ? constraint_timer.seconds() : 0.0;
         const int32_t next = ops::sample_token(row, model_->sampleable_vocab(), req.sampling.temperature, *j->rng);
         j->result.output_ids.push_back(next);
@@ -299,6 +316,7 @@ class LocalEngine final : public Engine {
   std::unique_ptr<PrefixStore> store_;  // used by the scheduler thread only (stats() reads counters)
   EngineOptions options_;
   ThreadPool pool_;
+  MaskPrefetcher prefetch_;  // used by the scheduler thread only
   EngineInfo info_;
   mutable std::mutex mu_;
   std::condition_variable cv_;

@@ -110,9 +110,13 @@ std::string ServerMetrics::render(const runtime::EngineStats& engine, const Queu
   metric(out, "cedar_constrained_tokens_total", "counter", "Tokens sampled under a grammar mask (constrained decoding).");
   sample(out, "cedar_constrained_tokens_total", "", static_cast<double>(engine.constrained_tokens));
   metric(out, "cedar_constraint_seconds_total", "counter",
-         "Seconds the engine spent on constrained decoding: computing the token masks, masking the logits, "
-         "advancing the grammar matchers.");
+         "Seconds constrained decoding added to the engine's steps: waiting for token masks not ready when the "
+         "forward pass ended, masking the logits, advancing the grammar matchers.");
   sample(out, "cedar_constraint_seconds_total", "", engine.constraint_seconds);
+  metric(out, "cedar_constraint_mask_seconds_total", "counter",
+         "Seconds spent computing token masks, on a thread beside the forward pass (hidden unless the masks "
+         "take longer than the forward pass).");
+  sample(out, "cedar_constraint_mask_seconds_total", "", engine.constraint_mask_seconds);
   metric(out, "cedar_decode_seconds_total", "counter", "Seconds of decode work (forward steps), since start.");
   sample(out, "cedar_decode_seconds_total", "", engine.decode_seconds);
   metric(out, "cedar_prefix_cache_lookups_total", "counter", "Prefix-cache lookups by result.");

@@ -3,7 +3,10 @@
 // request with an error, and a null mask leaves sampling alone.
 #include <gtest/gtest.h>
 
+#include <thread>
 #include <vector>
+
+#include "runtime/mask_prefetcher.h"
 
 #include "runtime/local_engine.h"
 #include "../model/tiny_model_util.h"
@@ -69,6 +72,74 @@ TEST(TokenConstraint, RejectedTokenEndsTheRequestWithAnError) {
   ASSERT_FALSE(out.ok());
   EXPECT_EQ(out.status().code(), StatusCode::kInternal);
   EXPECT_EQ(constraint->accepted.size(), 2u) << "the second token (unmasked) was refused and generation stopped";
+}
+
+
+// Requests batched together each get their own mask: the masks are computed beside the forward
+// pass (runtime/mask_prefetcher.h) and must land on their request's logits row.
+TEST(TokenConstraint, BatchedRequestsGetTheirOwnMasks) {
+  EngineOptions options;
+  options.max_batch = 4;
+  auto engine = make_engine(model::testing::tiny_checkpoint(2), options);
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  const int vocab = (*engine)->info().vocab_size;
+  const std::vector<std::vector<int32_t>> scripts = {{5, 77, 1234, 9, 300, 41}, {8, 8, 900, 12, 3, 3}, {}};
+  std::vector<std::shared_ptr<ScriptedConstraint>> constraints;
+  std::vector<GenerationRequest> requests(scripts.size());
+  std::vector<Result<GenerationResult>> results(scripts.size(), internal_error("not run"));
+  for (size_t i = 0; i < scripts.size(); ++i) {
+    requests[i].prompt_ids = model::testing::test_prompt(12 + static_cast<int>(i), 1);
+    requests[i].sampling.temperature = 1.0f;
+    requests[i].sampling.seed = 7 + i;
+    requests[i].sampling.max_tokens = 6;
+    if (!scripts[i].empty()) {  // the last request is unconstrained
+      constraints.push_back(std::make_shared<ScriptedConstraint>(scripts[i], vocab));
+      requests[i].constraint = constraints.back();
+    }
+  }
+  std::vector<std::thread> threads;
+  for (size_t i = 0; i < scripts.size(); ++i)
+    threads.emplace_back([&, i] { results[i] = (*engine)->generate(requests[i]); });
+  for (auto& t : threads) t.join();
+  for (size_t i = 0; i < scripts.size(); ++i) {
+    ASSERT_TRUE(results[i].ok()) << results[i].status().to_string();
+    EXPECT_EQ(results[i]->output_ids.size(), 6u);
+    if (!scripts[i].empty()) {
+      EXPECT_EQ(results[i]->output_ids, scripts[i]) << "request " << i;
+    }
+  }
+  EXPECT_EQ((*engine)->stats().constrained_tokens, 12u);
+}
+
+// Counts the calls and the threads they came from.
+class CountingConstraint final : public TokenConstraint {
+ public:
+  const uint32_t* next_token_mask() override {
+    thread = std::this_thread::get_id();
+    ++calls;
+    return &word;
+  }
+  bool accept_token(int32_t) override { return true; }
+  uint32_t word = 0x5u;
+  int calls = 0;
+  std::thread::id thread;
+};
+
+TEST(MaskPrefetcher, ComputesEachMaskOnceOffTheCallingThread) {
+  MaskPrefetcher prefetcher;
+  CountingConstraint a, b;
+  const std::vector<TokenConstraint*> list = {&a, nullptr, &b};
+  for (int step = 1; step <= 3; ++step) {
+    prefetcher.start(list);
+    EXPECT_GE(prefetcher.wait(), 0.0);
+    ASSERT_EQ(prefetcher.masks().size(), 3u);
+    EXPECT_EQ(prefetcher.masks()[0], &a.word);
+    EXPECT_EQ(prefetcher.masks()[1], nullptr);
+    EXPECT_EQ(prefetcher.masks()[2], &b.word);
+    EXPECT_EQ(a.calls, step);
+    EXPECT_EQ(b.calls, step);
+  }
+  EXPECT_NE(a.thread, std::this_thread::get_id());
 }
 
 }  // namespace

@@ -1,0 +1,162 @@
+// What the DSML tool-call grammar lets a model write, the server's DSML parser must read back.
+//
+// Random walks through the grammar stand in for a model with random weights: at every step one
+// token is drawn uniformly from those the grammar's mask allows (the end-of-sentence token, when
+// allowed, with a fixed probability so that walks end). The ids go through the same pipeline the
+// server uses: tokenizer::StreamDecoder to text, then tokenizer::CompletionParser, fed the forced
+// call's prefill first when the call is required. Every walk that ended must parse without error,
+// and every call it reports must carry JSON arguments of a declared tool. Uniform draws favour the
+// odd tokens a trained model rarely writes (pieces of a multi-byte character, runs of white space),
+// which is where grammar and parser could disagree.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "constrain/grammar_engine.h"
+#include "tokenizer/chat_encoding.h"
+#include "tokenizer/completion_parser.h"
+#include "tokenizer/tokenizer.h"
+#include "tokenizer/tokenizer_files.h"
+
+namespace cedar::constrain {
+namespace {
+
+const tokenizer::Tokenizer& tok() {
+  static const std::unique_ptr<tokenizer::Tokenizer> t = [] {
+    auto r = tokenizer::load_with_v41_markers(std::string(CEDAR_SOURCE_DIR) + "/data/tokenizers/deepseek-v4");
+    if (!r.ok()) throw std::runtime_error(r.status().to_string());
+    return std::move(*r);
+  }();
+  return *t;
+}
+
+constexpr int kVocab = 129280;
+
+GrammarEngine& engine() {
+  static const std::unique_ptr<GrammarEngine> e = [] {
+    auto r = GrammarEngine::create(tok(), kVocab);
+    if (!r.ok()) throw std::runtime_error(r.status().to_string());
+    return std::move(*r);
+  }();
+  return *e;
+}
+
+// Two tools: enums, a bounded integer, a boolean, an array of enums, optional properties.
+const char* kTools = R"([
+ {"name": "get_weather", "parameters": {"type": "object", "properties": {
+    "city": {"type": "string", "enum": ["Paris", "Tokyo", "Lima"]},
+    "days": {"type": "integer", "minimum": 1, "maximum": 14},
+    "metric": {"type": "boolean"}}, "required": ["city", "days"]}},
+ {"name": "search_docs", "parameters": {"type": "object", "properties": {
+    "topic": {"type": "string", "enum": ["news", "docs"]},
+    "limit": {"type": "integer", "minimum": 1, "maximum": 50},
+    "filters": {"type": "array", "items": {"type": "string", "enum": ["en", "fr"]}, "maxItems": 2}},
+    "required": ["topic"]}}])";
+
+struct Walk {
+  std::string text;          // the decoded output
+  bool ended = false;        // the grammar took the end-of-sentence token
+  std::string parse_error;   // the parser's complaint, if any
+  std::vector<tokenizer::ToolCall> calls;
+};
+
+// One walk of at most `max_steps` tokens, parsed as the server's output assembler parses it.
+Walk walk(ConstraintKind kind, uint32_t seed, int max_steps) {
+  ConstraintSpec spec;
+  spec.kind = kind;
+  spec.text = kTools;
+  auto started = engine().start(spec);
+  if (!started.ok()) throw std::runtime_error(started.status().to_string());
+  GrammarConstraint& c = **started;
+  std::mt19937 rng(seed);
+  tokenizer::StreamDecoder decoder(tok());
+  tokenizer::CompletionParser parser(tokenizer::ThinkingMode::kChat);
+  Walk w;
+  auto take = [&](const std::vector<tokenizer::ParseEvent>& events) {
+    for (const auto& e : events) {
+      if (e.type == tokenizer::ParseEvent::Type::kError && w.parse_error.empty()) w.parse_error = e.text;
+      if (e.type == tokenizer::ParseEvent::Type::kToolCall) w.calls.push_back(e.tool_call);
+    }
+  };
+  // The required call's prefill is prompt text the parser reads first (serve/chat_prompt.h).
+  if (kind == ConstraintKind::kToolCallRequired) take(parser.feed("\n\n<" + std::string(tokenizer::kDsml) + " calls>\n"));
+  const int32_t eos = engine().eos_id();
+  // Auto calls: uniform draws would almost never open a calls block, so the walk opens one with
+  // the tokenizer's own encoding of a short answer and the block's start, then goes on at random.
+  std::vector<int32_t> opening;
+  if (kind == ConstraintKind::kToolCall) {
+    auto ids = tok().encode("Let me check.\n\n<" + std::string(tokenizer::kDsml) + " calls>\n");
+    if (!ids.ok()) throw std::runtime_error(ids.status().to_string());
+    opening = *ids;
+  }
+  std::vector<int32_t> allowed;
+  for (int step = 0; step < max_steps && !w.ended; ++step) {
+    const uint32_t* mask = c.next_token_mask();
+    allowed.clear();
+    bool eos_allowed = false;
+    for (int id = 0; id < kVocab; ++id) {
+      if (mask != nullptr && !((mask[id / 32] >> (id % 32)) & 1u)) continue;
+      if (id == eos) eos_allowed = true;
+      else allowed.push_back(id);
+    }
+    int32_t next;
+    if (static_cast<size_t>(step) < opening.size()) {
+      next = opening[static_cast<size_t>(step)];
+    } else if (eos_allowed && (allowed.empty() || std::uniform_real_distribution<double>(0, 1)(rng) < 0.3)) {
+      next = eos;
+    } else {
+      if (allowed.empty()) throw std::runtime_error("the grammar allows no token");
+      next = allowed[std::uniform_int_distribution<size_t>(0, allowed.size() - 1)(rng)];
+    }
+    if (!c.accept_token(next)) throw std::runtime_error("the grammar refused a token its mask allowed");
+    w.ended = next == eos;
+    auto piece = decoder.push(next);
+    if (!piece.ok()) throw std::runtime_error(piece.status().to_string());
+    w.text += *piece;
+    take(parser.feed(*piece));
+  }
+  const std::string tail = decoder.finish();
+  w.text += tail;
+  take(parser.feed(tail));
+  if (w.ended) take(parser.finish());
+  return w;
+}
+
+std::string escaped(const std::string& s) { return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
+
+void check_walks(ConstraintKind kind, int walks, int min_calls) {
+  const auto tools = nlohmann::json::parse(kTools);
+  int ended = 0, calls = 0;
+  for (int i = 0; i < walks; ++i) {
+    const Walk w = walk(kind, 1000u + static_cast<uint32_t>(i), 400);
+    if (!w.ended) continue;  // a walk the step bound cut: its text is unfinished by nature
+    ++ended;
+    ASSERT_EQ(w.parse_error, "") << "walk " << i << " wrote " << escaped(w.text);
+    for (const auto& call : w.calls) {
+      ++calls;
+      bool declared = false;
+      for (const auto& t : tools) {
+        if (t["name"] == call.name) declared = true;
+      }
+      EXPECT_TRUE(declared) << call.name;
+      const auto args = nlohmann::json::parse(call.arguments, nullptr, false);
+      EXPECT_TRUE(args.is_object()) << "walk " << i << ": " << call.arguments << " from " << escaped(w.text);
+    }
+    EXPECT_FALSE(w.calls.empty()) << escaped(w.text);  // required, or a block the walk opened
+  }
+  // The walks must have exercised the grammar: most end, and they make calls.
+  EXPECT_GE(ended, walks / 2);
+  EXPECT_GE(calls, min_calls);
+}
+
+TEST(GrammarParserAgreement, RequiredToolCallsParse) { check_walks(ConstraintKind::kToolCallRequired, 150, 150); }
+
+TEST(GrammarParserAgreement, AutoToolCallsParse) { check_walks(ConstraintKind::kToolCall, 150, 150); }
+
+}  // namespace
+}  // namespace cedar::constrain
