@@ -43,8 +43,14 @@ bool spin_until(Done&& done) {
   }
 }
 
-constexpr uint64_t kClaimed = ~uint64_t{0};
-constexpr uint64_t kStolen = ~uint64_t{0} - 1;
+// The job word next_ packs the job's generation (high 32 bits), its chunk count (16 bits) and the
+// next unclaimed chunk (low 16 bits), so one compare-and-swap both checks that a job is still the
+// current one and claims a chunk of it, and nothing of a job is read before one of its chunks is
+// claimed.
+constexpr int kCountShift = 16;
+constexpr uint64_t kIndexMask = 0xFFFF;
+
+uint64_t pack_job(uint32_t gen, size_t chunks) { return (uint64_t{gen} << 32) | (uint64_t{chunks} << kCountShift); }
 
 }  // namespace
 
@@ -54,14 +60,7 @@ int hardware_threads() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
-ThreadPool::ThreadPool(int n_threads)
-    : n_threads_(std::max(1, n_threads)),
-      claim_(new std::atomic<uint64_t>[static_cast<size_t>(n_threads_)]),
-      done_(new std::atomic<uint64_t>[static_cast<size_t>(n_threads_)]) {
-  for (int i = 0; i < n_threads_; ++i) {
-    claim_[i].store(kStolen);
-    done_[i].store(0);
-  }
+ThreadPool::ThreadPool(int n_threads) : n_threads_(std::clamp(n_threads, 1, kMaxThreads)) {
   for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_main(i); });
 }
 
@@ -75,51 +74,62 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
-void ThreadPool::run_chunk(int index) {
-  // Split [0, n) into n_threads_ chunks aligned to grain_.
+void ThreadPool::run_chunk(size_t chunk, size_t chunks, int thread) {
+  // Split [0, n) into `chunks` ranges aligned to grain_; the bounds depend on n, grain and the
+  // chunk count only, never on which thread runs them.
   const size_t units = (n_ + grain_ - 1) / grain_;
-  const size_t per = units / n_threads_, extra = units % n_threads_;
-  const size_t u0 = index * per + std::min<size_t>(index, extra);
-  const size_t u1 = u0 + per + (static_cast<size_t>(index) < extra ? 1 : 0);
+  const size_t per = units / chunks, extra = units % chunks;
+  const size_t u0 = chunk * per + std::min(chunk, extra);
+  const size_t u1 = u0 + per + (chunk < extra ? 1 : 0);
   const size_t b = std::min(n_, u0 * grain_), e = std::min(n_, u1 * grain_);
-  if (b < e) fn_(ctx_, b, e, index);
+  if (b < e) fn_(ctx_, b, e, thread);
+}
+
+bool ThreadPool::run_chunks(int thread) {
+  bool finished_job = false;
+  uint64_t word = next_.load(std::memory_order_acquire);
+  for (;;) {
+    const size_t chunks = (word >> kCountShift) & kIndexMask, chunk = word & kIndexMask;
+    if (chunk >= chunks) return finished_job;  // every chunk of the current job is taken
+    if (!next_.compare_exchange_weak(word, word + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
+    // The chunk is ours: the job's fields stay put until it is reported finished.
+    run_chunk(chunk, chunks, thread);
+    const uint64_t done = finished_.fetch_add(1, std::memory_order_acq_rel) + 1;
+    finished_job = (done & kIndexMask) == chunks;
+    word = next_.load(std::memory_order_acquire);
+  }
 }
 
 void ThreadPool::run(size_t n, size_t grain, TaskFn fn, void* ctx) {
   if (n == 0) return;
-  if (n_threads_ == 1 || n <= grain) {
+  grain = std::max<size_t>(1, grain);
+  const size_t units = (n + grain - 1) / grain;
+  if (n_threads_ == 1 || units <= 1) {
     fn(ctx, 0, n, 0);
     return;
   }
   fn_ = fn;
   ctx_ = ctx;
   n_ = n;
-  grain_ = std::max<size_t>(1, grain);
-  const uint64_t gen = generation_.load() + 1;
-  for (int i = 1; i < n_threads_; ++i) claim_[i].store(gen, std::memory_order_relaxed);
-  generation_.store(gen);  // seq_cst: publishes the job, ordered before the sleeper check
+  grain_ = grain;
+  const size_t chunks = std::min(units, static_cast<size_t>(n_threads_) * kChunksPerThread);
+  const uint32_t gen = static_cast<uint32_t>(generation_.load() + 1);
+  const uint64_t all_done = pack_job(gen, 0) | chunks;
+  finished_.store(pack_job(gen, 0), std::memory_order_relaxed);
+  next_.store(pack_job(gen, chunks), std::memory_order_release);  // publishes the fields above
+  generation_.store(gen);  // seq_cst: wakes the spinners, ordered before the sleeper check
   if (sleeping_workers_.load() > 0) {
     // A worker that counted itself as sleeping either still holds the mutex (and will see the new
     // generation when it checks) or waits on the condition variable (and gets this notification).
     { std::lock_guard<std::mutex> lock(mu_); }
     cv_start_.notify_all();
   }
-  run_chunk(0);
-  // Run every chunk no worker has claimed yet.
-  for (int i = 1; i < n_threads_; ++i) {
-    uint64_t expected = gen;
-    if (claim_[i].compare_exchange_strong(expected, kStolen)) run_chunk(i);
-  }
-  const auto all_done = [&] {
-    for (int i = 1; i < n_threads_; ++i)
-      if (claim_[i].load(std::memory_order_acquire) == kClaimed && done_[i].load(std::memory_order_acquire) != gen)
-        return false;
-    return true;
-  };
-  if (spin_until(all_done)) return;
+  run_chunks(0);
+  const auto job_done = [&] { return finished_.load(std::memory_order_acquire) == all_done; };
+  if (spin_until(job_done)) return;
   std::unique_lock<std::mutex> lock(mu_);
   caller_sleeping_.store(true);
-  cv_done_.wait(lock, all_done);
+  cv_done_.wait(lock, job_done);
   caller_sleeping_.store(false);
 }
 
@@ -135,13 +145,8 @@ void ThreadPool::worker_main(int index) {
     }
     seen = generation_.load(std::memory_order_acquire);
     if (stop_.load()) return;
-    // The claim succeeds only while this job's chunk is still unclaimed: the job's fields are then
-    // stable until this worker reports it done (the caller cannot finish the job without it).
-    uint64_t expected = seen;
-    if (!claim_[index].compare_exchange_strong(expected, kClaimed)) continue;
-    run_chunk(index);
-    done_[index].store(seen);
-    if (caller_sleeping_.load()) {
+    // Chunks of whichever job is current (a late worker may find a newer one, or none left).
+    if (run_chunks(index) && caller_sleeping_.load()) {
       { std::lock_guard<std::mutex> lock(mu_); }
       cv_done_.notify_one();
     }

@@ -6,17 +6,17 @@
 // apart. Waking sleeping threads through a futex for each costs more than the region itself, so
 // workers (and the caller, waiting for them) spin on atomics for a short while before they sleep on
 // a condition variable; the mutex and the wake-up system call are only used when someone sleeps.
-// Each worker has one statically assigned chunk, but must claim it first: the caller, after its own
-// chunk, claims and runs every chunk no worker has started, so a worker that the OS has not scheduled
-// (an oversubscribed machine) delays nothing. Which thread runs a chunk never changes the chunk's
-// bounds, so results stay independent of timing. One thread at a time may call parallel_for.
+// A job is cut into a few chunks per thread (kChunksPerThread), claimed one at a time by whichever
+// thread is free, the caller included: a thread the OS has descheduled or slowed (an oversubscribed
+// or noisy machine) leaves its share to the others instead of holding up the region. Which thread
+// runs a chunk never changes the chunk's bounds, so results stay independent of timing. One thread
+// at a time may call parallel_for.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
-#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -50,24 +50,31 @@ class ThreadPool {
 
  private:
   using TaskFn = void (*)(void*, size_t, size_t, int);
+  // Enough chunks to even out a slow thread, few enough that claiming them costs nothing.
+  static constexpr size_t kChunksPerThread = 4;
+  static constexpr int kMaxThreads = 4096;  // chunk counts must fit the 16-bit fields of next_
+
   void run(size_t n, size_t grain, TaskFn fn, void* ctx);
   void worker_main(int index);
-  void run_chunk(int index);
+  // Claims and runs chunks of the current job until none is left; true when the last chunk it
+  // finished completed the job.
+  bool run_chunks(int thread);
+  void run_chunk(size_t chunk, size_t chunks, int thread);
 
   int n_threads_;
   std::vector<std::thread> workers_;
   std::mutex mu_;
   std::condition_variable cv_start_;
   std::condition_variable cv_done_;
-  std::atomic<uint64_t> generation_{0};  // bumped once per job (and at shutdown)
-  // Per thread index: claim_ holds the job generation while the chunk is unclaimed, then kClaimed
-  // (a worker runs it) or kStolen (the caller runs it); done_ holds the last generation a worker
-  // finished its claimed chunk of.
-  std::unique_ptr<std::atomic<uint64_t>[]> claim_, done_;
+  std::atomic<uint64_t> generation_{0};  // bumped once per job (and at shutdown): wakes the workers
+  // The current job's generation (high 32 bits) with its chunk count and next unclaimed chunk
+  // (next_), or with the number of chunks finished (finished_).
+  std::atomic<uint64_t> next_{0}, finished_{0};
   std::atomic<int> sleeping_workers_{0};
   std::atomic<bool> caller_sleeping_{false};
   std::atomic<bool> stop_{false};
-  // The current job: written before generation_ is bumped, read after it is seen.
+  // The current job: written before next_ publishes it, read only by a thread holding one of its
+  // chunks.
   TaskFn fn_ = nullptr;
   void* ctx_ = nullptr;
   size_t n_ = 0;

@@ -3,7 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <mutex>
 #include <numeric>
+#include <set>
 #include <vector>
 
 namespace cedar {
@@ -46,16 +48,20 @@ TEST(ThreadPool, ReusableManyTimes) {
 
 TEST(ThreadPool, OversubscribedPoolsCoverEveryIndexOnEveryCall) {
   // More threads than this machine has cores: workers are often not scheduled when a job starts and
-  // the caller runs their chunks; every index must still be covered exactly once, with the chunk
-  // bounds of the static split (thread t's range is the same whoever runs it).
+  // the caller or another worker runs their chunks; every index must still be covered exactly once,
+  // by ranges aligned to the grain.
   for (int threads : {3, 8}) {
     ThreadPool pool(threads);
     for (int r = 0; r < 2000; ++r) {
       const size_t n = 1 + static_cast<size_t>(r * 37) % 300;
       std::vector<std::atomic<int>> hits(n);
-      std::vector<std::pair<size_t, size_t>> ranges(threads, {0, 0});
-      pool.parallel_for(n, 4, [&](size_t b, size_t e, int t) {
-        ranges[t] = {b, e};
+      std::mutex mu;
+      std::vector<std::pair<size_t, size_t>> ranges;
+      pool.parallel_for(n, 4, [&](size_t b, size_t e, int) {
+        {
+          std::lock_guard<std::mutex> lock(mu);
+          ranges.push_back({b, e});
+        }
         for (size_t i = b; i < e; ++i) hits[i]++;
       });
       for (size_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "threads " << threads << " n=" << n << " i=" << i;
@@ -63,6 +69,37 @@ TEST(ThreadPool, OversubscribedPoolsCoverEveryIndexOnEveryCall) {
         if (b == e) continue;
         ASSERT_EQ(b % 4, 0u);
         ASSERT_TRUE(e % 4 == 0 || e == n);
+      }
+    }
+  }
+}
+
+// Results must not depend on timing: whichever threads run the chunks, the chunk bounds of a call
+// are the same every time (only the thread count and the grain decide them).
+TEST(ThreadPool, ChunkBoundsDoNotDependOnTiming) {
+  for (int threads : {2, 3, 8}) {
+    ThreadPool pool(threads);
+    for (size_t n : {17u, 100u, 1000u, 5120u}) {
+      std::set<std::pair<size_t, size_t>> first;
+      for (int r = 0; r < 200; ++r) {
+        std::mutex mu;
+        std::set<std::pair<size_t, size_t>> ranges;
+        pool.parallel_for(n, 16, [&](size_t b, size_t e, int) {
+          std::lock_guard<std::mutex> lock(mu);
+          ranges.insert({b, e});
+        });
+        if (r == 0) {
+          first = ranges;
+          // Disjoint and covering, in order.
+          size_t at = 0;
+          for (const auto& [b, e] : ranges) {
+            ASSERT_EQ(b, at);
+            at = e;
+          }
+          ASSERT_EQ(at, n);
+        } else {
+          ASSERT_EQ(ranges, first) << "threads " << threads << " n " << n << " call " << r;
+        }
       }
     }
   }
