@@ -337,15 +337,16 @@ const Workspace::KeyCache& ForwardPass::dequantized_index_keys(const ChunkSpan& 
     scratch(kc->data, static_cast<size_t>(n_keys) * ihd);
     scratch(kc->spread, static_cast<size_t>(n_keys));
     scratch(kc->packed, static_cast<size_t>(n_keys) * entry_bytes);
-    const size_t tile = ops::kIndexKeyTile;
-    scratch(kc->tiles, (static_cast<size_t>(n_keys) + tile - 1) / tile * tile * ihd);
+    scratch(kc->tile_codes, ops::index_key_tile_code_bytes(static_cast<size_t>(n_keys), ihd));
+    scratch(kc->tile_scales, ops::index_key_tile_scale_floats(static_cast<size_t>(n_keys), ihd));
     for (int64_t t = kc->rows; t < n_keys; ++t) {
       const uint8_t* src = owner.index_keys.data() + t * entry_bytes;
       std::memcpy(kc->packed.data() + t * entry_bytes, src, entry_bytes);
       float* row = kc->data.data() + t * ihd;
       ops::fp4_dequant_e8m0(src, src + ihd / 2, ihd, row);
       kc->spread[t] = ops::exact_sum_spread_fp4(src, src + ihd / 2, ihd);
-      ops::append_index_key_tile(row, ihd, static_cast<size_t>(t), kc->tiles.data());
+      ops::append_index_key_tile(src, src + ihd / 2, ihd, static_cast<size_t>(t), kc->tile_codes.data(),
+                                 kc->tile_scales.data());
     }
     kc->rows = n_keys;
   }
@@ -398,8 +399,9 @@ void ForwardPass::run_indexer(int l, const ChunkSpan& ch, size_t row, int64_t qu
   // Only the entries this query can see are scored (a prefill query sees a causal prefix of the
   // chunk's keys); the rest are masked as the reference's causal mask does.
   const int64_t n_scored = std::clamp<int64_t>(visible, 0, n_keys);
+  const ops::IndexKeyTiles tiles{kc.tile_codes.data(), kc.tile_scales.data()};
   ops::indexer_scores(ws_.idx_q.data() + row * nih * ihd, ws_.idx_w.data() + row * nih, nih, ihd, keys,
-                      static_cast<size_t>(n_scored), scores, inner, kc.spread.data(), kc.tiles.data());
+                      static_cast<size_t>(n_scored), scores, inner, kc.spread.data(), &tiles);
   for (int64_t t = n_scored; t < n_keys; ++t) scores[t] = kNegInf;
 
   const size_t cand_width = static_cast<size_t>(n_keys);

@@ -157,19 +157,44 @@ HWY_INLINE V RoundBf16Finite(D df, V x) {
   return hn::BitCast(df, hn::And(hn::Add(u, hn::Add(hn::Set(du, 0x7FFFu), lsb)), hn::Set(du, 0xFFFF0000u)));
 }
 
-// The indexer over key tiles (kIndexKeyTile in attention.h): 16 keys at a time, each head's 16 dots
-// as vertical fp32 FMAs over the key-major tile, then bf16 rounding, relu, the weight and the
-// float64 head sum on vectors, in the scalar kernel's order. A key lane whose dot is not provably
-// exact in fp32 gets the float64 dot from its row instead. [t_begin, t_end): t_begin a multiple of 16.
-void IndexerScoresTiles(const float* q, const float* w, size_t n_heads, size_t head_dim, const float* keys,
-                        const float* tiles, const uint8_t* key_spread, const int* q_spread, float* scores,
-                        size_t t_begin, size_t t_end) {
+// The 16 keys' integer block sums Σ c_q · c_k for one block of 32 dimensions, as two vectors of 8
+// int32 (keys 0-7, 8-15). The keys' codes are stored + 12 (unsigned, for the u8 x i8 pairwise
+// multiply-add); 12 · Σ c_q is taken off once. Every pairwise sum is at most 2 · 24 · 12 = 576 and
+// the 16 of a block at most 9,216, so the int16 lanes never saturate and the sums are exact.
+#if HWY_TARGET <= HWY_AVX2
+HWY_INLINE void TileBlockSums(const uint8_t* kcodes, const int8_t* qcodes, int16_t offset_sum,
+                              hn::Vec<hn::Full256<int32_t>>* lo, hn::Vec<hn::Full256<int32_t>>* hi) {
+  __m256i acc = _mm256_setzero_si256();
+  for (size_t p = 0; p < 16; ++p) {
+    int16_t pair;
+    std::memcpy(&pair, qcodes + 2 * p, 2);
+    const __m256i k = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kcodes + p * 32));
+    acc = _mm256_add_epi16(acc, _mm256_maddubs_epi16(k, _mm256_set1_epi16(pair)));
+  }
+  acc = _mm256_sub_epi16(acc, _mm256_set1_epi16(offset_sum));
+  lo->raw = _mm256_cvtepi16_epi32(_mm256_castsi256_si128(acc));
+  hi->raw = _mm256_cvtepi16_epi32(_mm256_extracti128_si256(acc, 1));
+}
+#endif
+
+// The indexer over integer key tiles (IndexKeyTiles in attention.h): 16 keys at a time; each
+// head's 16 dots are the block sums times the key and query block scales, accumulated in fp32
+// (exact whenever the spread bound holds, so equal to the float64 dot rounded once), then bf16
+// rounding, relu, the weight and the float64 head sum on vectors, in the scalar kernel's order. A
+// key lane whose dot is not provably exact in fp32 gets the float64 dot from its row instead.
+// [t_begin, t_end): t_begin a multiple of 16. The query in the integer form: per head and block of
+// 32, codes q_codes with q = code · q_scale (|code| <= 12, the scale a power of two) and q_offset =
+// 12 · Σ code (what the keys' +12 offset adds to a block sum).
+void IndexerScoresTiles(const float* q, const int8_t* q_codes, const float* q_scale, const int16_t* q_offset,
+                        const float* w, size_t n_heads, size_t head_dim,
+                        const float* keys, const IndexKeyTiles& tiles, const uint8_t* key_spread, const int* q_spread,
+                        float* scores, size_t t_begin, size_t t_end) {
   constexpr size_t kTile = kIndexKeyTile;
   CEDAR_CHECK(t_begin % kTile == 0, "indexer tiles: range start %zu is not a tile boundary", t_begin);
+  const size_t blocks = head_dim / 32;
+  const int limit = ExactSpreadLimit(head_dim);
   const hn::ScalableTag<float> df;
   const size_t lanes = hn::Lanes(df);
-  const size_t nv = kTile / lanes;  // vectors per tile row (AVX2: 2)
-  const int limit = ExactSpreadLimit(head_dim);
   const hn::ScalableTag<double> dd;
   const hn::Rebind<float, decltype(dd)> dfd;  // floats promoted to the float64 head sums
   const size_t dlanes = hn::Lanes(dd);
@@ -177,29 +202,52 @@ void IndexerScoresTiles(const float* q, const float* w, size_t n_heads, size_t h
   HWY_ALIGN double sum[kTile];
   for (size_t t0 = t_begin; t0 < t_end; t0 += kTile) {
     const size_t valid = std::min(kTile, t_end - t0);
-    const float* tile = tiles + (t0 / kTile) * head_dim * kTile;
+    const uint8_t* tile_codes = tiles.codes + (t0 / kTile) * head_dim * kTile;
+    const float* tile_scales = tiles.scales + (t0 / kTile) * blocks * kTile;
     int tile_spread = 0;  // the widest key of the tile: one test per head when all lanes qualify
     for (size_t i = 0; i < valid; ++i) tile_spread = std::max<int>(tile_spread, key_spread[t0 + i]);
     for (size_t i = 0; i < kTile; ++i) sum[i] = 0.0;
     for (size_t h = 0; h < n_heads; ++h) {
-      const float* qh = q + h * head_dim;
-      hn::Vec<decltype(df)> acc[kTile];  // only nv used
-      for (size_t v = 0; v < nv; ++v) acc[v] = hn::Zero(df);
-      for (size_t kk = 0; kk < head_dim; ++kk) {
-        const auto qb = hn::Set(df, qh[kk]);
-        for (size_t v = 0; v < nv; ++v) acc[v] = hn::MulAdd(qb, hn::LoadU(df, tile + kk * kTile + v * lanes), acc[v]);
+#if HWY_TARGET <= HWY_AVX2
+      const hn::Full256<float> d8;
+      auto acc_lo = hn::Zero(d8), acc_hi = hn::Zero(d8);
+      for (size_t b = 0; b < blocks; ++b) {
+        hn::Vec<hn::Full256<int32_t>> lo, hi;
+        TileBlockSums(tile_codes + b * 16 * 32, q_codes + h * head_dim + b * 32, q_offset[h * blocks + b], &lo,
+                      &hi);
+        const auto qs = hn::Set(d8, q_scale[h * blocks + b]);
+        const float* ks = tile_scales + b * kTile;
+        acc_lo = hn::MulAdd(hn::ConvertTo(d8, lo), hn::Mul(hn::LoadU(d8, ks), qs), acc_lo);
+        acc_hi = hn::MulAdd(hn::ConvertTo(d8, hi), hn::Mul(hn::LoadU(d8, ks + 8), qs), acc_hi);
       }
-      for (size_t v = 0; v < nv; ++v) hn::Store(acc[v], df, dot + v * lanes);
+      hn::Store(acc_lo, d8, dot);
+      hn::Store(acc_hi, d8, dot + 8);
+#else
+      // Other targets: the same integer block sums and exact fp32 accumulation, one key at a time.
+      for (size_t i = 0; i < kTile; ++i) {
+        float acc = 0.0f;
+        for (size_t b = 0; b < blocks; ++b) {
+          int32_t block_sum = 0;
+          for (size_t p = 0; p < 16; ++p)
+            for (size_t j = 0; j < 2; ++j)
+              block_sum += q_codes[h * head_dim + b * 32 + 2 * p + j] *
+                           (static_cast<int32_t>(tile_codes[(b * 16 + p) * 32 + 2 * i + j]) - 12);
+          acc += static_cast<float>(block_sum) * (tile_scales[b * kTile + i] * q_scale[h * blocks + b]);
+        }
+        dot[i] = acc;
+      }
+#endif
+      const float* qh = q + h * head_dim;
       if (q_spread[h] + tile_spread > limit) {
         for (size_t i = 0; i < valid; ++i) {
           if (q_spread[h] + key_spread[t0 + i] > limit) dot[i] = DotCanonical(qh, keys + (t0 + i) * head_dim, head_dim);
         }
       }
       const auto wv = hn::Set(df, w[h]);
-      for (size_t v = 0; v < nv; ++v) {
-        const auto d = RoundBf16Finite(df, hn::Load(df, dot + v * lanes));
+      for (size_t v = 0; v < kTile; v += lanes) {
+        const auto d = RoundBf16Finite(df, hn::Load(df, dot + v));
         const auto relu = hn::IfThenElseZero(hn::Gt(d, hn::Zero(df)), d);
-        hn::Store(RoundBf16Finite(df, hn::Mul(relu, wv)), df, dot + v * lanes);
+        hn::Store(RoundBf16Finite(df, hn::Mul(relu, wv)), df, dot + v);
       }
       for (size_t i = 0; i < kTile; i += dlanes) {  // heads in order, per lane
         hn::Store(hn::Add(hn::Load(dd, sum + i), hn::PromoteTo(dd, hn::Load(dfd, dot + i))), dd, sum + i);
@@ -237,23 +285,67 @@ void sparse_attn(const float* q, size_t n_heads, size_t head_dim, const KvRows& 
   }
 }
 
+namespace {
+
+// q's integer form for the tile kernel (IndexerScoresTiles): per block of 32, the largest power of two
+// 2^L that divides every value, and the codes q / 2^L. False when a block's codes do not fit
+// |c| <= 12 (q is not FP4: E2M1 codes are at most 12 when doubled) or a value is not finite or
+// outside 2^±60; the caller then scores from the rows.
+bool index_query_codes(const float* q, size_t n, int8_t* codes, float* block_scale, int16_t* offset_sum) {
+  for (size_t b = 0; b < n / 32; ++b) {
+    const float* v = q + b * 32;
+    int low = INT32_MAX;
+    for (size_t i = 0; i < 32; ++i) {
+      if (!std::isfinite(v[i])) return false;
+      if (v[i] == 0.0f) continue;
+      int e = 0;
+      const float m = std::frexp(v[i], &e);  // v = m · 2^e, 0.5 <= |m| < 1: 24 significant bits
+      const auto mant = static_cast<uint32_t>(std::fabs(std::ldexp(m, 24)));
+      low = std::min(low, e - 24 + std::countr_zero(mant));
+    }
+    if (low == INT32_MAX) low = 0;  // an all-zero block
+    if (low < -60 || low > 60) return false;
+    int sum = 0;
+    for (size_t i = 0; i < 32; ++i) {
+      const float c = std::ldexp(v[i], -low);  // an exact integer by the choice of low
+      if (std::fabs(c) > 12.0f) return false;
+      codes[b * 32 + i] = static_cast<int8_t>(c);
+      sum += static_cast<int>(c);
+    }
+    block_scale[b] = std::ldexp(1.0f, low);
+    offset_sum[b] = static_cast<int16_t>(12 * sum);
+  }
+  return true;
+}
+
+}  // namespace
+
 void indexer_scores(const float* q, const float* w, size_t n_heads, size_t head_dim, const float* keys,
                     size_t n_keys, float* scores, ThreadPool* pool, const uint8_t* key_spread,
-                    const float* key_tiles) {
+                    const IndexKeyTiles* key_tiles) {
   // The tile kernel needs finite head weights (its vector bf16 rounding has no NaN case).
   bool finite_w = true;
   for (size_t h = 0; h < n_heads; ++h) finite_w = finite_w && std::isfinite(w[h]);
   // The query's head spreads, once per query rather than per range of keys.
   constexpr size_t kMaxHeads = 256;
+  constexpr size_t kMaxTileHeads = 128, kMaxDim = 256;  // the integer tiles' query arrays (38 KB)
   int q_spread[kMaxHeads];
   if (n_heads > kMaxHeads) key_spread = nullptr;  // more heads than the array: every dot in float64
   if (key_spread != nullptr)
     for (size_t h = 0; h < n_heads; ++h) q_spread[h] = exact_sum_spread(q + h * head_dim, head_dim);
-  const bool tiled = key_spread != nullptr && key_tiles != nullptr && finite_w;
+  // The integer tiles need q in FP4 form, whole blocks of 32 and room in the arrays below.
+  alignas(32) int8_t q_codes[kMaxTileHeads * kMaxDim];
+  float q_scale[kMaxTileHeads * kMaxDim / 32];
+  int16_t q_offset[kMaxTileHeads * kMaxDim / 32];
+  bool tiled = key_spread != nullptr && key_tiles != nullptr && finite_w && head_dim % 32 == 0 &&
+               head_dim <= kMaxDim && n_heads <= kMaxTileHeads;
+  for (size_t h = 0; tiled && h < n_heads; ++h)
+    tiled = index_query_codes(q + h * head_dim, head_dim, q_codes + h * head_dim, q_scale + h * (head_dim / 32),
+                              q_offset + h * (head_dim / 32));
   const auto run = [&](size_t b, size_t e) {
     if (tiled) {
-      HWY_DYNAMIC_DISPATCH(IndexerScoresTiles)(q, w, n_heads, head_dim, keys, key_tiles, key_spread, q_spread, scores,
-                                               b, e);
+      HWY_DYNAMIC_DISPATCH(IndexerScoresTiles)(q, q_codes, q_scale, q_offset, w, n_heads, head_dim, keys, *key_tiles, key_spread, q_spread,
+                                               scores, b, e);
     } else {
       HWY_DYNAMIC_DISPATCH(IndexerScoresRange)(q, w, n_heads, head_dim, keys, key_spread, q_spread, scores, b, e);
     }
@@ -291,9 +383,21 @@ uint8_t exact_sum_spread_fp4(const uint8_t* packed, const uint8_t* scales_e8m0, 
   return static_cast<uint8_t>(std::min(top - low, 254));
 }
 
-void append_index_key_tile(const float* key, size_t head_dim, size_t t, float* tiles) {
-  float* tile = tiles + (t / kIndexKeyTile) * head_dim * kIndexKeyTile;
-  for (size_t k = 0; k < head_dim; ++k) tile[k * kIndexKeyTile + t % kIndexKeyTile] = key[k];
+void append_index_key_tile(const uint8_t* packed, const uint8_t* scales_e8m0, size_t head_dim, size_t t,
+                           uint8_t* codes, float* scales) {
+  static constexpr int8_t kTwice[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+  const size_t lane = t % kIndexKeyTile;
+  uint8_t* tile = codes + (t / kIndexKeyTile) * head_dim * kIndexKeyTile;
+  for (size_t k = 0; k < head_dim; ++k) {
+    const int code = kTwice[(packed[k / 2] >> (4 * (k & 1))) & 0xF];
+    tile[(k / 2) * 2 * kIndexKeyTile + lane * 2 + (k & 1)] = static_cast<uint8_t>(code + 12);
+  }
+  float* tile_scales = scales + (t / kIndexKeyTile) * (head_dim / 32) * kIndexKeyTile;
+  for (size_t b = 0; b < head_dim / 32; ++b) {
+    // 2^(e - 127) / 2 for the doubled codes; E8M0 255 is NaN (such a key never passes the spread test).
+    tile_scales[b * kIndexKeyTile + lane] =
+        scales_e8m0[b] == 0xFF ? std::numeric_limits<float>::quiet_NaN() : std::ldexp(1.0f, scales_e8m0[b] - 128);
+  }
 }
 
 uint8_t exact_sum_spread(const float* v, size_t n) {

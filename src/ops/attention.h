@@ -59,17 +59,31 @@ void sparse_attn(const float* q, size_t n_heads, size_t head_dim, const KvRows& 
 //   key_spread [n_keys] (may be nullptr): exact_sum_spread of each key row, which lets a dot whose
 //   products provably sum exactly in fp32 run on fp32 vectors (the result is the same exact value,
 //   so scores stay bit-identical); without it, or when the bound fails, the float64 dot runs.
-//   key_tiles (may be nullptr, used with key_spread): the same keys key-major in tiles of
-//   kIndexKeyTile (append_index_key_tile), which lets 16 dots per head run as vertical FMAs.
+//   key_tiles (may be nullptr, used with key_spread): the same keys as FP4 codes in int8 tiles
+//   (IndexKeyTiles), which lets 16 keys' block sums run as integer pairwise multiply-adds when q
+//   is FP4 too (its values E2M1 times a power of two per 32); other queries take the row dots.
+struct IndexKeyTiles {
+  const uint8_t* codes = nullptr;  // index_key_tile_code_bytes
+  const float* scales = nullptr;   // index_key_tile_scale_floats
+};
 void indexer_scores(const float* q, const float* w, size_t n_heads, size_t head_dim, const float* keys,
                     size_t n_keys, float* scores, ThreadPool* pool, const uint8_t* key_spread = nullptr,
-                    const float* key_tiles = nullptr);
+                    const IndexKeyTiles* key_tiles = nullptr);
 
-// Index keys key-major: tile j holds keys 16j..16j+15 as [head_dim][16] (64-byte aligned rows when
-// the buffer is). Key t's values go to column t % 16 of tile t / 16; the buffer holds
-// ceil(n/16) * 16 * head_dim floats.
+// Index keys key-major in tiles of kIndexKeyTile for the integer indexer: tile j holds keys
+// 16j..16j+15. Codes: per pair of dimensions (2p, 2p+1), 32 bytes [key][2] of 2·E2M1 + 12 (0..24,
+// so that they are unsigned). Scales: per block of 32 dimensions, the 16 keys' block scale / 2 as
+// floats (the codes are twice the E2M1 values). head_dim must be a multiple of 32.
 inline constexpr size_t kIndexKeyTile = 16;
-void append_index_key_tile(const float* key, size_t head_dim, size_t t, float* tiles);
+inline size_t index_key_tile_code_bytes(size_t n_keys, size_t head_dim) {
+  return (n_keys + kIndexKeyTile - 1) / kIndexKeyTile * kIndexKeyTile * head_dim;
+}
+inline size_t index_key_tile_scale_floats(size_t n_keys, size_t head_dim) {
+  return (n_keys + kIndexKeyTile - 1) / kIndexKeyTile * kIndexKeyTile * (head_dim / 32);
+}
+// Writes key t (FP4: E2M1 codes, even element in the low nibble, one E8M0 scale per 32) into the tiles.
+void append_index_key_tile(const uint8_t* packed, const uint8_t* scales_e8m0, size_t head_dim, size_t t,
+                           uint8_t* codes, float* scales);
 
 // The binades between the largest value of v[n] and the lowest set bit of any nonzero value:
 // floor(log2 max|v|) - min over nonzero v of (exponent of its lowest set bit). Every v is a multiple

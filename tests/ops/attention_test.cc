@@ -309,44 +309,67 @@ TEST(IndexerScores, PackedFp4SpreadEqualsTheDequantisedRowsSpread) {
   }
 }
 
-TEST(IndexerScores, Fp32PathForExactDotsIsBitIdenticalOnEveryTarget) {
-  // With key spreads (and key tiles) the dots that provably sum exactly run on fp32 vectors; the scores must equal
-  // the float64 contract bit for bit, for narrow scale ranges (mostly the fp32 path), wide ones
-  // (mostly float64), and rows of zeros.
+// Random packed FP4 rows (E2M1 codes, one E8M0 scale per 32 drawn from 127 + [lo, hi]); zero_row
+// is all zero codes.
+std::vector<uint8_t> random_packed_fp4(size_t rows, size_t d, std::mt19937& rng, int lo, int hi,
+                                       std::vector<uint8_t>* scales, size_t zero_row) {
+  std::uniform_int_distribution<int> byte(0, 255), sc(lo, hi);
+  std::vector<uint8_t> packed(rows * d / 2);
+  scales->resize(rows * d / 32);
+  for (auto& b : packed) b = static_cast<uint8_t>(byte(rng));
+  for (auto& s : *scales) s = static_cast<uint8_t>(127 + sc(rng));
+  std::fill(packed.begin() + zero_row * d / 2, packed.begin() + (zero_row + 1) * d / 2, 0);
+  return packed;
+}
+
+TEST(IndexerScores, FastPathsForExactDotsAreBitIdenticalOnEveryTarget) {
+  // With key spreads the dots that provably sum exactly run on fp32 vectors, and with the integer key
+  // tiles as block sums of codes; the scores must equal the float64 contract bit for bit, for narrow
+  // scale ranges (mostly the fast paths), wide ones (mostly float64), and rows of zeros. Queries that
+  // are not FP4 (codes beyond 12 in a block, or values that are no E2M1 multiple) take the rows.
   std::mt19937 rng(8);
   ThreadPool pool(2);
   for (const auto& [lo, hi] : {std::pair{-3, 0}, std::pair{-12, 8}, std::pair{-40, 40}}) {
     for (size_t d : {size_t{32}, size_t{128}}) {
       const size_t heads = 16, n_keys = 300;
-      auto q = random_fp4_rows(heads, d, rng, lo, hi);
-      auto keys = random_fp4_rows(n_keys, d, rng, lo, hi);
-      std::fill(keys.begin() + 5 * d, keys.begin() + 6 * d, 0.0f);
-      std::fill(q.begin(), q.begin() + d, 0.0f);
-      for (auto& x : q) x = round_bf16(x);
-      const auto w = random_bf16(heads, rng, 0.05f);
+      std::vector<uint8_t> key_scales;
+      const auto packed = random_packed_fp4(n_keys, d, rng, lo, hi, &key_scales, 5);
+      std::vector<float> keys(n_keys * d);
       std::vector<uint8_t> spread(n_keys);
-      std::vector<float> tiles((n_keys + kIndexKeyTile - 1) / kIndexKeyTile * kIndexKeyTile * d, -7.0f);
+      std::vector<uint8_t> codes(index_key_tile_code_bytes(n_keys, d), 0xEE);  // stale bytes must not leak
+      std::vector<float> tile_scales(index_key_tile_scale_floats(n_keys, d), -7.0f);
       for (size_t t = 0; t < n_keys; ++t) {
+        fp4_dequant_e8m0(packed.data() + t * d / 2, key_scales.data() + t * d / 32, d, keys.data() + t * d);
         spread[t] = exact_sum_spread(keys.data() + t * d, d);
-        append_index_key_tile(keys.data() + t * d, d, t, tiles.data());
+        append_index_key_tile(packed.data() + t * d / 2, key_scales.data() + t * d / 32, d, t, codes.data(),
+                              tile_scales.data());
       }
-      std::vector<float> want(n_keys);
-      ref::indexer_scores(q.data(), w.data(), heads, d, keys.data(), n_keys, want.data());
-      for_each_simd_target([&] {
-        for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
-          std::vector<float> got(n_keys), got_tiles(n_keys);
-          indexer_scores(q.data(), w.data(), heads, d, keys.data(), n_keys, got.data(), p, spread.data());
-          // n_keys - 7: a partial last tile (its other lanes hold stale values that must not leak).
-          indexer_scores(q.data(), w.data(), heads, d, keys.data(), n_keys - 7, got_tiles.data(), p, spread.data(),
-                         tiles.data());
-          for (size_t i = 0; i < n_keys; ++i) {
-            ASSERT_EQ(bits_of(got[i]), bits_of(want[i])) << "scales 2^" << lo << "..2^" << hi << " d" << d << " @" << i;
-            if (i < n_keys - 7) {
-              ASSERT_EQ(bits_of(got_tiles[i]), bits_of(want[i])) << "tiles, d" << d << " @" << i;
+      const IndexKeyTiles tiles{codes.data(), tile_scales.data()};
+      for (int q_kind = 0; q_kind < 3; ++q_kind) {
+        auto q = random_fp4_rows(heads, d, rng, lo, hi);
+        std::fill(q.begin(), q.begin() + d, 0.0f);
+        if (q_kind == 1) q[d + 3] = 7.0f * std::fabs(q[d + 4]) + 1.0f;  // not E2M1 times the block's scale
+        if (q_kind == 2) q[2 * d] = 0.3f;                                  // a bf16 value, no FP4 code
+        for (auto& x : q) x = round_bf16(x);
+        const auto w = random_bf16(heads, rng, 0.05f);
+        std::vector<float> want(n_keys);
+        ref::indexer_scores(q.data(), w.data(), heads, d, keys.data(), n_keys, want.data());
+        for_each_simd_target([&] {
+          for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+            std::vector<float> got(n_keys), got_tiles(n_keys);
+            indexer_scores(q.data(), w.data(), heads, d, keys.data(), n_keys, got.data(), p, spread.data());
+            // n_keys - 7: a partial last tile (its other lanes hold stale values that must not leak).
+            indexer_scores(q.data(), w.data(), heads, d, keys.data(), n_keys - 7, got_tiles.data(), p, spread.data(),
+                           &tiles);
+            for (size_t i = 0; i < n_keys; ++i) {
+              ASSERT_EQ(bits_of(got[i]), bits_of(want[i])) << "scales 2^" << lo << "..2^" << hi << " d" << d << " @" << i;
+              if (i < n_keys - 7) {
+                ASSERT_EQ(bits_of(got_tiles[i]), bits_of(want[i])) << "tiles, q kind " << q_kind << " d" << d << " @" << i;
+              }
             }
           }
-        }
-      });
+        });
+      }
     }
   }
 }
