@@ -400,11 +400,16 @@ void ForwardPass::run_indexer(int l, const ChunkSpan& ch, size_t row, int64_t qu
   // chunk's keys); the rest are masked as the reference's causal mask does.
   const int64_t n_scored = std::clamp<int64_t>(visible, 0, n_keys);
   const ops::IndexKeyTiles tiles{kc.tile_codes.data(), kc.tile_scales.data()};
-  ops::indexer_scores(ws_.idx_q.data() + row * nih * ihd, ws_.idx_w.data() + row * nih, nih, ihd, keys,
-                      static_cast<size_t>(n_scored), scores, inner, kc.spread.data(), &tiles);
+  const float* q = ws_.idx_q.data() + row * nih * ihd;
+  const float* w = ws_.idx_w.data() + row * nih;
+  const size_t cand_width = static_cast<size_t>(n_keys);
+  if (e.candidate == CandidateRole::kConsumer) {
+    consumer_topk(row, q, w, keys, kc, tiles, n_keys, n_scored, visible, offset, pub, qs, inner);
+    return;
+  }
+  ops::indexer_scores(q, w, nih, ihd, keys, static_cast<size_t>(n_scored), scores, inner, kc.spread.data(), &tiles);
   for (int64_t t = n_scored; t < n_keys; ++t) scores[t] = kNegInf;
 
-  const size_t cand_width = static_cast<size_t>(n_keys);
   if (e.candidate == CandidateRole::kBuildsPool) {
     // select_candidate_blocks: block score = max of its entries, the block holding the newest visible
     // entry pinned to +inf, keep the best candidate_topk_blocks blocks that are reachable (> -inf).
@@ -426,11 +431,6 @@ void ForwardPass::run_indexer(int l, const ChunkSpan& ch, size_t row, int64_t qu
     std::memset(cand, 0, nb);
     for (size_t j = 0; j < kb; ++j)
       if (bscore[chosen[j]] > kNegInf) cand[chosen[j]] = 1;
-  } else if (e.candidate == CandidateRole::kConsumer) {
-    const uint8_t* cand = ws_.candidates.data() + row * ws_.candidate_width;
-    const size_t bs = c_.candidate_block_size;
-    for (size_t t = 0; t < cand_width; ++t)
-      if (!cand[t / bs]) scores[t] = kNegInf;
   }
   const size_t k = std::min<size_t>(topk_width, n_keys);
   int32_t* out = pub + 1;
@@ -440,6 +440,71 @@ void ForwardPass::run_indexer(int l, const ChunkSpan& ch, size_t row, int64_t qu
   ops::topk_ascending(scores, topk_n, k, out, scratch(qs.topk_scratch, std::max<size_t>(n_keys, 1)));
   for (size_t j = 0; j < k; ++j) out[j] = out[j] < visible ? out[j] + offset : -1;
   pub[0] = static_cast<int32_t>(k);
+}
+
+// A consumer of the candidate pool: the reference masks every key outside the pool's blocks to
+// -inf and takes the top-k over all keys. Only pool keys can then rank above -inf, so only the
+// tiles holding them are scored, and the top-k runs over the pool's keys. When fewer than k of them
+// are above -inf, the rest of the k are -inf entries, which tie and go to the lowest indices: the
+// lowest keys outside that set (as topk_ascending would pick them from the full masked row).
+void ForwardPass::consumer_topk(size_t row, const float* q, const float* w, const float* keys,
+                                const Workspace::KeyCache& kc, const ops::IndexKeyTiles& tiles, int64_t n_keys,
+                                int64_t n_scored, int64_t visible, int32_t offset, int32_t* pub,
+                                Workspace::QueryScratch& qs, ThreadPool* inner) {
+  const size_t nih = c_.index_n_heads, ihd = c_.index_head_dim;
+  const size_t bs = c_.candidate_block_size, tile = ops::kIndexKeyTile;
+  const size_t n = static_cast<size_t>(n_keys), scored = static_cast<size_t>(n_scored);
+  const uint8_t* cand = ws_.candidates.data() + row * ws_.candidate_width;
+  const size_t nb = (n + bs - 1) / bs;
+  CEDAR_CHECK(nb <= ws_.candidate_width, "candidate pool of %zu blocks exceeds the sized %zu", nb, ws_.candidate_width);
+  uint8_t* mask = scratch(qs.tile_mask, (n + tile - 1) / tile);
+  std::memset(mask, 0, (n + tile - 1) / tile);
+  for (size_t b = 0; b < nb; ++b) {
+    if (!cand[b]) continue;
+    const size_t t0 = b * bs, t1 = std::min(scored, (b + 1) * bs);
+    for (size_t t = t0; t < t1; t += tile) mask[t / tile] = 1;
+    if (t0 < t1) mask[(t1 - 1) / tile] = 1;
+  }
+  float* scores = scratch(qs.scores, n);
+  ops::indexer_scores(q, w, nih, ihd, keys, scored, scores, inner, kc.spread.data(), &tiles, mask);
+  // The pool's visible keys in ascending order, with their scores.
+  int32_t* ck = scratch(qs.cand_keys, n);
+  float* cs = scratch(qs.cand_scores, n);
+  size_t m = 0, above = 0;  // pool keys; of those, above -inf (NaN ranks highest)
+  for (size_t b = 0; b < nb; ++b) {
+    if (!cand[b]) continue;
+    for (size_t t = b * bs; t < std::min(scored, (b + 1) * bs); ++t) {
+      ck[m] = static_cast<int32_t>(t);
+      cs[m] = scores[t];
+      above += !(scores[t] == kNegInf);
+      ++m;
+    }
+  }
+  const size_t k = std::min<size_t>(c_.index_topk, n);
+  int32_t* out = pub + 1;
+  int32_t* local = scratch(qs.topk_out, std::max<size_t>(k, 1));
+  size_t picked = 0;
+  if (above >= k) {
+    ops::topk_ascending(cs, m, k, local, scratch(qs.topk_scratch, std::max<size_t>(m, 1)));
+    for (size_t j = 0; j < k; ++j) out[j] = ck[local[j]];
+    picked = k;
+  } else {
+    // Every key above -inf, then the lowest keys whose score is -inf, merged in ascending order.
+    size_t remaining_above = above;
+    size_t a = 0;  // walks the pool keys
+    for (size_t t = 0; t < n && picked < k; ++t) {
+      while (a < m && static_cast<size_t>(ck[a]) < t) ++a;
+      const bool is_above = a < m && static_cast<size_t>(ck[a]) == t && !(cs[a] == kNegInf);
+      if (is_above) {
+        out[picked++] = static_cast<int32_t>(t);
+        --remaining_above;
+      } else if (picked + remaining_above < k) {
+        out[picked++] = static_cast<int32_t>(t);  // a -inf entry, and there is room beside the rest
+      }
+    }
+  }
+  for (size_t j = 0; j < picked; ++j) out[j] = out[j] < visible ? out[j] + offset : -1;
+  pub[0] = static_cast<int32_t>(picked);
 }
 
 // sparse_attn over [window rows ; the compressed entries this query selected]. Only the selected

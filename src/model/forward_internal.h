@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "model/model.h"
+#include "ops/attention.h"
 #include "ops/linear.h"
 
 namespace cedar::model {
@@ -52,8 +53,9 @@ struct Workspace {
   // Per-query scratch of the indexer and attention, one per pool thread: prefill runs its queries in
   // parallel, each thread on its own set.
   struct QueryScratch {
-    std::vector<float> scores, block_scores, gathered;
-    std::vector<int32_t> window_idx, idx, topk_out, topk_scratch;
+    std::vector<float> scores, block_scores, gathered, cand_scores;
+    std::vector<int32_t> window_idx, idx, topk_out, topk_scratch, cand_keys;
+    std::vector<uint8_t> tile_mask;
   };
   std::vector<QueryScratch> query_scratch;
   // Dequantised index keys per (sequence, owner), valid for one forward pass.
@@ -114,6 +116,10 @@ class ForwardPass {
   const Workspace::KeyCache& prepare_index_keys(int layer, const ChunkSpan& ch, int64_t query_pos, int64_t n_keys);
   void run_indexer(int layer, const ChunkSpan& ch, size_t row, int64_t query_pos, int64_t n_keys,
                    int64_t visible, int32_t offset, Workspace::QueryScratch& qs, ThreadPool* inner);
+  // run_indexer's scores and top-k for a layer that consumes the candidate pool.
+  void consumer_topk(size_t row, const float* q, const float* w, const float* keys, const Workspace::KeyCache& kc,
+                     const ops::IndexKeyTiles& tiles, int64_t n_keys, int64_t n_scored, int64_t visible,
+                     int32_t offset, int32_t* pub, Workspace::QueryScratch& qs, ThreadPool* inner);
   const Workspace::KeyCache& dequantized_index_keys(const ChunkSpan& ch, int owner_layer, int64_t n_keys);
   // Runs fn(i, scratch, inner_pool) for queries i in [0, n), in parallel over the pool (prefill).
   template <typename Fn>

@@ -322,7 +322,7 @@ bool index_query_codes(const float* q, size_t n, int8_t* codes, float* block_sca
 
 void indexer_scores(const float* q, const float* w, size_t n_heads, size_t head_dim, const float* keys,
                     size_t n_keys, float* scores, ThreadPool* pool, const uint8_t* key_spread,
-                    const IndexKeyTiles* key_tiles) {
+                    const IndexKeyTiles* key_tiles, const uint8_t* tile_mask) {
   // The tile kernel needs finite head weights (its vector bf16 rounding has no NaN case).
   bool finite_w = true;
   for (size_t h = 0; h < n_heads; ++h) finite_w = finite_w && std::isfinite(w[h]);
@@ -342,12 +342,29 @@ void indexer_scores(const float* q, const float* w, size_t n_heads, size_t head_
   for (size_t h = 0; tiled && h < n_heads; ++h)
     tiled = index_query_codes(q + h * head_dim, head_dim, q_codes + h * head_dim, q_scale + h * (head_dim / 32),
                               q_offset + h * (head_dim / 32));
-  const auto run = [&](size_t b, size_t e) {
+  const auto run_all = [&](size_t b, size_t e) {
     if (tiled) {
       HWY_DYNAMIC_DISPATCH(IndexerScoresTiles)(q, q_codes, q_scale, q_offset, w, n_heads, head_dim, keys, *key_tiles, key_spread, q_spread,
                                                scores, b, e);
     } else {
       HWY_DYNAMIC_DISPATCH(IndexerScoresRange)(q, w, n_heads, head_dim, keys, key_spread, q_spread, scores, b, e);
+    }
+  };
+  // With a tile mask, each run of flagged tiles in [b, e) is scored (b is a tile boundary).
+  const auto run = [&](size_t b, size_t e) {
+    if (tile_mask == nullptr) {
+      run_all(b, e);
+      return;
+    }
+    for (size_t t = b; t < e;) {
+      if (!tile_mask[t / kIndexKeyTile]) {
+        t += kIndexKeyTile;
+        continue;
+      }
+      size_t end = t;
+      while (end < e && tile_mask[end / kIndexKeyTile]) end = std::min(e, end + kIndexKeyTile);
+      run_all(t, end);
+      t = end;
     }
   };
   if (pool == nullptr || pool->size() <= 1 || n_keys < 256) {

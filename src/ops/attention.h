@@ -66,9 +66,12 @@ struct IndexKeyTiles {
   const uint8_t* codes = nullptr;  // index_key_tile_code_bytes
   const float* scales = nullptr;   // index_key_tile_scale_floats
 };
+//   tile_mask (may be nullptr): one flag per kIndexKeyTile keys; only the keys of flagged tiles are
+//   scored, the other scores are left as they are (a query that can only pick some keys, e.g. those
+//   of a candidate pool, skips the rest).
 void indexer_scores(const float* q, const float* w, size_t n_heads, size_t head_dim, const float* keys,
                     size_t n_keys, float* scores, ThreadPool* pool, const uint8_t* key_spread = nullptr,
-                    const IndexKeyTiles* key_tiles = nullptr);
+                    const IndexKeyTiles* key_tiles = nullptr, const uint8_t* tile_mask = nullptr);
 
 // Index keys key-major in tiles of kIndexKeyTile for the integer indexer: tile j holds keys
 // 16j..16j+15. Codes: per pair of dimensions (2p, 2p+1), 32 bytes [key][2] of 2·E2M1 + 12 (0..24,
