@@ -407,8 +407,9 @@ void ForwardPass::run_indexer(int l, const ChunkSpan& ch, size_t row, int64_t qu
     consumer_topk(row, q, w, keys, kc, tiles, n_keys, n_scored, visible, offset, pub, qs, inner);
     return;
   }
-  ops::indexer_scores(q, w, nih, ihd, keys, static_cast<size_t>(n_scored), scores, inner, kc.spread.data(), &tiles);
-  for (int64_t t = n_scored; t < n_keys; ++t) scores[t] = kNegInf;
+  const size_t scored = static_cast<size_t>(n_scored);
+  ops::indexer_scores(q, w, nih, ihd, keys, scored, scores, inner, kc.spread.data(), &tiles);
+  // scores[scored, n_keys) stay unwritten: those entries are -inf, which the code below accounts for.
 
   if (e.candidate == CandidateRole::kBuildsPool) {
     // select_candidate_blocks: block score = max of its entries, the block holding the newest visible
@@ -418,7 +419,7 @@ void ForwardPass::run_indexer(int l, const ChunkSpan& ch, size_t row, int64_t qu
     float* bscore = scratch(qs.block_scores, nb);
     for (size_t b = 0; b < nb; ++b) {
       float mx = kNegInf;
-      for (size_t t = b * bs; t < std::min(cand_width, (b + 1) * bs); ++t) mx = std::max(mx, scores[t]);
+      for (size_t t = b * bs; t < std::min(scored, (b + 1) * bs); ++t) mx = std::max(mx, scores[t]);
       bscore[b] = mx;
     }
     if (visible >= 1) bscore[(visible - 1) / bs] = kPosInf;
@@ -436,8 +437,12 @@ void ForwardPass::run_indexer(int l, const ChunkSpan& ch, size_t row, int64_t qu
   int32_t* out = pub + 1;
   // Entries past the visible prefix are -inf and have the highest indices, so whenever the prefix
   // holds k entries the top-k over it is the top-k over all (ties among -inf go to lower indices).
-  const size_t topk_n = static_cast<size_t>(n_scored) >= k ? static_cast<size_t>(n_scored) : static_cast<size_t>(n_keys);
-  ops::topk_ascending(scores, topk_n, k, out, scratch(qs.topk_scratch, std::max<size_t>(n_keys, 1)));
+  // A shorter prefix is picked whole, with the lowest -inf entries after it: indices [0, k).
+  if (scored >= k) {
+    ops::topk_ascending(scores, scored, k, out, scratch(qs.topk_scratch, std::max<size_t>(scored, 1)));
+  } else {
+    for (size_t j = 0; j < k; ++j) out[j] = static_cast<int32_t>(j);
+  }
   for (size_t j = 0; j < k; ++j) out[j] = out[j] < visible ? out[j] + offset : -1;
   pub[0] = static_cast<int32_t>(k);
 }

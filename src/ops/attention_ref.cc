@@ -98,18 +98,6 @@ void topk_by_selection(const float* scores, size_t n, size_t k, int32_t* out_idx
   std::sort(out_idx, out_idx + k);
 }
 
-// Order-preserving 16-bit key of a bf16-representable score: the contract's order (NaN above
-// everything, -0 == +0) becomes unsigned integer order. -1 if the score is not a bf16 value.
-int32_t bf16_order_key(float v) {
-  uint32_t u;
-  std::memcpy(&u, &v, 4);
-  if (std::isnan(v)) return 0xFFFF;
-  if (u & 0xFFFFu) return -1;
-  if (u == 0x80000000u) u = 0;  // -0 ranks with +0
-  const uint32_t ordered = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
-  return static_cast<int32_t>(ordered >> 16);
-}
-
 }  // namespace
 
 void topk_ascending(const float* scores, size_t n, size_t k, int32_t* out_idx, int32_t* scratch) {
@@ -119,12 +107,23 @@ void topk_ascending(const float* scores, size_t n, size_t k, int32_t* out_idx, i
   // two counting passes; then one pass in index order takes every key above T and the first keys
   // equal to T (lower index wins ties), which is also the ascending output order. The same set as
   // the selection below, without indirect comparisons; any non-bf16 score takes the selection.
-  for (size_t i = 0; i < n; ++i) {
-    scratch[i] = bf16_order_key(scores[i]);
-    if (scratch[i] < 0) return topk_by_selection(scores, n, k, out_idx, scratch);
-  }
+  // One pass computes the keys and the high-byte histogram. The key is an order-preserving 16-bit
+  // image of a bf16 score: the contract's order (NaN above everything, -0 == +0) becomes unsigned
+  // integer order; a score with low bits set is no bf16 value and sends the call to the selection.
   uint32_t hist[256] = {};
-  for (size_t i = 0; i < n; ++i) ++hist[scratch[i] >> 8];
+  uint32_t not_bf16 = 0;
+  for (size_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, scores + i, 4);
+    const bool nan = (u & 0x7FFFFFFFu) > 0x7F800000u;
+    not_bf16 |= nan ? 0u : (u & 0xFFFFu);
+    if (u == 0x80000000u) u = 0;  // -0 ranks with +0
+    const uint32_t ordered = (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+    const int32_t key = nan ? 0xFFFF : static_cast<int32_t>(ordered >> 16);
+    scratch[i] = key;
+    ++hist[key >> 8];
+  }
+  if (not_bf16 != 0) return topk_by_selection(scores, n, k, out_idx, scratch);
   size_t above = 0;  // keys in buckets above the current one
   int hi = 255;
   while (above + hist[hi] < k) above += hist[hi--];

@@ -117,7 +117,10 @@ void act_qdq_fp8_inplace(float* x, size_t n) {
 void fp8_dequant_e8m0(const uint8_t* codes, const uint8_t* scales_e8m0, size_t n, float* x, size_t block) {
   check_blocks(n, block, "fp8_dequant_e8m0");
   const float* table = e4m3_table();
-  for (size_t i = 0; i < n; ++i) x[i] = table[codes[i]] * e8m0_to_f32(scales_e8m0[i / block]);
+  for (size_t b = 0; b < n / block; ++b) {  // one scale lookup per block (KV entries per step)
+    const float s = e8m0_to_f32(scales_e8m0[b]);
+    for (size_t i = b * block; i < (b + 1) * block; ++i) x[i] = table[codes[i]] * s;
+  }
 }
 
 // ---- FP4 ----
@@ -175,17 +178,29 @@ void fp4_qdq_e4m3_inplace(float* x, size_t n, size_t block) {
 
 void fp4_dequant_e8m0(const uint8_t* packed, const uint8_t* scales_e8m0, size_t n, float* x, size_t block) {
   check_blocks(n, block, "fp4_dequant_e8m0");
+  CEDAR_CHECK(block % 2 == 0, "fp4 block must be even");
   const float* pairs = fp4_pair_table();
-  for (size_t i = 0; i < n; ++i) {
-    x[i] = pairs[2 * packed[i / 2] + (i & 1)] * e8m0_to_f32(scales_e8m0[i / block]);
+  for (size_t b = 0; b < n / block; ++b) {  // one scale lookup per block, both nibbles of a byte at once
+    const float s = e8m0_to_f32(scales_e8m0[b]);
+    for (size_t i = b * block; i < (b + 1) * block; i += 2) {
+      const float* pair = pairs + 2 * packed[i / 2];
+      x[i] = pair[0] * s;
+      x[i + 1] = pair[1] * s;
+    }
   }
 }
 
 void fp4_dequant_e4m3(const uint8_t* packed, const uint8_t* scales_e4m3, size_t n, float* x, size_t block) {
   check_blocks(n, block, "fp4_dequant_e4m3");
+  CEDAR_CHECK(block % 2 == 0, "fp4 block must be even");
   const float* pairs = fp4_pair_table();
-  for (size_t i = 0; i < n; ++i) {
-    x[i] = pairs[2 * packed[i / 2] + (i & 1)] * e4m3_to_f32(scales_e4m3[i / block]);
+  for (size_t b = 0; b < n / block; ++b) {  // one scale lookup per block, both nibbles of a byte at once
+    const float s = e4m3_to_f32(scales_e4m3[b]);
+    for (size_t i = b * block; i < (b + 1) * block; i += 2) {
+      const float* pair = pairs + 2 * packed[i / 2];
+      x[i] = pair[0] * s;
+      x[i + 1] = pair[1] * s;
+    }
   }
 }
 
