@@ -203,7 +203,9 @@ void OutputAssembler::flush_held_content() {
 std::optional<ApiError> OutputAssembler::finish(const runtime::GenerationResult& result, Completion* turn) {
   feed_output_prefix();
   const bool truncated = result.finish_reason == runtime::FinishReason::kLength;
-  bool failure_at_end = false;  // the parser's verdict on where the text ended (no EOS, open block)
+  // A complaint raised from here on is about where the text ended: an open block, no EOS, or a
+  // character cut in half (its held-back bytes flush as U+FFFD, which no marker continues).
+  const bool failed_before_end = failure_.has_value();
   if (!wants_stop() && !parser_done_) {
     std::string tail = decoder_.finish();
     if (!tail.empty()) {
@@ -225,9 +227,9 @@ std::optional<ApiError> OutputAssembler::finish(const runtime::GenerationResult&
                       [](const tokenizer::ParseEvent& e) { return e.type == tokenizer::ParseEvent::Type::kError; });
       for (const tokenizer::ParseEvent& e : events)
         if (!(cut_in_marker && e.type == tokenizer::ParseEvent::Type::kContentDelta)) handle(e);
-      failure_at_end = failure_.has_value();
     }
   }
+  const bool failure_at_end = failure_.has_value() && !failed_before_end;
   // Newlines that ended the answer are content after all (only those before a tool call are not).
   if (!stop_matched_ && !content_newlines_.empty()) content_text(std::exchange(content_newlines_, {}));
   if (!stop_matched_) flush_held_content();

@@ -193,5 +193,31 @@ TEST(OutputAssembler, TruncatedToolCallIsNeverShown) {
   EXPECT_EQ(sink.content, "Checking.");
 }
 
+
+// max_tokens can cut a DSML marker inside a multi-byte character ("｜" is three bytes). The held-back
+// byte becomes U+FFFD when the text is flushed, which no marker continues; that is the cut, not a
+// malformed output (found by the 1,000-sample constrained run: a 500 for a turn cut at max_tokens).
+TEST(OutputAssembler, TruncationInsideAMarkerCharacterIsALengthTurn) {
+  OutputSettings settings;
+  RecordingSink sink;
+  OutputAssembler assembler(test::test_tokenizer(), settings, &sink);
+  auto ids = test::ids_of(
+      "\n\n<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"get_weather\">\n<｜DSML｜ parameter name=\"city\" "
+      "string=\"true\">Paris</｜DSML｜ parameter>\n</");
+  // The byte-level token of the byte 0xEF alone (GPT-2's byte alphabet maps it to U+00EF), the first
+  // byte of "｜".
+  const auto first_byte = test::test_tokenizer().token_to_id("\u00ef");
+  ASSERT_TRUE(first_byte.has_value());
+  ids.push_back(*first_byte);
+  for (int32_t id : ids) assembler.push(id);
+  ASSERT_FALSE(assembler.wants_stop()) << "nothing is wrong before the text is flushed";
+  Completion turn;
+  const auto error = assembler.finish(result_of(ids, runtime::FinishReason::kLength), &turn);
+  ASSERT_FALSE(error.has_value()) << error->message;
+  EXPECT_EQ(turn.finish, FinishKind::kLength);
+  EXPECT_TRUE(turn.tool_calls.empty());
+  EXPECT_EQ(sink.errors, 0);
+}
+
 }  // namespace
 }  // namespace cedar::serve
