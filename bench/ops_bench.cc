@@ -13,6 +13,7 @@
 #include "ops/formats.h"
 #include "ops/kernel_set.h"
 #include "ops/linear.h"
+#include "ops/quant.h"
 
 namespace cedar::ops {
 namespace {
@@ -146,20 +147,56 @@ void BM_OpsSparseAttn(benchmark::State& state) {
 }
 BENCHMARK(BM_OpsSparseAttn)->Arg(640)->Unit(benchmark::kMicrosecond)->UseRealTime();
 
+// One query's indexer scores over n_keys FP4 index keys (V4.1: 64 heads of 128), as the model runs
+// them. Args: n_keys, path (0: float64 row dots, the contract as written; 1: integer key tiles with
+// the exact-spread test, what the forward pass uses), threads (0 = all).
 void BM_OpsIndexerScores(benchmark::State& state) {
-  const size_t heads = 32, d = 128, n_keys = state.range(0);
-  const auto q = random_bf16(heads * d, 1);
-  const auto keys = random_bf16(n_keys * d, 2);
+  const size_t heads = 64, d = 128, n_keys = state.range(0);
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> byte(0, 255), scale(124, 130);
+  const auto packed_rows = [&](size_t rows, std::vector<uint8_t>* packed, std::vector<uint8_t>* scales) {
+    packed->resize(rows * d / 2);
+    scales->resize(rows * d / 32);
+    for (auto& b : *packed) b = static_cast<uint8_t>(byte(rng));
+    for (auto& s : *scales) s = static_cast<uint8_t>(scale(rng));
+  };
+  std::vector<uint8_t> kp, ks, qp, qs;
+  packed_rows(n_keys, &kp, &ks);
+  packed_rows(heads, &qp, &qs);
+  std::vector<float> keys(n_keys * d), q(heads * d);
+  fp4_dequant_e8m0(kp.data(), ks.data(), n_keys * d, keys.data());
+  fp4_dequant_e8m0(qp.data(), qs.data(), heads * d, q.data());
   const auto w = random_bf16(heads, 3);
+  std::vector<uint8_t> spread(n_keys), codes(index_key_tile_code_bytes(n_keys, d));
+  std::vector<double> tile_scales(index_key_tile_scale_count(n_keys, d));
+  for (size_t t = 0; t < n_keys; ++t) {
+    spread[t] = exact_sum_spread_fp4(kp.data() + t * d / 2, ks.data() + t * d / 32, d);
+    append_index_key_tile(kp.data() + t * d / 2, ks.data() + t * d / 32, d, t, codes.data(), tile_scales.data());
+  }
+  const IndexKeyTiles tiles{codes.data(), tile_scales.data()};
+  const bool tiled = state.range(1) == 1;
   std::vector<float> scores(n_keys);
-  ThreadPool* pool = pool_for(0);
+  ThreadPool* pool = pool_for(static_cast<int>(state.range(2)));
   for (auto _ : state) {
-    indexer_scores(q.data(), w.data(), heads, d, keys.data(), n_keys, scores.data(), pool);
+    if (tiled) {
+      indexer_scores(q.data(), w.data(), heads, d, keys.data(), n_keys, scores.data(), pool, spread.data(), &tiles);
+    } else {
+      indexer_scores(q.data(), w.data(), heads, d, keys.data(), n_keys, scores.data(), pool);
+    }
     benchmark::DoNotOptimize(scores.data());
   }
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * n_keys));
+  // Multiply-adds of q·key per second.
+  state.counters["GMAC/s"] = benchmark::Counter(static_cast<double>(state.iterations() * n_keys * heads * d) * 1e-9,
+                                                benchmark::Counter::kIsRate);
 }
-BENCHMARK(BM_OpsIndexerScores)->Arg(8192)->Unit(benchmark::kMicrosecond)->UseRealTime();
+BENCHMARK(BM_OpsIndexerScores)
+    ->Args({8192, 0, 1})
+    ->Args({8192, 1, 1})
+    ->Args({65536, 1, 1})
+    ->Args({65536, 1, 2})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 
 }  // namespace
 }  // namespace cedar::ops

@@ -338,7 +338,7 @@ const Workspace::KeyCache& ForwardPass::dequantized_index_keys(const ChunkSpan& 
     scratch(kc->spread, static_cast<size_t>(n_keys));
     scratch(kc->packed, static_cast<size_t>(n_keys) * entry_bytes);
     scratch(kc->tile_codes, ops::index_key_tile_code_bytes(static_cast<size_t>(n_keys), ihd));
-    scratch(kc->tile_scales, ops::index_key_tile_scale_floats(static_cast<size_t>(n_keys), ihd));
+    scratch(kc->tile_scales, ops::index_key_tile_scale_count(static_cast<size_t>(n_keys), ihd));
     for (int64_t t = kc->rows; t < n_keys; ++t) {
       const uint8_t* src = owner.index_keys.data() + t * entry_bytes;
       std::memcpy(kc->packed.data() + t * entry_bytes, src, entry_bytes);

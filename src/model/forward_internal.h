@@ -66,7 +66,7 @@ struct Workspace {
     std::vector<float> data;     // [rows, index_head_dim]
     std::vector<uint8_t> spread;  // [rows] ops::exact_sum_spread of each row
     std::vector<uint8_t> tile_codes;  // the keys' FP4 codes key-major (ops::append_index_key_tile)
-    std::vector<float> tile_scales;   // and their block scales
+    std::vector<double> tile_scales;  // and their block scales
     std::vector<uint8_t> packed;  // [rows, index entry bytes] what the rows were decoded from
     uint64_t pass = 0;            // the forward pass that last validated or extended it
   };

@@ -177,22 +177,25 @@ HWY_INLINE void TileBlockSums(const uint8_t* kcodes, const int8_t* qcodes, int16
 }
 #endif
 
-// The indexer over integer key tiles (IndexKeyTiles in attention.h): 16 keys at a time; each
-// head's 16 dots are the block sums times the key and query block scales, accumulated in fp32
-// (exact whenever the spread bound holds, so equal to the float64 dot rounded once), then bf16
-// rounding, relu, the weight and the float64 head sum on vectors, in the scalar kernel's order. A
-// key lane whose dot is not provably exact in fp32 gets the float64 dot from its row instead.
+// The indexer over integer key tiles (IndexKeyTiles in attention.h), 16 keys at a time. Each head's
+// 16 dots are Σ_blocks (block sum) · (key scale · query scale) in float64, rounded once to fp32: the
+// block sums are exact integers below 2^13 and the scales powers of two, so every term is exact, and
+// while a key's and the query's scales each stay within a ratio whose product is at most
+// kTileExactRatio, every partial sum is an exact multiple of the smallest term's unit below 2^53.
+// The float64 sum is then the exact dot, and its one rounding is the contract's. A key lane beyond
+// that ratio (or with a NaN scale) gets the float64 row dot instead. Then bf16 rounding, relu, the
+// weight and the float64 head sum on vectors, in the scalar kernel's order.
 // [t_begin, t_end): t_begin a multiple of 16. The query in the integer form: per head and block of
-// 32, codes q_codes with q = code · q_scale (|code| <= 12, the scale a power of two) and q_offset =
-// 12 · Σ code (what the keys' +12 offset adds to a block sum).
-void IndexerScoresTiles(const float* q, const int8_t* q_codes, const float* q_scale, const int16_t* q_offset,
-                        const float* w, size_t n_heads, size_t head_dim,
-                        const float* keys, const IndexKeyTiles& tiles, const uint8_t* key_spread, const int* q_spread,
-                        float* scores, size_t t_begin, size_t t_end) {
+// 32, codes q_codes with q = code · q_scale (|code| <= 12, the scale a power of two), q_offset =
+// 12 · Σ code (what the keys' +12 offset adds to a block sum), and per head q_ratio, its largest
+// block scale over its smallest.
+void IndexerScoresTiles(const float* q, const int8_t* q_codes, const double* q_scale, const int16_t* q_offset,
+                        const double* q_ratio, const float* w, size_t n_heads, size_t head_dim, const float* keys,
+                        const IndexKeyTiles& tiles, float* scores, size_t t_begin, size_t t_end) {
   constexpr size_t kTile = kIndexKeyTile;
   CEDAR_CHECK(t_begin % kTile == 0, "indexer tiles: range start %zu is not a tile boundary", t_begin);
   const size_t blocks = head_dim / 32;
-  const int limit = ExactSpreadLimit(head_dim);
+  const double exact_ratio = index_tile_exact_ratio(blocks);
   const hn::ScalableTag<float> df;
   const size_t lanes = hn::Lanes(df);
   const hn::ScalableTag<double> dd;
@@ -200,47 +203,59 @@ void IndexerScoresTiles(const float* q, const int8_t* q_codes, const float* q_sc
   const size_t dlanes = hn::Lanes(dd);
   HWY_ALIGN float dot[kTile];
   HWY_ALIGN double sum[kTile];
+  double key_ratio[kTile];
   for (size_t t0 = t_begin; t0 < t_end; t0 += kTile) {
     const size_t valid = std::min(kTile, t_end - t0);
     const uint8_t* tile_codes = tiles.codes + (t0 / kTile) * head_dim * kTile;
-    const float* tile_scales = tiles.scales + (t0 / kTile) * blocks * kTile;
-    int tile_spread = 0;  // the widest key of the tile: one test per head when all lanes qualify
-    for (size_t i = 0; i < valid; ++i) tile_spread = std::max<int>(tile_spread, key_spread[t0 + i]);
+    const double* tile_scales = tiles.scales + (t0 / kTile) * blocks * kTile;
+    double widest = 0.0;  // the tile's widest key: one test per head when all lanes qualify
+    for (size_t i = 0; i < kTile; ++i) {
+      double lo = tile_scales[i], hi = tile_scales[i];
+      for (size_t b = 1; b < blocks; ++b) {
+        lo = std::min(lo, tile_scales[b * kTile + i]);
+        hi = std::max(hi, tile_scales[b * kTile + i]);
+      }
+      key_ratio[i] = hi / lo;  // NaN for a NaN scale: never below the bound
+      for (size_t b = 0; b < blocks; ++b) key_ratio[i] = std::isnan(tile_scales[b * kTile + i]) ? NAN : key_ratio[i];
+      if (i < valid) widest = std::isnan(key_ratio[i]) || std::isnan(widest) ? NAN : std::max(widest, key_ratio[i]);
+    }
     for (size_t i = 0; i < kTile; ++i) sum[i] = 0.0;
     for (size_t h = 0; h < n_heads; ++h) {
+      const double* qs = q_scale + h * blocks;
 #if HWY_TARGET <= HWY_AVX2
-      const hn::Full256<float> d8;
-      auto acc_lo = hn::Zero(d8), acc_hi = hn::Zero(d8);
+      const hn::Full256<double> d4;
+      const hn::Full128<int32_t> di4;
+      hn::Vec<decltype(d4)> acc[4] = {hn::Zero(d4), hn::Zero(d4), hn::Zero(d4), hn::Zero(d4)};
       for (size_t b = 0; b < blocks; ++b) {
         hn::Vec<hn::Full256<int32_t>> lo, hi;
-        TileBlockSums(tile_codes + b * 16 * 32, q_codes + h * head_dim + b * 32, q_offset[h * blocks + b], &lo,
-                      &hi);
-        const auto qs = hn::Set(d8, q_scale[h * blocks + b]);
-        const float* ks = tile_scales + b * kTile;
-        acc_lo = hn::MulAdd(hn::ConvertTo(d8, lo), hn::Mul(hn::LoadU(d8, ks), qs), acc_lo);
-        acc_hi = hn::MulAdd(hn::ConvertTo(d8, hi), hn::Mul(hn::LoadU(d8, ks + 8), qs), acc_hi);
+        TileBlockSums(tile_codes + b * 16 * 32, q_codes + h * head_dim + b * 32, q_offset[h * blocks + b], &lo, &hi);
+        const auto s = hn::Set(d4, qs[b]);
+        const double* ks = tile_scales + b * kTile;
+        const hn::Vec<decltype(di4)> parts[4] = {hn::LowerHalf(di4, lo), hn::UpperHalf(di4, lo), hn::LowerHalf(di4, hi),
+                                                 hn::UpperHalf(di4, hi)};
+        for (size_t v = 0; v < 4; ++v)
+          acc[v] = hn::MulAdd(hn::PromoteTo(d4, parts[v]), hn::Mul(hn::LoadU(d4, ks + 4 * v), s), acc[v]);
       }
-      hn::Store(acc_lo, d8, dot);
-      hn::Store(acc_hi, d8, dot + 8);
+      for (size_t v = 0; v < 4; ++v) hn::StoreU(hn::DemoteTo(hn::Full128<float>(), acc[v]), hn::Full128<float>(), dot + 4 * v);
 #else
-      // Other targets: the same integer block sums and exact fp32 accumulation, one key at a time.
+      // Other targets: the same integer block sums and float64 sum, one key at a time.
       for (size_t i = 0; i < kTile; ++i) {
-        float acc = 0.0f;
+        double acc = 0.0;
         for (size_t b = 0; b < blocks; ++b) {
           int32_t block_sum = 0;
           for (size_t p = 0; p < 16; ++p)
             for (size_t j = 0; j < 2; ++j)
               block_sum += q_codes[h * head_dim + b * 32 + 2 * p + j] *
                            (static_cast<int32_t>(tile_codes[(b * 16 + p) * 32 + 2 * i + j]) - 12);
-          acc += static_cast<float>(block_sum) * (tile_scales[b * kTile + i] * q_scale[h * blocks + b]);
+          acc += static_cast<double>(block_sum) * (tile_scales[b * kTile + i] * qs[b]);
         }
-        dot[i] = acc;
+        dot[i] = static_cast<float>(acc);
       }
 #endif
       const float* qh = q + h * head_dim;
-      if (q_spread[h] + tile_spread > limit) {
+      if (!(widest * q_ratio[h] <= exact_ratio)) {
         for (size_t i = 0; i < valid; ++i) {
-          if (q_spread[h] + key_spread[t0 + i] > limit) dot[i] = DotCanonical(qh, keys + (t0 + i) * head_dim, head_dim);
+          if (!(key_ratio[i] * q_ratio[h] <= exact_ratio)) dot[i] = DotCanonical(qh, keys + (t0 + i) * head_dim, head_dim);
         }
       }
       const auto wv = hn::Set(df, w[h]);
@@ -291,7 +306,9 @@ namespace {
 // 2^L that divides every value, and the codes q / 2^L. False when a block's codes do not fit
 // |c| <= 12 (q is not FP4: E2M1 codes are at most 12 when doubled) or a value is not finite or
 // outside 2^±60; the caller then scores from the rows.
-bool index_query_codes(const float* q, size_t n, int8_t* codes, float* block_scale, int16_t* offset_sum) {
+bool index_query_codes(const float* q, size_t n, int8_t* codes, double* block_scale, int16_t* offset_sum,
+                       double* ratio) {
+  double lo_scale = INFINITY, hi_scale = 0.0;
   for (size_t b = 0; b < n / 32; ++b) {
     const float* v = q + b * 32;
     int low = INT32_MAX;
@@ -304,7 +321,7 @@ bool index_query_codes(const float* q, size_t n, int8_t* codes, float* block_sca
       low = std::min(low, e - 24 + std::countr_zero(mant));
     }
     if (low == INT32_MAX) low = 0;  // an all-zero block
-    if (low < -60 || low > 60) return false;
+    if (low < -200 || low > 200) return false;
     int sum = 0;
     for (size_t i = 0; i < 32; ++i) {
       const float c = std::ldexp(v[i], -low);  // an exact integer by the choice of low
@@ -312,9 +329,12 @@ bool index_query_codes(const float* q, size_t n, int8_t* codes, float* block_sca
       codes[b * 32 + i] = static_cast<int8_t>(c);
       sum += static_cast<int>(c);
     }
-    block_scale[b] = std::ldexp(1.0f, low);
+    block_scale[b] = std::ldexp(1.0, low);
     offset_sum[b] = static_cast<int16_t>(12 * sum);
+    lo_scale = std::min(lo_scale, block_scale[b]);
+    hi_scale = std::max(hi_scale, block_scale[b]);
   }
+  *ratio = hi_scale / lo_scale;
   return true;
 }
 
@@ -328,24 +348,24 @@ void indexer_scores(const float* q, const float* w, size_t n_heads, size_t head_
   for (size_t h = 0; h < n_heads; ++h) finite_w = finite_w && std::isfinite(w[h]);
   // The query's head spreads, once per query rather than per range of keys.
   constexpr size_t kMaxHeads = 256;
-  constexpr size_t kMaxTileHeads = 128, kMaxDim = 256;  // the integer tiles' query arrays (38 KB)
+  constexpr size_t kMaxTileHeads = 128, kMaxDim = 256;  // the integer tiles' query arrays (42 KB)
   int q_spread[kMaxHeads];
   if (n_heads > kMaxHeads) key_spread = nullptr;  // more heads than the array: every dot in float64
   if (key_spread != nullptr)
     for (size_t h = 0; h < n_heads; ++h) q_spread[h] = exact_sum_spread(q + h * head_dim, head_dim);
   // The integer tiles need q in FP4 form, whole blocks of 32 and room in the arrays below.
   alignas(32) int8_t q_codes[kMaxTileHeads * kMaxDim];
-  float q_scale[kMaxTileHeads * kMaxDim / 32];
+  double q_scale[kMaxTileHeads * kMaxDim / 32];
   int16_t q_offset[kMaxTileHeads * kMaxDim / 32];
-  bool tiled = key_spread != nullptr && key_tiles != nullptr && finite_w && head_dim % 32 == 0 &&
-               head_dim <= kMaxDim && n_heads <= kMaxTileHeads;
+  double q_ratio[kMaxTileHeads];
+  bool tiled = key_tiles != nullptr && finite_w && head_dim % 32 == 0 && head_dim <= kMaxDim && n_heads <= kMaxTileHeads;
   for (size_t h = 0; tiled && h < n_heads; ++h)
     tiled = index_query_codes(q + h * head_dim, head_dim, q_codes + h * head_dim, q_scale + h * (head_dim / 32),
-                              q_offset + h * (head_dim / 32));
+                              q_offset + h * (head_dim / 32), q_ratio + h);
   const auto run_all = [&](size_t b, size_t e) {
     if (tiled) {
-      HWY_DYNAMIC_DISPATCH(IndexerScoresTiles)(q, q_codes, q_scale, q_offset, w, n_heads, head_dim, keys, *key_tiles, key_spread, q_spread,
-                                               scores, b, e);
+      HWY_DYNAMIC_DISPATCH(IndexerScoresTiles)(q, q_codes, q_scale, q_offset, q_ratio, w, n_heads, head_dim, keys,
+                                               *key_tiles, scores, b, e);
     } else {
       HWY_DYNAMIC_DISPATCH(IndexerScoresRange)(q, w, n_heads, head_dim, keys, key_spread, q_spread, scores, b, e);
     }
@@ -401,7 +421,7 @@ uint8_t exact_sum_spread_fp4(const uint8_t* packed, const uint8_t* scales_e8m0, 
 }
 
 void append_index_key_tile(const uint8_t* packed, const uint8_t* scales_e8m0, size_t head_dim, size_t t,
-                           uint8_t* codes, float* scales) {
+                           uint8_t* codes, double* scales) {
   static constexpr int8_t kTwice[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
   const size_t lane = t % kIndexKeyTile;
   uint8_t* tile = codes + (t / kIndexKeyTile) * head_dim * kIndexKeyTile;
@@ -409,11 +429,11 @@ void append_index_key_tile(const uint8_t* packed, const uint8_t* scales_e8m0, si
     const int code = kTwice[(packed[k / 2] >> (4 * (k & 1))) & 0xF];
     tile[(k / 2) * 2 * kIndexKeyTile + lane * 2 + (k & 1)] = static_cast<uint8_t>(code + 12);
   }
-  float* tile_scales = scales + (t / kIndexKeyTile) * (head_dim / 32) * kIndexKeyTile;
+  double* tile_scales = scales + (t / kIndexKeyTile) * (head_dim / 32) * kIndexKeyTile;
   for (size_t b = 0; b < head_dim / 32; ++b) {
-    // 2^(e - 127) / 2 for the doubled codes; E8M0 255 is NaN (such a key never passes the spread test).
+    // 2^(e - 127) / 2 for the doubled codes; E8M0 255 is NaN (such a key takes the row dot).
     tile_scales[b * kIndexKeyTile + lane] =
-        scales_e8m0[b] == 0xFF ? std::numeric_limits<float>::quiet_NaN() : std::ldexp(1.0f, scales_e8m0[b] - 128);
+        scales_e8m0[b] == 0xFF ? std::numeric_limits<double>::quiet_NaN() : std::ldexp(1.0, scales_e8m0[b] - 128);
   }
 }
 

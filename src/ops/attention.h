@@ -59,12 +59,12 @@ void sparse_attn(const float* q, size_t n_heads, size_t head_dim, const KvRows& 
 //   key_spread [n_keys] (may be nullptr): exact_sum_spread of each key row, which lets a dot whose
 //   products provably sum exactly in fp32 run on fp32 vectors (the result is the same exact value,
 //   so scores stay bit-identical); without it, or when the bound fails, the float64 dot runs.
-//   key_tiles (may be nullptr, used with key_spread): the same keys as FP4 codes in int8 tiles
-//   (IndexKeyTiles), which lets 16 keys' block sums run as integer pairwise multiply-adds when q
-//   is FP4 too (its values E2M1 times a power of two per 32); other queries take the row dots.
+//   key_tiles (may be nullptr): the same keys as FP4 codes in int8 tiles (IndexKeyTiles), which
+//   lets 16 keys' block sums run as exact integer pairwise multiply-adds when q is FP4 too (its
+//   values E2M1 times a power of two per 32), combined in float64; other queries take the rows.
 struct IndexKeyTiles {
   const uint8_t* codes = nullptr;  // index_key_tile_code_bytes
-  const float* scales = nullptr;   // index_key_tile_scale_floats
+  const double* scales = nullptr;  // index_key_tile_scale_count
 };
 //   tile_mask (may be nullptr): one flag per kIndexKeyTile keys; only the keys of flagged tiles are
 //   scored, the other scores are left as they are (a query that can only pick some keys, e.g. those
@@ -76,17 +76,26 @@ void indexer_scores(const float* q, const float* w, size_t n_heads, size_t head_
 // Index keys key-major in tiles of kIndexKeyTile for the integer indexer: tile j holds keys
 // 16j..16j+15. Codes: per pair of dimensions (2p, 2p+1), 32 bytes [key][2] of 2·E2M1 + 12 (0..24,
 // so that they are unsigned). Scales: per block of 32 dimensions, the 16 keys' block scale / 2 as
-// floats (the codes are twice the E2M1 values). head_dim must be a multiple of 32.
+// doubles (the codes are twice the E2M1 values). head_dim must be a multiple of 32.
 inline constexpr size_t kIndexKeyTile = 16;
 inline size_t index_key_tile_code_bytes(size_t n_keys, size_t head_dim) {
   return (n_keys + kIndexKeyTile - 1) / kIndexKeyTile * kIndexKeyTile * head_dim;
 }
-inline size_t index_key_tile_scale_floats(size_t n_keys, size_t head_dim) {
+inline size_t index_key_tile_scale_count(size_t n_keys, size_t head_dim) {
   return (n_keys + kIndexKeyTile - 1) / kIndexKeyTile * kIndexKeyTile * (head_dim / 32);
 }
 // Writes key t (FP4: E2M1 codes, even element in the low nibble, one E8M0 scale per 32) into the tiles.
 void append_index_key_tile(const uint8_t* packed, const uint8_t* scales_e8m0, size_t head_dim, size_t t,
-                           uint8_t* codes, float* scales);
+                           uint8_t* codes, double* scales);
+// The integer tiles' float64 sum of `blocks` block terms is exact while a key's largest block scale
+// over its smallest, times the query's, is at most this: every term is an integer below 2^13 times a
+// power of two, so the sum stays an exact multiple of the smallest unit below 2^53 for
+// blocks · 2^13 · ratio <= 2^53.
+inline double index_tile_exact_ratio(size_t blocks) {
+  int log2_blocks = 0;
+  while ((size_t{1} << log2_blocks) < blocks) ++log2_blocks;
+  return static_cast<double>(uint64_t{1} << (40 - log2_blocks));
+}
 
 // The binades between the largest value of v[n] and the lowest set bit of any nonzero value:
 // floor(log2 max|v|) - min over nonzero v of (exponent of its lowest set bit). Every v is a multiple

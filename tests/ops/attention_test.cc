@@ -337,7 +337,7 @@ TEST(IndexerScores, FastPathsForExactDotsAreBitIdenticalOnEveryTarget) {
       std::vector<float> keys(n_keys * d);
       std::vector<uint8_t> spread(n_keys);
       std::vector<uint8_t> codes(index_key_tile_code_bytes(n_keys, d), 0xEE);  // stale bytes must not leak
-      std::vector<float> tile_scales(index_key_tile_scale_floats(n_keys, d), -7.0f);
+      std::vector<double> tile_scales(index_key_tile_scale_count(n_keys, d), -7.0);
       for (size_t t = 0; t < n_keys; ++t) {
         fp4_dequant_e8m0(packed.data() + t * d / 2, key_scales.data() + t * d / 32, d, keys.data() + t * d);
         spread[t] = exact_sum_spread(keys.data() + t * d, d);
