@@ -24,13 +24,17 @@ namespace {
 
 // Masks the logits of the tokens `mask` (TokenConstraint::next_token_mask) does not allow: they get
 // -inf, so neither argmax nor the exponential race can pick them. Whole words of allowed tokens
-// are skipped at once.
+// are skipped and whole words of refused ones filled at once.
 void apply_token_mask(const uint32_t* mask, float* logits, size_t n) {
   constexpr float kMasked = -std::numeric_limits<float>::infinity();
   for (size_t word = 0; word * 32 < n; ++word) {
     const uint32_t bits = mask[word];
     if (bits == 0xFFFFFFFFu) continue;
     const size_t end = std::min(n, word * 32 + 32);
+    if (bits == 0) {  // most words of a narrow mask: a plain fill
+      std::fill(logits + word * 32, logits + end, kMasked);
+      continue;
+    }
     for (size_t i = word * 32; i < end; ++i)
       if (!((bits >> (i - word * 32)) & 1u)) logits[i] = kMasked;
   }
@@ -156,6 +160,7 @@ class LocalEngine final : public Engine {
     std::vector<model::SeqChunk> chunks;
     std::vector<float> logits;
     std::vector<TokenConstraint*> mask_constraints;
+    std::vector<Job*> still;  // the jobs that go on after a step
     const size_t vocab = info_.vocab_size;
     for (;;) {
       {
@@ -253,7 +258,7 @@ class LocalEngine final : public Engine {
         active.clear();
         continue;
       }
-      std::vector<Job*> still;
+      still.clear();  // capacity kept between steps: no allocation per step
       for (size_t i = 0; i < active.size(); ++i) {
         Job* j = active[i];
         const auto& req = *j->request;
