@@ -14,7 +14,8 @@ set(CEDAR_DEPS_CACHE "${PROJECT_SOURCE_DIR}/third_party" CACHE PATH
 
 set(_xg_tarball "${CEDAR_DEPS_CACHE}/xgrammar-${CEDAR_XGRAMMAR_VERSION}.tar.gz")
 set(_xg_root "${CEDAR_DEPS_CACHE}/xgrammar-${CEDAR_XGRAMMAR_VERSION}")
-set(_xg_stamp "${_xg_root}/.cedar-unpacked-${CEDAR_XGRAMMAR_SHA256}")
+# The stamp names the local fixes too (below), so a tree unpacked before a fix is unpacked again.
+set(_xg_stamp "${_xg_root}/.cedar-unpacked-${CEDAR_XGRAMMAR_SHA256}-fix1")
 
 if(NOT EXISTS "${_xg_stamp}")
   file(MAKE_DIRECTORY "${CEDAR_DEPS_CACHE}")
@@ -51,6 +52,20 @@ if(NOT EXISTS "${_xg_stamp}")
   if(NOT EXISTS "${_xg_root}/include/xgrammar/xgrammar.h")
     message(FATAL_ERROR "xgrammar: ${_xg_tarball} did not unpack into ${_xg_root}")
   endif()
+  # Local fix 1: a JSON string with minLength/maxLength lets through raw control characters
+  # (U+0000-U+001F other than \r and \n), which JSON forbids inside strings; 0.2.9's unbounded
+  # strings exclude them already. Found by tests/serve/constrained/sample_test.py (a tab inside a
+  # maxLength string); checked by tests/constrain's JsonSchemaWalks.
+  set(_xg_conv "${_xg_root}/cpp/json_schema_converter.cc")
+  file(READ "${_xg_conv}" _xg_text)
+  set(_xg_from "builder_.AddCharacterClass({{'\"', '\"'}, {'\\\\', '\\\\'}, {'\\r', '\\r'}, {'\\n', '\\n'}}, true);")
+  set(_xg_to "builder_.AddCharacterClass({{0, 0x1f}, {'\"', '\"'}, {'\\\\', '\\\\'}}, true);")
+  string(FIND "${_xg_text}" "${_xg_from}" _xg_at)
+  if(_xg_at EQUAL -1)
+    message(FATAL_ERROR "xgrammar: the bounded-string character class to fix was not found in ${_xg_conv}")
+  endif()
+  string(REPLACE "${_xg_from}" "${_xg_to}" _xg_text "${_xg_text}")
+  file(WRITE "${_xg_conv}" "${_xg_text}")
   file(TOUCH "${_xg_stamp}")
 endif()
 

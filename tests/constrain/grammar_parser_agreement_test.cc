@@ -1,4 +1,5 @@
-// What the DSML tool-call grammar lets a model write, the server's DSML parser must read back.
+// What the DSML tool-call grammar lets a model write, the server's DSML parser must read back; what a
+// JSON schema's grammar lets through, a strict JSON parser must take.
 //
 // Random walks through the grammar stand in for a model with random weights: at every step one
 // token is drawn uniformly from those the grammar's mask allows (the end-of-sentence token, when
@@ -157,6 +158,87 @@ void check_walks(ConstraintKind kind, int walks, int min_calls) {
 TEST(GrammarParserAgreement, RequiredToolCallsParse) { check_walks(ConstraintKind::kToolCallRequired, 150, 150); }
 
 TEST(GrammarParserAgreement, AutoToolCallsParse) { check_walks(ConstraintKind::kToolCall, 150, 150); }
+
+
+// JSON schemas: every walk that ended is JSON a strict parser takes (no raw control characters in
+// strings) with the schema's bounds. xgrammar 0.2.9 let raw control characters into strings with
+// minLength/maxLength (fixed locally in cmake/Xgrammar.cmake); a tab there broke a sample.
+TEST(JsonSchemaWalks, BoundedStringsAndNumbersStayValidJson) {
+  const std::string schema = R"({"type": "object", "properties": {
+      "name": {"type": "string", "maxLength": 6},
+      "code": {"type": "string", "minLength": 2, "maxLength": 3},
+      "flag": {"type": "boolean"},
+      "count": {"type": "integer", "minimum": 0, "maximum": 999}},
+    "required": ["name", "code", "flag", "count"], "additionalProperties": false})";
+  ConstraintSpec spec;
+  spec.kind = ConstraintKind::kJson;
+  spec.text = schema;
+  spec.strict = true;
+  const int32_t eos = engine().eos_id();
+  const auto tab = tok().encode("\t");
+  ASSERT_TRUE(tab.ok() && tab->size() == 1u);
+  int ended = 0;
+  for (uint32_t seed = 0; seed < 120; ++seed) {
+    auto started = engine().start(spec);
+    ASSERT_TRUE(started.ok()) << started.status().to_string();
+    GrammarConstraint& c = **started;
+    std::mt19937 rng(seed);
+    tokenizer::StreamDecoder decoder(tok());
+    std::string text;
+    bool done = false;
+    bool in_bounded_string = false;  // just after `"name": "` (checked once per walk below)
+    std::vector<int32_t> allowed;
+    for (int step = 0; step < 300 && !done; ++step) {
+      const uint32_t* mask = c.next_token_mask();
+      allowed.clear();
+      bool eos_allowed = false;
+      for (int id = 0; id < kVocab; ++id) {
+        if (mask != nullptr && !((mask[id / 32] >> (id % 32)) & 1u)) continue;
+        if (id == eos) eos_allowed = true;
+        else allowed.push_back(id);
+      }
+      if (in_bounded_string) {
+        EXPECT_FALSE(mask == nullptr || ((mask[(*tab)[0] / 32] >> ((*tab)[0] % 32)) & 1u))
+            << "a raw tab is allowed inside a maxLength string";
+        in_bounded_string = false;
+      }
+      int32_t next;
+      if (eos_allowed && (allowed.empty() || std::uniform_real_distribution<double>(0, 1)(rng) < 0.5)) {
+        next = eos;
+      } else {
+        ASSERT_FALSE(allowed.empty());
+        next = allowed[std::uniform_int_distribution<size_t>(0, allowed.size() - 1)(rng)];
+      }
+      ASSERT_TRUE(c.accept_token(next));
+      if (next == eos) {
+        done = true;
+        break;
+      }
+      auto piece = decoder.push(next);
+      ASSERT_TRUE(piece.ok());
+      text += *piece;
+      if (text.size() >= 9 && text.compare(text.size() - 9, 9, "\"name\": \"") == 0) in_bounded_string = true;
+    }
+    if (!done) continue;
+    text += decoder.finish();
+    ++ended;
+    const auto value = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    ASSERT_FALSE(value.is_discarded()) << "walk " << seed << " wrote " << escaped(text);
+    ASSERT_TRUE(value.is_object());
+    const auto length = [](const std::string& s) {  // code points
+      size_t n = 0;
+      for (unsigned char ch : s) n += (ch & 0xC0) != 0x80;
+      return n;
+    };
+    EXPECT_LE(length(value["name"].get<std::string>()), 6u) << escaped(text);
+    EXPECT_GE(length(value["code"].get<std::string>()), 2u) << escaped(text);
+    EXPECT_LE(length(value["code"].get<std::string>()), 3u) << escaped(text);
+    EXPECT_TRUE(value["count"].is_number_integer());
+    EXPECT_GE(value["count"].get<int64_t>(), 0);
+    EXPECT_LE(value["count"].get<int64_t>(), 999);
+  }
+  EXPECT_GE(ended, 60);
+}
 
 }  // namespace
 }  // namespace cedar::constrain
