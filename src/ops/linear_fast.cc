@@ -25,6 +25,7 @@
 #define HWY_TARGET_INCLUDE "ops/linear_fast.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "hwy/cache_control.h"
 #include "ops/weight_decode-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -51,6 +52,12 @@ HWY_INLINE float FastBlockScale(const float* e8m0, const uint8_t* wscales, size_
 }
 
 constexpr size_t kGemvRows = 4;  // activation rows sharing one decoded weight block
+// How far ahead of the rows being read the GEMV kernels prefetch their weights. A GEMV decodes and
+// multiplies for a while per cache line, so the hardware's stream prefetcher alone leaves loads
+// waiting on DRAM (measured: an FP4 matrix larger than L3 ran at 4.4 GB/s with 1 thread against
+// 10.4 from L3); 2 KiB ahead (about 1 µs of work) keeps the lines arriving in time. The weights are
+// contiguous across rows, so the address runs on into the next row's start.
+constexpr size_t kGemvPrefetchBytes = 2048;
 
 // A block decoder for the GEMV: DecodeBlock, except FP8 on AVX2 (8-lane vectors), where 16 codes
 // are widened and masked at once in a 256-bit vector and converted as two halves (the half-float
@@ -91,7 +98,9 @@ HWY_NOINLINE void FastGemvTile(const float* act, const uint8_t* wdata, const uin
     VW acc0[R], acc1[R];  // even and odd blocks: two independent accumulation chains
     for (size_t r = 0; r < R; ++r) acc0[r] = acc1[r] = hn::Zero(df);
     for (size_t kb = 0; kb < kblocks; ++kb) {
-      GemvDecodeBlock<kFp4>(FastBlockBytes<kFp4>(wdata, k, n, kb), wv);
+      const uint8_t* block = FastBlockBytes<kFp4>(wdata, k, n, kb);
+      hwy::Prefetch(block + kGemvPrefetchBytes);
+      GemvDecodeBlock<kFp4>(block, wv);
       const VW sw = hn::Set(df, FastBlockScale<kFp4>(e8m0, wscales, n, kblocks, kb));
       for (size_t r = 0; r < R; ++r) {
         const float* ab = act + r * k + kb * 32;
@@ -173,7 +182,9 @@ HWY_NOINLINE void Fp8GemvTile(const float* act, const uint8_t* wdata, const uint
     for (size_t r = 0; r < R; ++r)
       for (size_t c = 0; c < C; ++c) acc[r][c] = hn::Zero(df);
     for (size_t kb = 0; kb < kblocks; ++kb) {
-      Fp8GemvDecode(FastBlockBytes<false>(wdata, k, n, kb), wv);
+      const uint8_t* codes = FastBlockBytes<false>(wdata, k, n, kb);
+      hwy::Prefetch(codes + kGemvPrefetchBytes);
+      Fp8GemvDecode(codes, wv);
       for (size_t r = 0; r < R; ++r) {
         const float* ab = pa + r * k + kb * 32;
         for (size_t g = 0; g < nv; ++g) {
@@ -273,6 +284,8 @@ HWY_NOINLINE void Fp4GemvIntTile(const Fp4GemvPlanes& planes, const float* ascal
     // exponent field e, for 1 <= e <= 254), are multiplied by the rows' factors (an exact product of
     // powers of two) and broadcast per block by a lane permute instead of 8 scalar lookups.
     for (; kb + 8 <= kblocks; kb += 8) {
+      hwy::Prefetch(wrow + kb * 16 + kGemvPrefetchBytes);
+      hwy::Prefetch(wrow + kb * 16 + kGemvPrefetchBytes + 64);
       const auto e = hn::PromoteTo(du32, hn::LoadU(hn::Full64<uint8_t>(), srow + kb));
       if (!hn::AllFalse(du32, hn::Or(hn::Eq(e, hn::Zero(du32)), hn::Eq(e, hn::Set(du32, 255u))))) {
         for (size_t j = 0; j < 8; ++j) scalar_block(kb + j, acc[j & 1]);
@@ -518,6 +531,7 @@ HWY_NOINLINE void DenseGemvTile(const float* x, size_t k, const W* w, size_t n_t
     for (size_t r = 0; r < R; ++r) acc0[r] = acc1[r] = hn::Zero(df);
     size_t i = 0;
     for (; i + 2 * lanes <= k; i += 2 * lanes) {
+      hwy::Prefetch(wrow + i + kGemvPrefetchBytes / sizeof(W));
       const VW w0 = LoadWeights(df, wrow + i);
       const VW w1 = LoadWeights(df, wrow + i + lanes);
       for (size_t r = 0; r < R; ++r) {
