@@ -94,7 +94,10 @@ bool ThreadPool::run_chunks(int thread) {
     if (!next_.compare_exchange_weak(word, word + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
     // The chunk is ours: the job's fields stay put until it is reported finished.
     run_chunk(chunk, chunks, thread);
-    const uint64_t done = finished_.fetch_add(1, std::memory_order_acq_rel) + 1;
+    // seq_cst, like the caller's store to caller_sleeping_ and its load in job_done: a Dekker-style
+    // pair (each side writes, then reads the other's flag) needs a total order, or on weakly ordered
+    // CPUs both could miss the other's write and the caller would sleep with the job finished.
+    const uint64_t done = finished_.fetch_add(1) + 1;
     finished_job = (done & kIndexMask) == chunks;
     word = next_.load(std::memory_order_acquire);
   }
@@ -125,7 +128,7 @@ void ThreadPool::run(size_t n, size_t grain, TaskFn fn, void* ctx) {
     cv_start_.notify_all();
   }
   run_chunks(0);
-  const auto job_done = [&] { return finished_.load(std::memory_order_acquire) == all_done; };
+  const auto job_done = [&] { return finished_.load() == all_done; };
   if (spin_until(job_done)) return;
   std::unique_lock<std::mutex> lock(mu_);
   caller_sleeping_.store(true);

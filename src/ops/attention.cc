@@ -304,8 +304,9 @@ namespace {
 
 // q's integer form for the tile kernel (IndexerScoresTiles): per block of 32, the largest power of two
 // 2^L that divides every value, and the codes q / 2^L. False when a block's codes do not fit
-// |c| <= 12 (q is not FP4: E2M1 codes are at most 12 when doubled) or a value is not finite or
-// outside 2^±60; the caller then scores from the rows.
+// |c| <= 12 (q is not FP4: E2M1 codes are at most 12 when doubled) or a value is not finite; the
+// caller then scores from the rows. (The ±200 check on a block's lowest bit cannot fail for finite
+// floats, whose bits lie within 2^-149..2^127; it guards the ldexp below.)
 bool index_query_codes(const float* q, size_t n, int8_t* codes, double* block_scale, int16_t* offset_sum,
                        double* ratio) {
   double lo_scale = INFINITY, hi_scale = 0.0;
@@ -431,9 +432,11 @@ void append_index_key_tile(const uint8_t* packed, const uint8_t* scales_e8m0, si
   }
   double* tile_scales = scales + (t / kIndexKeyTile) * (head_dim / 32) * kIndexKeyTile;
   for (size_t b = 0; b < head_dim / 32; ++b) {
-    // 2^(e - 127) / 2 for the doubled codes; E8M0 255 is NaN (such a key takes the row dot).
+    // 2^(e - 127) / 2 for the doubled codes. A NaN scale sends the key to the row dot: E8M0 255 is
+    // NaN, and at 2^126 and 2^127 the key's fp32 row (what the contract multiplies) overflows to inf
+    // for codes of 4 and up, or 2 and up, which a float64 scale would not reproduce.
     tile_scales[b * kIndexKeyTile + lane] =
-        scales_e8m0[b] == 0xFF ? std::numeric_limits<double>::quiet_NaN() : std::ldexp(1.0, scales_e8m0[b] - 128);
+        scales_e8m0[b] >= 253 ? std::numeric_limits<double>::quiet_NaN() : std::ldexp(1.0, scales_e8m0[b] - 128);
   }
 }
 

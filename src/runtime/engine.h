@@ -55,9 +55,12 @@ struct TokenLogprobs {
 inline constexpr int kMaxTopLogprobs = 20;
 
 // Constrained decoding: which tokens may come next, per request. The serve layer builds one per
-// request (a grammar matcher, src/constrain) and the engine calls it on its scheduler thread, in
-// order: next_token_mask() before sampling each token, then accept_token() with the token sampled.
-// The engine knows nothing about grammars; this interface is all it sees.
+// request (a grammar matcher, src/constrain) and the engine calls it in order: next_token_mask()
+// for the coming token, then accept_token() with the token sampled, never both at once. The calls
+// come from two threads: next_token_mask() from the engine's mask thread (runtime::MaskPrefetcher,
+// while the forward pass runs), accept_token() from the scheduler thread after sampling; each call
+// happens-after the previous one. An exception from next_token_mask() ends that request with an
+// error. The engine knows nothing about grammars; this interface is all it sees.
 class TokenConstraint {
  public:
   virtual ~TokenConstraint() = default;

@@ -267,6 +267,10 @@ class LocalEngine final : public Engine {
           j->result.prefill_seconds = j->timer.seconds() - j->result.queue_seconds;
         }
         float* row = logits.data() + i * vocab;
+        if (req.constraint && !prefetch_.error(i).empty()) {
+          finish(j, FinishReason::kError, internal_error("constrained decoding: " + prefetch_.error(i)));
+          continue;
+        }
         Timer constraint_timer;
         if (req.constraint)
           if (const uint32_t* mask = prefetch_.masks()[i]) apply_token_mask(mask, row, model_->sampleable_vocab());

@@ -1,5 +1,8 @@
 #include "runtime/mask_prefetcher.h"
 
+#include <exception>
+
+#include "core/check.h"
 #include "core/timer.h"
 
 namespace cedar::runtime {
@@ -18,8 +21,11 @@ MaskPrefetcher::~MaskPrefetcher() {
 void MaskPrefetcher::start(const std::vector<TokenConstraint*>& constraints) {
   {
     std::lock_guard<std::mutex> lock(mu_);
+    CEDAR_CHECK(!pending_, "MaskPrefetcher::start called while the previous masks are still pending");
     constraints_.assign(constraints.begin(), constraints.end());  // capacity is kept between steps
     masks_.assign(constraints.size(), nullptr);
+    if (errors_.size() < constraints.size()) errors_.resize(constraints.size());
+    for (size_t i = 0; i < constraints.size(); ++i) errors_[i].clear();  // keeps each string's capacity
     seconds_ = 0;
     pending_ = true;
   }
@@ -41,8 +47,18 @@ void MaskPrefetcher::loop() {
     // the lock is released for the computation all the same, to keep wait() cheap to enter.
     lock.unlock();
     Timer timer;
-    for (size_t i = 0; i < constraints_.size(); ++i)
-      masks_[i] = constraints_[i] ? constraints_[i]->next_token_mask() : nullptr;
+    for (size_t i = 0; i < constraints_.size(); ++i) {
+      if (constraints_[i] == nullptr) continue;
+      // An exception must not leave this thread (it would end the process): it fails its request.
+      try {
+        masks_[i] = constraints_[i]->next_token_mask();
+      } catch (const std::exception& e) {
+        errors_[i] = e.what();
+        if (errors_[i].empty()) errors_[i] = "constraint failed";
+      } catch (...) {
+        errors_[i] = "constraint failed with an unknown exception";
+      }
+    }
     const double seconds = timer.seconds();
     lock.lock();
     seconds_ = seconds;

@@ -11,6 +11,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -32,6 +33,9 @@ class MaskPrefetcher {
   // no constraint, or every token allowed). Returns the seconds spent computing them.
   double wait();
   const std::vector<const uint32_t*>& masks() const { return masks_; }
+  // After wait(): the message of the exception next_token_mask() threw for constraints[i], or empty.
+  // The engine ends that request with it; the other requests of the batch go on.
+  const std::string& error(size_t i) const { return errors_[i]; }
 
  private:
   void loop();
@@ -40,6 +44,7 @@ class MaskPrefetcher {
   std::condition_variable cv_;
   std::vector<TokenConstraint*> constraints_;
   std::vector<const uint32_t*> masks_;
+  std::vector<std::string> errors_;  // [i]: empty unless constraints_[i] threw
   double seconds_ = 0;
   bool pending_ = false, stop_ = false;
   std::thread thread_;  // last: starts after the fields above exist

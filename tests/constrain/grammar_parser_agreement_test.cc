@@ -9,6 +9,7 @@
 // and every call it reports must carry JSON arguments of a declared tool. Uniform draws favour the
 // odd tokens a trained model rarely writes (pieces of a multi-byte character, runs of white space),
 // which is where grammar and parser could disagree.
+#include <cctype>
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -163,6 +164,17 @@ TEST(GrammarParserAgreement, AutoToolCallsParse) { check_walks(ConstraintKind::k
 // JSON schemas: every walk that ended is JSON a strict parser takes (no raw control characters in
 // strings) with the schema's bounds. xgrammar 0.2.9 let raw control characters into strings with
 // minLength/maxLength (fixed locally in cmake/Xgrammar.cmake); a tab there broke a sample.
+// True when `text` ends with `"name"`, a colon and the opening quote of its value, with any white
+// space around the colon (the grammar allows any).
+bool opens_name_string(const std::string& text) {
+  size_t i = text.size();
+  if (i == 0 || text[--i] != '"') return false;
+  while (i > 0 && std::isspace(static_cast<unsigned char>(text[i - 1]))) --i;
+  if (i == 0 || text[--i] != ':') return false;
+  while (i > 0 && std::isspace(static_cast<unsigned char>(text[i - 1]))) --i;
+  return i >= 6 && text.compare(i - 6, 6, "\"name\"") == 0;
+}
+
 TEST(JsonSchemaWalks, BoundedStringsAndNumbersStayValidJson) {
   const std::string schema = R"({"type": "object", "properties": {
       "name": {"type": "string", "maxLength": 6},
@@ -177,7 +189,7 @@ TEST(JsonSchemaWalks, BoundedStringsAndNumbersStayValidJson) {
   const int32_t eos = engine().eos_id();
   const auto tab = tok().encode("\t");
   ASSERT_TRUE(tab.ok() && tab->size() == 1u);
-  int ended = 0;
+  int ended = 0, tab_checks = 0;
   for (uint32_t seed = 0; seed < 120; ++seed) {
     auto started = engine().start(spec);
     ASSERT_TRUE(started.ok()) << started.status().to_string();
@@ -201,6 +213,7 @@ TEST(JsonSchemaWalks, BoundedStringsAndNumbersStayValidJson) {
         EXPECT_FALSE(mask == nullptr || ((mask[(*tab)[0] / 32] >> ((*tab)[0] % 32)) & 1u))
             << "a raw tab is allowed inside a maxLength string";
         in_bounded_string = false;
+        ++tab_checks;
       }
       int32_t next;
       if (eos_allowed && (allowed.empty() || std::uniform_real_distribution<double>(0, 1)(rng) < 0.5)) {
@@ -217,7 +230,7 @@ TEST(JsonSchemaWalks, BoundedStringsAndNumbersStayValidJson) {
       auto piece = decoder.push(next);
       ASSERT_TRUE(piece.ok());
       text += *piece;
-      if (text.size() >= 9 && text.compare(text.size() - 9, 9, "\"name\": \"") == 0) in_bounded_string = true;
+      if (opens_name_string(text)) in_bounded_string = true;
     }
     if (!done) continue;
     text += decoder.finish();
@@ -238,6 +251,7 @@ TEST(JsonSchemaWalks, BoundedStringsAndNumbersStayValidJson) {
     EXPECT_LE(value["count"].get<int64_t>(), 999);
   }
   EXPECT_GE(ended, 60);
+  EXPECT_GT(tab_checks, 0) << "no walk reached the start of the bounded string: the mask check never ran";
 }
 
 }  // namespace

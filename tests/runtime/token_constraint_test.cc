@@ -3,6 +3,7 @@
 // request with an error, and a null mask leaves sampling alone.
 #include <gtest/gtest.h>
 
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -140,6 +141,55 @@ TEST(MaskPrefetcher, ComputesEachMaskOnceOffTheCallingThread) {
     EXPECT_EQ(b.calls, step);
   }
   EXPECT_NE(a.thread, std::this_thread::get_id());
+}
+
+// Throws from next_token_mask() on its `fail_at`-th call (1-based); a plain mask otherwise.
+class ThrowingConstraint final : public TokenConstraint {
+ public:
+  explicit ThrowingConstraint(int fail_at) : fail_at_(fail_at) {}
+  const uint32_t* next_token_mask() override {
+    if (++calls_ == fail_at_) throw std::runtime_error("matcher state broken");
+    return nullptr;
+  }
+  bool accept_token(int32_t) override { return true; }
+
+ private:
+  int fail_at_, calls_ = 0;
+};
+
+TEST(MaskPrefetcher, AnExceptionFailsOnlyItsOwnConstraint) {
+  MaskPrefetcher prefetcher;
+  ThrowingConstraint bad(1);
+  CountingConstraint good;
+  prefetcher.start({&bad, &good});
+  prefetcher.wait();
+  EXPECT_EQ(prefetcher.error(0), "matcher state broken");
+  EXPECT_EQ(prefetcher.error(1), "");
+  EXPECT_EQ(prefetcher.masks()[1], &good.word);
+  prefetcher.start({&bad, &good});  // the error does not stick to the next step
+  prefetcher.wait();
+  EXPECT_EQ(prefetcher.error(0), "");
+  EXPECT_EQ(good.calls, 2);
+}
+
+TEST(TokenConstraint, AThrowingMaskEndsItsRequestWithAnError) {
+  auto engine = make_engine(model::testing::tiny_checkpoint(2), EngineOptions{});
+  ASSERT_TRUE(engine.ok());
+  GenerationRequest r;
+  r.prompt_ids = model::testing::test_prompt(12, 1);
+  r.sampling.max_tokens = 8;
+  r.constraint = std::make_shared<ThrowingConstraint>(3);
+  auto out = (*engine)->generate(r);
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().code(), StatusCode::kInternal);
+  EXPECT_NE(out.status().to_string().find("matcher state broken"), std::string::npos) << out.status().to_string();
+  // The engine goes on serving.
+  GenerationRequest plain;
+  plain.prompt_ids = model::testing::test_prompt(12, 2);
+  plain.sampling.max_tokens = 3;
+  auto again = (*engine)->generate(plain);
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_EQ(again->output_ids.size(), 3u);
 }
 
 }  // namespace
