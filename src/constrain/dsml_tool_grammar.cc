@@ -11,8 +11,10 @@ namespace {
 
 using json = nlohmann::json;
 
-constexpr const char* kCallsBegin = "<｜DSML｜ calls>\n";
-constexpr const char* kCallsTrigger = "<｜DSML｜ calls>";
+constexpr const char* kDsmlMarker = "｜DSML｜";
+// The blank line belongs to the block's start: the chat template writes "\n\n<｜DSML｜ calls>" and
+// deepseek-recipe's parser (and tokenizer/completion_parser) read the marker in content only so.
+constexpr const char* kCallsBeginAfterText = "\n\n<｜DSML｜ calls>\n";
 constexpr const char* kCallsEnd = "</｜DSML｜ calls>";
 constexpr const char* kInvokeBeginPrefix = "<｜DSML｜ invoke name=\"";
 constexpr const char* kInvokeBeginSuffix = "\">\n";
@@ -50,13 +52,17 @@ Result<std::string> dsml_tool_call_structural_tag(const std::string& tools_json,
     // The prompt already holds "\n\n<｜DSML｜ calls>\n" (deepseek-recipe's prefill for a forced call).
     format = {{"type", "sequence"}, {"elements", {calls, {{"type", "const_string"}, {"value", kCallsEnd}}}}};
   } else {
-    // Free text (never <think> or </think>), then at most one calls block, which ends the turn.
-    format = {{"type", "triggered_tags"},
-              {"triggers", {kCallsTrigger}},
-              {"tags", {{{"type", "tag"}, {"begin", kCallsBegin}, {"content", calls}, {"end", kCallsEnd}}}},
-              {"excludes", {"<think>", "</think>"}},
-              {"at_least_one", false},
-              {"stop_after_first", true}};
+    // Free text, then at most one calls block, which ends the turn. The free text never holds
+    // <think>, </think> or the DSML marker: xgrammar's builtin tag (a triggered tag on
+    // "<｜DSML｜ calls>", the marker allowed in text) lets through "text<｜DSML｜ calls>..." and
+    // stray markers, which the parser rejects as control tokens in content. A triggered tag cannot
+    // say it (excluding the marker kills the trigger that contains it), so the free text is its own
+    // element and the block, blank line included, may follow it.
+    const json block = {{"type", "tag"}, {"begin", kCallsBeginAfterText}, {"content", calls}, {"end", kCallsEnd}};
+    format = {{"type", "sequence"},
+              {"elements",
+               {{{"type", "any_text"}, {"excludes", {"<think>", "</think>", kDsmlMarker}}},
+                {{"type", "optional"}, {"content", block}}}}};
   }
   return json{{"type", "structural_tag"}, {"format", format}}.dump();
 }

@@ -160,6 +160,87 @@ TEST(GrammarParserAgreement, RequiredToolCallsParse) { check_walks(ConstraintKin
 
 TEST(GrammarParserAgreement, AutoToolCallsParse) { check_walks(ConstraintKind::kToolCall, 150, 150); }
 
+// Free text beside auto tool calls: the parser takes "｜DSML｜" in content only as the start of a
+// calls block, "\n\n<｜DSML｜ calls>" (what the chat template writes and deepseek-recipe reads), so
+// the grammar must refuse the marker anywhere else. A sampled model found the hole (a calls block
+// opened without the blank line before it was a 500); uniform walks almost never draw the marker,
+// so these walks draw the tokens around it often.
+TEST(GrammarParserAgreement, FreeTextNeverHoldsAStrayDsmlMarker) {
+  ConstraintSpec spec;
+  spec.kind = ConstraintKind::kToolCall;
+  spec.text = kTools;
+  const int32_t dsml = *tok().token_to_id(tokenizer::kDsml);
+  std::vector<int32_t> lures = {dsml};
+  for (const char* piece : {"<", "</", "\n", "\n\n", " calls", ">", ">\n", "ok", " invoke"}) {
+    const auto ids = tok().encode(piece);
+    ASSERT_TRUE(ids.ok());
+    lures.insert(lures.end(), ids->begin(), ids->end());
+  }
+  const auto allows = [](const uint32_t* mask, int32_t id) { return mask == nullptr || ((mask[id / 32] >> (id % 32)) & 1u); };
+  // The mask itself, after a few prefixes.
+  for (const auto& [prefix, want] : std::vector<std::pair<std::string, bool>>{
+           {"", false}, {"Hello", false}, {"Hello<", false}, {"Hello\n<", false}, {"Hello\n\n", false},
+           {"Hello\n\n<", true}, {"\n\n<", true}}) {
+    auto started = engine().start(spec);
+    ASSERT_TRUE(started.ok());
+    GrammarConstraint& c = **started;
+    if (!prefix.empty()) {
+      const auto ids = tok().encode(prefix);
+      ASSERT_TRUE(ids.ok());
+      for (int32_t id : *ids) {
+        c.next_token_mask();
+        ASSERT_TRUE(c.accept_token(id)) << escaped(prefix);
+      }
+    }
+    EXPECT_EQ(allows(c.next_token_mask(), dsml), want) << "after " << escaped(prefix);
+  }
+  // Walks that draw the lures half of the time: no walk may make the parser complain.
+  int calls = 0, ended = 0;
+  std::vector<int32_t> allowed, lures_allowed;
+  for (uint32_t seed = 0; seed < 200; ++seed) {
+    auto started = engine().start(spec);
+    ASSERT_TRUE(started.ok());
+    GrammarConstraint& c = **started;
+    std::mt19937 rng(seed);
+    tokenizer::StreamDecoder decoder(tok());
+    tokenizer::CompletionParser parser(tokenizer::ThinkingMode::kChat);
+    std::string text, error;
+    bool done = false;
+    const auto take = [&](const std::vector<tokenizer::ParseEvent>& events) {
+      for (const auto& e : events) {
+        if (e.type == tokenizer::ParseEvent::Type::kError && error.empty()) error = e.text;
+        calls += e.type == tokenizer::ParseEvent::Type::kToolCall;
+      }
+    };
+    for (int step = 0; step < 120 && !done && error.empty(); ++step) {
+      const uint32_t* mask = c.next_token_mask();
+      allowed.clear();
+      lures_allowed.clear();
+      for (int id = 0; id < kVocab; ++id)
+        if (allows(mask, id)) allowed.push_back(id);
+      for (int32_t id : lures)
+        if (allows(mask, id)) lures_allowed.push_back(id);
+      ASSERT_FALSE(allowed.empty());
+      const bool lure = !lures_allowed.empty() && std::uniform_real_distribution<double>(0, 1)(rng) < 0.5;
+      const auto& pool = lure ? lures_allowed : allowed;
+      const int32_t next = pool[std::uniform_int_distribution<size_t>(0, pool.size() - 1)(rng)];
+      ASSERT_TRUE(c.accept_token(next));
+      if (next == engine().eos_id()) {
+        done = true;
+        ++ended;
+      }
+      auto piece = decoder.push(next);
+      ASSERT_TRUE(piece.ok());
+      text += *piece;
+      take(parser.feed(*piece));
+    }
+    if (done) take(parser.finish());
+    ASSERT_EQ(error, "") << "walk " << seed << " wrote " << escaped(text);
+  }
+  EXPECT_GT(ended, 0);
+  RecordProperty("calls", calls);
+}
+
 
 // JSON schemas: every walk that ended is JSON a strict parser takes (no raw control characters in
 // strings) with the schema's bounds. xgrammar 0.2.9 let raw control characters into strings with
