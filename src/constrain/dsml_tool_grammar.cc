@@ -12,8 +12,9 @@ namespace {
 using json = nlohmann::json;
 
 constexpr const char* kDsmlMarker = "｜DSML｜";
-// The blank line belongs to the block's start: the chat template writes "\n\n<｜DSML｜ calls>" and
-// deepseek-recipe's parser (and tokenizer/completion_parser) read the marker in content only so.
+// The blank line belongs to the block's start: the chat template writes "\n\n<｜DSML｜ calls>", and
+// cedar's parser (tokenizer/completion_parser) takes the marker in content only so. (deepseek-recipe's
+// stream processor is more lenient and reads the block without it too; SERVER.md lists the difference.)
 constexpr const char* kCallsBeginAfterText = "\n\n<｜DSML｜ calls>\n";
 constexpr const char* kCallsEnd = "</｜DSML｜ calls>";
 constexpr const char* kInvokeBeginPrefix = "<｜DSML｜ invoke name=\"";
