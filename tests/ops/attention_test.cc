@@ -377,6 +377,50 @@ TEST(IndexerScores, FastPathsForExactDotsAreBitIdenticalOnEveryTarget) {
   }
 }
 
+TEST(IndexerScores, TileMaskScoresOnlyFlaggedTilesAndLeavesTheRest) {
+  // A pool consumer scores only the tiles that hold pool keys: flagged tiles get the contract's
+  // bits, with or without the integer tiles and the pool; every other score keeps what it held.
+  std::mt19937 rng(21);
+  ThreadPool pool(2);
+  const size_t heads = 8, d = 64, n_keys = 1000;  // 63 tiles, the last one partial
+  std::vector<uint8_t> key_scales;
+  const auto packed = random_packed_fp4(n_keys, d, rng, -6, 2, &key_scales, 5);
+  std::vector<float> keys(n_keys * d);
+  std::vector<uint8_t> spread(n_keys);
+  std::vector<uint8_t> codes(index_key_tile_code_bytes(n_keys, d));
+  std::vector<double> tile_scales(index_key_tile_scale_count(n_keys, d));
+  for (size_t t = 0; t < n_keys; ++t) {
+    fp4_dequant_e8m0(packed.data() + t * d / 2, key_scales.data() + t * d / 32, d, keys.data() + t * d);
+    spread[t] = exact_sum_spread(keys.data() + t * d, d);
+    append_index_key_tile(packed.data() + t * d / 2, key_scales.data() + t * d / 32, d, t, codes.data(),
+                          tile_scales.data());
+  }
+  const IndexKeyTiles tiles{codes.data(), tile_scales.data()};
+  auto q = random_fp4_rows(heads, d, rng, -6, 2);
+  for (auto& x : q) x = round_bf16(x);
+  const auto w = random_bf16(heads, rng, 0.05f);
+  std::vector<float> want(n_keys);
+  ref::indexer_scores(q.data(), w.data(), heads, d, keys.data(), n_keys, want.data());
+  const size_t n_tiles = (n_keys + kIndexKeyTile - 1) / kIndexKeyTile;
+  std::vector<uint8_t> mask(n_tiles, 0);
+  for (size_t j : {size_t{0}, size_t{1}, size_t{5}, size_t{17}, size_t{18}, size_t{19}, n_tiles - 1}) mask[j] = 1;
+  constexpr float kUntouched = -12345.0f;
+  for_each_simd_target([&] {
+    for (const IndexKeyTiles* kt : {static_cast<const IndexKeyTiles*>(nullptr), &tiles})
+      for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+        std::vector<float> got(n_keys, kUntouched);
+        indexer_scores(q.data(), w.data(), heads, d, keys.data(), n_keys, got.data(), p, spread.data(), kt, mask.data());
+        for (size_t i = 0; i < n_keys; ++i) {
+          if (mask[i / kIndexKeyTile]) {
+            ASSERT_EQ(bits_of(got[i]), bits_of(want[i])) << "key " << i << (kt ? " tiles" : " rows");
+          } else {
+            ASSERT_EQ(got[i], kUntouched) << "key " << i << " of an unflagged tile was written";
+          }
+        }
+      }
+  });
+}
+
 TEST(TopK, LargestThenAscendingWithLowerIndexWinningTies) {
   const float s[7] = {1, 3, 3, 2, 3, -INFINITY, 0};
   int32_t out[7], scratch[7];
