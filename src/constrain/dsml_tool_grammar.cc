@@ -5,13 +5,13 @@
 #include <nlohmann/json.hpp>
 
 #include "constrain/grammar_engine.h"
+#include "tokenizer/chat_encoding.h"
 
 namespace cedar::constrain {
 namespace {
 
 using json = nlohmann::json;
 
-constexpr const char* kDsmlMarker = "｜DSML｜";
 // The blank line belongs to the block's start: the chat template writes "\n\n<｜DSML｜ calls>", and
 // cedar's parser (tokenizer/completion_parser) takes the marker in content only so. (deepseek-recipe's
 // stream processor is more lenient and reads the block without it too; SERVER.md lists the difference.)
@@ -53,17 +53,20 @@ Result<std::string> dsml_tool_call_structural_tag(const std::string& tools_json,
     // The prompt already holds "\n\n<｜DSML｜ calls>\n" (deepseek-recipe's prefill for a forced call).
     format = {{"type", "sequence"}, {"elements", {calls, {{"type", "const_string"}, {"value", kCallsEnd}}}}};
   } else {
-    // Free text, then at most one calls block, which ends the turn. The free text never holds
-    // <think>, </think> or the DSML marker: xgrammar's builtin tag (a triggered tag on
-    // "<｜DSML｜ calls>", the marker allowed in text) lets through "text<｜DSML｜ calls>..." and
-    // stray markers, which the parser rejects as control tokens in content. A triggered tag cannot
-    // say it (excluding the marker kills the trigger that contains it), so the free text is its own
-    // element and the block, blank line included, may follow it.
+    // Free text, then at most one calls block, which ends the turn. The free text never spells a
+    // marker the parser reads in content (it reads decoded text, so ordinary tokens spelling
+    // "<｜end▁of▁sentence｜>" count too): <think>, </think>, BOS, EOS and the DSML marker.
+    // xgrammar's builtin tag (a triggered tag on "<｜DSML｜ calls>", the marker allowed in text)
+    // lets through "text<｜DSML｜ calls>..." and stray markers, which the parser rejects as control
+    // tokens in content. A triggered tag cannot say it (excluding the marker kills the trigger that
+    // contains it), so the free text is its own element and the block, blank line included, may
+    // follow it.
     const json block = {{"type", "tag"}, {"begin", kCallsBeginAfterText}, {"content", calls}, {"end", kCallsEnd}};
+    const json excludes = {tokenizer::kThinkStart, tokenizer::kThinkEnd, tokenizer::kBos, tokenizer::kEos,
+                           tokenizer::kDsml};
     format = {{"type", "sequence"},
               {"elements",
-               {{{"type", "any_text"}, {"excludes", {"<think>", "</think>", kDsmlMarker}}},
-                {{"type", "optional"}, {"content", block}}}}};
+               {{{"type", "any_text"}, {"excludes", excludes}}, {{"type", "optional"}, {"content", block}}}}};
   }
   return json{{"type", "structural_tag"}, {"format", format}}.dump();
 }

@@ -194,8 +194,33 @@ TEST(GrammarParserAgreement, FreeTextNeverHoldsAStrayDsmlMarker) {
     }
     EXPECT_EQ(allows(c.next_token_mask(), dsml), want) << "after " << escaped(prefix);
   }
+  // The end-of-sentence marker spelled by ordinary tokens: the parser would read it as the end.
+  {
+    auto started = engine().start(spec);
+    ASSERT_TRUE(started.ok());
+    GrammarConstraint& c = **started;
+    const auto ids = tok().encode("Hi <");
+    ASSERT_TRUE(ids.ok());
+    for (int32_t id : *ids) {
+      c.next_token_mask();
+      ASSERT_TRUE(c.accept_token(id));
+    }
+    // The rest of the marker as ordinary tokens (without its "<" it is plain text to the
+    // tokenizer): one of them, at the latest the one that completes it, must be refused.
+    const auto rest = tok().encode(std::string(tokenizer::kEos).substr(1));
+    ASSERT_TRUE(rest.ok());
+    bool refused = false;
+    for (int32_t id : *rest) {
+      if (!allows(c.next_token_mask(), id)) {
+        refused = true;
+        break;
+      }
+      ASSERT_TRUE(c.accept_token(id));
+    }
+    EXPECT_TRUE(refused) << "free text may spell the end-of-sentence marker";
+  }
   // Walks that draw the lures half of the time: no walk may make the parser complain.
-  int calls = 0, ended = 0;
+  int calls = 0, ended = 0, marker_walks = 0;
   std::vector<int32_t> allowed, lures_allowed;
   for (uint32_t seed = 0; seed < 200; ++seed) {
     auto started = engine().start(spec);
@@ -205,7 +230,7 @@ TEST(GrammarParserAgreement, FreeTextNeverHoldsAStrayDsmlMarker) {
     tokenizer::StreamDecoder decoder(tok());
     tokenizer::CompletionParser parser(tokenizer::ThinkingMode::kChat);
     std::string text, error;
-    bool done = false;
+    bool done = false, saw_marker = false;
     const auto take = [&](const std::vector<tokenizer::ParseEvent>& events) {
       for (const auto& e : events) {
         if (e.type == tokenizer::ParseEvent::Type::kError && error.empty()) error = e.text;
@@ -225,6 +250,7 @@ TEST(GrammarParserAgreement, FreeTextNeverHoldsAStrayDsmlMarker) {
       const auto& pool = lure ? lures_allowed : allowed;
       const int32_t next = pool[std::uniform_int_distribution<size_t>(0, pool.size() - 1)(rng)];
       ASSERT_TRUE(c.accept_token(next));
+      if (next == dsml) saw_marker = true;
       if (next == engine().eos_id()) {
         done = true;
         ++ended;
@@ -236,8 +262,10 @@ TEST(GrammarParserAgreement, FreeTextNeverHoldsAStrayDsmlMarker) {
     }
     if (done) take(parser.finish());
     ASSERT_EQ(error, "") << "walk " << seed << " wrote " << escaped(text);
+    marker_walks += saw_marker;
   }
   EXPECT_GT(ended, 0);
+  EXPECT_GE(marker_walks, 3) << "the walks must reach the DSML marker (after the blank line) to test anything";
   RecordProperty("calls", calls);
 }
 
