@@ -59,6 +59,11 @@ constexpr size_t kGemvRows = 4;  // activation rows sharing one decoded weight b
 // 10.4 from L3); 2 KiB ahead (about 1 µs of work) keeps the lines arriving in time. The weights are
 // contiguous across rows, so the address runs on into the next row's start.
 constexpr size_t kGemvPrefetchBytes = 2048;
+// The address is formed as an integer: near a matrix's end it points past the buffer (a prefetch
+// never faults, but pointer arithmetic past the end would be undefined).
+HWY_INLINE void PrefetchAhead(const void* p, size_t bytes = kGemvPrefetchBytes) {
+  hwy::Prefetch(reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(p) + bytes));
+}
 
 // A block decoder for the GEMV: DecodeBlock, except FP8 on AVX2 (8-lane vectors), where 16 codes
 // are widened and masked at once in a 256-bit vector and converted as two halves (the half-float
@@ -100,7 +105,7 @@ HWY_NOINLINE void FastGemvTile(const float* act, const uint8_t* wdata, const uin
     for (size_t r = 0; r < R; ++r) acc0[r] = acc1[r] = hn::Zero(df);
     for (size_t kb = 0; kb < kblocks; ++kb) {
       const uint8_t* block = FastBlockBytes<kFp4>(wdata, k, n, kb);
-      hwy::Prefetch(block + kGemvPrefetchBytes);
+      PrefetchAhead(block);
       GemvDecodeBlock<kFp4>(block, wv);
       const VW sw = hn::Set(df, FastBlockScale<kFp4>(e8m0, wscales, n, kblocks, kb));
       for (size_t r = 0; r < R; ++r) {
@@ -184,7 +189,7 @@ HWY_NOINLINE void Fp8GemvTile(const float* act, const uint8_t* wdata, const uint
       for (size_t c = 0; c < C; ++c) acc[r][c] = hn::Zero(df);
     for (size_t kb = 0; kb < kblocks; ++kb) {
       const uint8_t* codes = FastBlockBytes<false>(wdata, k, n, kb);
-      hwy::Prefetch(codes + kGemvPrefetchBytes);
+      PrefetchAhead(codes);
       Fp8GemvDecode(codes, wv);
       for (size_t r = 0; r < R; ++r) {
         const float* ab = pa + r * k + kb * 32;
@@ -285,8 +290,8 @@ HWY_NOINLINE void Fp4GemvIntTile(const Fp4GemvPlanes& planes, const float* ascal
     // exponent field e, for 1 <= e <= 254), are multiplied by the rows' factors (an exact product of
     // powers of two) and broadcast per block by a lane permute instead of 8 scalar lookups.
     for (; kb + 8 <= kblocks; kb += 8) {
-      hwy::Prefetch(wrow + kb * 16 + kGemvPrefetchBytes);
-      hwy::Prefetch(wrow + kb * 16 + kGemvPrefetchBytes + 64);
+      PrefetchAhead(wrow + kb * 16);
+      PrefetchAhead(wrow + kb * 16, kGemvPrefetchBytes + 64);
       const auto e = hn::PromoteTo(du32, hn::LoadU(hn::Full64<uint8_t>(), srow + kb));
       if (!hn::AllFalse(du32, hn::Or(hn::Eq(e, hn::Zero(du32)), hn::Eq(e, hn::Set(du32, 255u))))) {
         for (size_t j = 0; j < 8; ++j) scalar_block(kb + j, acc[j & 1]);
@@ -526,6 +531,7 @@ HWY_INLINE float WeightAt(const float* p, size_t i) { return p[i]; }
 // as f32 and shifting left by 16 the even ones (two instructions per 2N weights instead of two
 // widening loads and shifts). The activations are split once per call into matching even and odd
 // halves per chunk of 2N. Exact products as before; the lanes add in a different order.
+#if HWY_TARGET != HWY_SCALAR
 template <size_t R>
 HWY_NOINLINE void Bf16GemvTile(const float* x, size_t k, const uint16_t* w, size_t n_total, float* y, bool bf16_out,
                                size_t n_begin, size_t n_end) {
@@ -533,22 +539,25 @@ HWY_NOINLINE void Bf16GemvTile(const float* x, size_t k, const uint16_t* w, size
   const hn::RebindToUnsigned<DW> du;
   const size_t lanes = hn::Lanes(df);
   const size_t chunk = 2 * lanes, whole = k - k % chunk;
+  static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "bf16 pairs are read as u32 lanes, low half first");
   thread_local std::vector<float> split;  // [R, whole]: per chunk, even elements then odd ones
   if (split.size() < R * whole) split.resize(R * whole);
   for (size_t r = 0; r < R; ++r)
-    for (size_t i = 0; i < whole; i += chunk)
-      for (size_t j = 0; j < lanes; ++j) {
-        split[r * whole + i + j] = x[r * k + i + 2 * j];
-        split[r * whole + i + lanes + j] = x[r * k + i + 2 * j + 1];
-      }
+    for (size_t i = 0; i < whole; i += chunk) {
+      VW even, odd;
+      hn::LoadInterleaved2(df, x + r * k + i, even, odd);
+      hn::StoreU(even, df, split.data() + r * whole + i);
+      hn::StoreU(odd, df, split.data() + r * whole + i + lanes);
+    }
+  const hn::Repartition<uint16_t, decltype(du)> d16;
   const auto high = hn::Set(du, 0xFFFF0000u);
   for (size_t n = n_begin; n < n_end; ++n) {
     const uint16_t* wrow = w + n * k;
     VW acc0[R], acc1[R];
     for (size_t r = 0; r < R; ++r) acc0[r] = acc1[r] = hn::Zero(df);
     for (size_t i = 0; i < whole; i += chunk) {
-      hwy::Prefetch(wrow + i + kGemvPrefetchBytes / sizeof(uint16_t));
-      const auto pairs = hn::LoadU(du, reinterpret_cast<const uint32_t*>(wrow + i));
+      PrefetchAhead(wrow + i);
+      const auto pairs = hn::BitCast(du, hn::LoadU(d16, wrow + i));
       const VW even = hn::BitCast(df, hn::ShiftLeft<16>(pairs));
       const VW odd = hn::BitCast(df, hn::And(pairs, high));
       for (size_t r = 0; r < R; ++r) {
@@ -564,13 +573,17 @@ HWY_NOINLINE void Bf16GemvTile(const float* x, size_t k, const uint16_t* w, size
   }
 }
 
+#endif  // HWY_TARGET != HWY_SCALAR
+
 template <size_t R, typename W>
 HWY_NOINLINE void DenseGemvTile(const float* x, size_t k, const W* w, size_t n_total, float* y, bool bf16_out,
                                 size_t n_begin, size_t n_end) {
-  if constexpr (std::is_same_v<W, uint16_t> && HWY_TARGET != HWY_SCALAR) {
+#if HWY_TARGET != HWY_SCALAR
+  if constexpr (std::is_same_v<W, uint16_t>) {
     Bf16GemvTile<R>(x, k, w, n_total, y, bf16_out, n_begin, n_end);
     return;
   }
+#endif
   const DW df;
   const size_t lanes = hn::Lanes(df);
   for (size_t n = n_begin; n < n_end; ++n) {
@@ -579,7 +592,7 @@ HWY_NOINLINE void DenseGemvTile(const float* x, size_t k, const W* w, size_t n_t
     for (size_t r = 0; r < R; ++r) acc0[r] = acc1[r] = hn::Zero(df);
     size_t i = 0;
     for (; i + 2 * lanes <= k; i += 2 * lanes) {
-      hwy::Prefetch(wrow + i + kGemvPrefetchBytes / sizeof(W));
+      PrefetchAhead(wrow + i);
       const VW w0 = LoadWeights(df, wrow + i);
       const VW w1 = LoadWeights(df, wrow + i + lanes);
       for (size_t r = 0; r < R; ++r) {

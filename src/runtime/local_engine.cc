@@ -267,7 +267,7 @@ class LocalEngine final : public Engine {
           j->result.prefill_seconds = j->timer.seconds() - j->result.queue_seconds;
         }
         float* row = logits.data() + i * vocab;
-        if (req.constraint && !prefetch_.error(i).empty()) {
+        if (req.constraint && prefetch_.failed(i)) {
           finish(j, FinishReason::kError, internal_error("constrained decoding: " + prefetch_.error(i)));
           continue;
         }

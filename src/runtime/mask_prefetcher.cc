@@ -24,12 +24,22 @@ void MaskPrefetcher::start(const std::vector<TokenConstraint*>& constraints) {
     CEDAR_CHECK(!pending_, "MaskPrefetcher::start called while the previous masks are still pending");
     constraints_.assign(constraints.begin(), constraints.end());  // capacity is kept between steps
     masks_.assign(constraints.size(), nullptr);
-    if (errors_.size() < constraints.size()) errors_.resize(constraints.size());
-    for (size_t i = 0; i < constraints.size(); ++i) errors_[i].clear();  // keeps each string's capacity
+    errors_.assign(constraints.size(), nullptr);  // capacity kept between steps
     seconds_ = 0;
     pending_ = true;
   }
   cv_.notify_all();
+}
+
+std::string MaskPrefetcher::error(size_t i) const {
+  if (!errors_[i]) return {};
+  try {
+    std::rethrow_exception(errors_[i]);
+  } catch (const std::exception& e) {
+    return e.what()[0] != '\0' ? e.what() : "constraint failed";
+  } catch (...) {
+    return "constraint failed with an unknown exception";
+  }
 }
 
 double MaskPrefetcher::wait() {
@@ -52,11 +62,8 @@ void MaskPrefetcher::loop() {
       // An exception must not leave this thread (it would end the process): it fails its request.
       try {
         masks_[i] = constraints_[i]->next_token_mask();
-      } catch (const std::exception& e) {
-        errors_[i] = e.what();
-        if (errors_[i].empty()) errors_[i] = "constraint failed";
       } catch (...) {
-        errors_[i] = "constraint failed with an unknown exception";
+        errors_[i] = std::current_exception();
       }
     }
     const double seconds = timer.seconds();

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <condition_variable>
+#include <exception>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -35,7 +36,8 @@ class MaskPrefetcher {
   const std::vector<const uint32_t*>& masks() const { return masks_; }
   // After wait(): the message of the exception next_token_mask() threw for constraints[i], or empty.
   // The engine ends that request with it; the other requests of the batch go on.
-  const std::string& error(size_t i) const { return errors_[i]; }
+  bool failed(size_t i) const { return errors_[i] != nullptr; }
+  std::string error(size_t i) const;
 
  private:
   void loop();
@@ -44,7 +46,9 @@ class MaskPrefetcher {
   std::condition_variable cv_;
   std::vector<TokenConstraint*> constraints_;
   std::vector<const uint32_t*> masks_;
-  std::vector<std::string> errors_;  // [i]: empty unless constraints_[i] threw
+  // [i]: null unless constraints_[i] threw. Kept as the exception itself: capturing it cannot throw
+  // on the mask thread (formatting a message could), and it is read on the engine's thread.
+  std::vector<std::exception_ptr> errors_;
   double seconds_ = 0;
   bool pending_ = false, stop_ = false;
   std::thread thread_;  // last: starts after the fields above exist

@@ -164,10 +164,13 @@ TEST(MaskPrefetcher, AnExceptionFailsOnlyItsOwnConstraint) {
   prefetcher.start({&bad, &good});
   prefetcher.wait();
   EXPECT_EQ(prefetcher.error(0), "matcher state broken");
+  EXPECT_TRUE(prefetcher.failed(0));
+  EXPECT_FALSE(prefetcher.failed(1));
   EXPECT_EQ(prefetcher.error(1), "");
   EXPECT_EQ(prefetcher.masks()[1], &good.word);
   prefetcher.start({&bad, &good});  // the error does not stick to the next step
   prefetcher.wait();
+  EXPECT_FALSE(prefetcher.failed(0));
   EXPECT_EQ(prefetcher.error(0), "");
   EXPECT_EQ(good.calls, 2);
 }
