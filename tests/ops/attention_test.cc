@@ -322,6 +322,28 @@ std::vector<uint8_t> random_packed_fp4(size_t rows, size_t d, std::mt19937& rng,
   return packed;
 }
 
+// FP4 index keys in every form indexer_scores takes: dequantised rows, their exact-sum spreads and
+// the integer key tiles (whose buffers start filled with stale values that must not leak).
+struct IndexKeys {
+  std::vector<float> rows;
+  std::vector<uint8_t> spread, codes;
+  std::vector<double> tile_scales;
+  IndexKeyTiles tiles() const { return {codes.data(), tile_scales.data()}; }
+};
+IndexKeys make_index_keys(const std::vector<uint8_t>& packed, const std::vector<uint8_t>& scales, size_t n_keys,
+                          size_t d) {
+  IndexKeys k{std::vector<float>(n_keys * d), std::vector<uint8_t>(n_keys),
+              std::vector<uint8_t>(index_key_tile_code_bytes(n_keys, d), 0xEE),
+              std::vector<double>(index_key_tile_scale_count(n_keys, d), -7.0)};
+  for (size_t t = 0; t < n_keys; ++t) {
+    fp4_dequant_e8m0(packed.data() + t * d / 2, scales.data() + t * d / 32, d, k.rows.data() + t * d);
+    k.spread[t] = exact_sum_spread(k.rows.data() + t * d, d);
+    append_index_key_tile(packed.data() + t * d / 2, scales.data() + t * d / 32, d, t, k.codes.data(),
+                          k.tile_scales.data());
+  }
+  return k;
+}
+
 TEST(IndexerScores, FastPathsForExactDotsAreBitIdenticalOnEveryTarget) {
   // With key spreads the dots that provably sum exactly run on fp32 vectors, and with the integer key
   // tiles as block sums of codes; the scores must equal the float64 contract bit for bit, for narrow
@@ -337,17 +359,10 @@ TEST(IndexerScores, FastPathsForExactDotsAreBitIdenticalOnEveryTarget) {
       // Scales at the top of E8M0's range: 2^126 and 2^127 overflow fp32 for the larger codes (the
       // rows hold inf), and 255 is NaN; such keys must score as the rows do.
       for (size_t t : {size_t{17}, size_t{18}, size_t{19}}) key_scales[t * d / 32] = static_cast<uint8_t>(253 + t - 17);
-      std::vector<float> keys(n_keys * d);
-      std::vector<uint8_t> spread(n_keys);
-      std::vector<uint8_t> codes(index_key_tile_code_bytes(n_keys, d), 0xEE);  // stale bytes must not leak
-      std::vector<double> tile_scales(index_key_tile_scale_count(n_keys, d), -7.0);
-      for (size_t t = 0; t < n_keys; ++t) {
-        fp4_dequant_e8m0(packed.data() + t * d / 2, key_scales.data() + t * d / 32, d, keys.data() + t * d);
-        spread[t] = exact_sum_spread(keys.data() + t * d, d);
-        append_index_key_tile(packed.data() + t * d / 2, key_scales.data() + t * d / 32, d, t, codes.data(),
-                              tile_scales.data());
-      }
-      const IndexKeyTiles tiles{codes.data(), tile_scales.data()};
+      const IndexKeys index_keys = make_index_keys(packed, key_scales, n_keys, d);
+      const std::vector<float>& keys = index_keys.rows;
+      const std::vector<uint8_t>& spread = index_keys.spread;
+      const IndexKeyTiles tiles = index_keys.tiles();
       for (int q_kind = 0; q_kind < 3; ++q_kind) {
         auto q = random_fp4_rows(heads, d, rng, lo, hi);
         std::fill(q.begin(), q.begin() + d, 0.0f);
@@ -385,17 +400,10 @@ TEST(IndexerScores, TileMaskScoresOnlyFlaggedTilesAndLeavesTheRest) {
   const size_t heads = 8, d = 64, n_keys = 1000;  // 63 tiles, the last one partial
   std::vector<uint8_t> key_scales;
   const auto packed = random_packed_fp4(n_keys, d, rng, -6, 2, &key_scales, 5);
-  std::vector<float> keys(n_keys * d);
-  std::vector<uint8_t> spread(n_keys);
-  std::vector<uint8_t> codes(index_key_tile_code_bytes(n_keys, d));
-  std::vector<double> tile_scales(index_key_tile_scale_count(n_keys, d));
-  for (size_t t = 0; t < n_keys; ++t) {
-    fp4_dequant_e8m0(packed.data() + t * d / 2, key_scales.data() + t * d / 32, d, keys.data() + t * d);
-    spread[t] = exact_sum_spread(keys.data() + t * d, d);
-    append_index_key_tile(packed.data() + t * d / 2, key_scales.data() + t * d / 32, d, t, codes.data(),
-                          tile_scales.data());
-  }
-  const IndexKeyTiles tiles{codes.data(), tile_scales.data()};
+  const IndexKeys index_keys = make_index_keys(packed, key_scales, n_keys, d);
+  const std::vector<float>& keys = index_keys.rows;
+  const std::vector<uint8_t>& spread = index_keys.spread;
+  const IndexKeyTiles tiles = index_keys.tiles();
   auto q = random_fp4_rows(heads, d, rng, -6, 2);
   for (auto& x : q) x = round_bf16(x);
   const auto w = random_bf16(heads, rng, 0.05f);
