@@ -19,14 +19,15 @@
 #include "core/check.h"
 #include "core/thread_pool.h"
 #include "ops/formats.h"
+#include "ops/fp8_gemv_x86.h"
 #include "ops/linear_internal.h"
+#include "ops/prefetch.h"
 #include "ops/quant.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/linear_fast.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
-#include "hwy/cache_control.h"
 #include "ops/weight_decode-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -53,17 +54,9 @@ HWY_INLINE float FastBlockScale(const float* e8m0, const uint8_t* wscales, size_
 }
 
 constexpr size_t kGemvRows = 4;  // activation rows sharing one decoded weight block
-// How far ahead of the rows being read the GEMV kernels prefetch their weights. A GEMV decodes and
-// multiplies for a while per cache line, so the hardware's stream prefetcher alone leaves loads
-// waiting on DRAM (measured: an FP4 matrix larger than L3 ran at 4.4 GB/s with 1 thread against
-// 10.4 from L3); 2 KiB ahead (about 1 µs of work) keeps the lines arriving in time. The weights are
-// contiguous across rows, so the address runs on into the next row's start.
-constexpr size_t kGemvPrefetchBytes = 2048;
-// The address is formed as an integer: near a matrix's end it points past the buffer (a prefetch
-// never faults, but pointer arithmetic past the end would be undefined).
-HWY_INLINE void PrefetchAhead(const void* p, size_t bytes = kGemvPrefetchBytes) {
-  hwy::Prefetch(reinterpret_cast<const uint8_t*>(reinterpret_cast<uintptr_t>(p) + bytes));
-}
+// The GEMVs prefetch their weights ahead of the lines being read (ops/prefetch.h), once per 64-byte
+// line. The weights are contiguous across rows, so the addresses run on into the next rows.
+HWY_INLINE void PrefetchLine(const void* line) { prefetch_weight_stream(line); }
 
 // A block decoder for the GEMV: DecodeBlock, except FP8 on AVX2 (8-lane vectors), where 16 codes
 // are widened and masked at once in a 256-bit vector and converted as two halves (the half-float
@@ -105,7 +98,7 @@ HWY_NOINLINE void FastGemvTile(const float* act, const uint8_t* wdata, const uin
     for (size_t r = 0; r < R; ++r) acc0[r] = acc1[r] = hn::Zero(df);
     for (size_t kb = 0; kb < kblocks; ++kb) {
       const uint8_t* block = FastBlockBytes<kFp4>(wdata, k, n, kb);
-      PrefetchAhead(block);
+      if (kb % (kFp4 ? 4 : 2) == 0) PrefetchLine(block);  // 16- or 32-byte blocks
       GemvDecodeBlock<kFp4>(block, wv);
       const VW sw = hn::Set(df, FastBlockScale<kFp4>(e8m0, wscales, n, kblocks, kb));
       for (size_t r = 0; r < R; ++r) {
@@ -189,7 +182,7 @@ HWY_NOINLINE void Fp8GemvTile(const float* act, const uint8_t* wdata, const uint
       for (size_t c = 0; c < C; ++c) acc[r][c] = hn::Zero(df);
     for (size_t kb = 0; kb < kblocks; ++kb) {
       const uint8_t* codes = FastBlockBytes<false>(wdata, k, n, kb);
-      PrefetchAhead(codes);
+      if (kb % 2 == 0) PrefetchLine(codes);  // 32-byte blocks
       Fp8GemvDecode(codes, wv);
       for (size_t r = 0; r < R; ++r) {
         const float* ab = pa + r * k + kb * 32;
@@ -290,8 +283,8 @@ HWY_NOINLINE void Fp4GemvIntTile(const Fp4GemvPlanes& planes, const float* ascal
     // exponent field e, for 1 <= e <= 254), are multiplied by the rows' factors (an exact product of
     // powers of two) and broadcast per block by a lane permute instead of 8 scalar lookups.
     for (; kb + 8 <= kblocks; kb += 8) {
-      PrefetchAhead(wrow + kb * 16);
-      PrefetchAhead(wrow + kb * 16, kGemvPrefetchBytes + 64);
+      PrefetchLine(wrow + kb * 16);  // 8 blocks: 128 bytes
+      PrefetchLine(wrow + kb * 16 + 64);
       const auto e = hn::PromoteTo(du32, hn::LoadU(hn::Full64<uint8_t>(), srow + kb));
       if (!hn::AllFalse(du32, hn::Or(hn::Eq(e, hn::Zero(du32)), hn::Eq(e, hn::Set(du32, 255u))))) {
         for (size_t j = 0; j < 8; ++j) scalar_block(kb + j, acc[j & 1]);
@@ -466,6 +459,30 @@ void FastBlockGemm(const Fp8Activations& a, const uint8_t* wdata, const uint8_t*
   }
 #endif
   if (!kFp4 && a.m < fast::kFastGemmMinRows) {
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+    // AVX512-VBMI + BF16 CPUs: the byte-table decode and bf16 dot products (fp8_gemv_x86.h); a group it
+    // declines takes the kernel below.
+    if (x86::fp8_gemv_bf16_usable()) {
+      for (size_t m0 = 0; m0 < a.m; m0 += kGemvRows) {
+        const size_t rows = std::min(kGemvRows, a.m - m0);
+        const float* am = a.values + m0 * k;
+        float* ym = y + m0 * n_total;
+        for (size_t n = n_begin; n < n_end;) {
+          n = x86::fp8_gemv_bf16(am, rows, wdata, wscales, n_total, k, ym, n, n_end);
+          if (n == n_end) break;
+          const size_t group_end = std::min(n_end, (n / 32 + 1) * 32);
+          switch (rows) {
+            case 4: Fp8GemvTile<4>(am, wdata, wscales, n_total, k, ym, n, group_end); break;
+            case 3: Fp8GemvTile<3>(am, wdata, wscales, n_total, k, ym, n, group_end); break;
+            case 2: Fp8GemvTile<2>(am, wdata, wscales, n_total, k, ym, n, group_end); break;
+            default: Fp8GemvTile<1>(am, wdata, wscales, n_total, k, ym, n, group_end); break;
+          }
+          n = group_end;
+        }
+      }
+      return;
+    }
+#endif
     size_t m0 = 0;
     for (; m0 + kGemvRows <= a.m; m0 += kGemvRows)
       Fp8GemvTile<kGemvRows>(a.values + m0 * k, wdata, wscales, n_total, k, y + m0 * n_total, n_begin, n_end);
@@ -556,7 +573,7 @@ HWY_NOINLINE void Bf16GemvTile(const float* x, size_t k, const uint16_t* w, size
     VW acc0[R], acc1[R];
     for (size_t r = 0; r < R; ++r) acc0[r] = acc1[r] = hn::Zero(df);
     for (size_t i = 0; i < whole; i += chunk) {
-      PrefetchAhead(wrow + i);
+      PrefetchLine(wrow + i);
       const auto pairs = hn::BitCast(du, hn::LoadU(d16, wrow + i));
       const VW even = hn::BitCast(df, hn::ShiftLeft<16>(pairs));
       const VW odd = hn::BitCast(df, hn::And(pairs, high));
@@ -592,7 +609,7 @@ HWY_NOINLINE void DenseGemvTile(const float* x, size_t k, const W* w, size_t n_t
     for (size_t r = 0; r < R; ++r) acc0[r] = acc1[r] = hn::Zero(df);
     size_t i = 0;
     for (; i + 2 * lanes <= k; i += 2 * lanes) {
-      PrefetchAhead(wrow + i);
+      for (size_t b = 0; b < 2 * lanes * sizeof(W); b += 64) PrefetchLine(reinterpret_cast<const uint8_t*>(wrow + i) + b);
       const VW w0 = LoadWeights(df, wrow + i);
       const VW w1 = LoadWeights(df, wrow + i + lanes);
       for (size_t r = 0; r < R; ++r) {

@@ -18,14 +18,31 @@
 
 #include "core/thread_pool.h"
 #include "ops/formats.h"
+#include "ops/fp8_gemv_x86.h"
 #include "ops/kernel_set.h"
 #include "ops/quant.h"
+#include "ops/simd_info.h"
 #include "simd_targets.h"
 
 namespace cedar::ops {
 namespace {
 
 using testing::for_each_simd_target;
+
+// Every SIMD target, and on a CPU with AVX512-VBMI and AVX512-BF16 the AVX-512 targets twice: with the
+// FP8 GEMV of fp8_gemv_x86.h and without it (their Highway kernel), so both are tested.
+template <typename Fn>
+void for_each_kernel(Fn&& fn) {
+  for_each_simd_target([&] {
+    fn();
+    if (x86::fp8_gemv_bf16_usable() && dispatched_simd_target().rfind("AVX3", 0) == 0) {
+      SCOPED_TRACE("without the AVX512-BF16 FP8 GEMV");
+      x86::set_fp8_gemv_bf16_allowed(false);
+      fn();
+      x86::set_fp8_gemv_bf16_allowed(true);
+    }
+  });
+}
 
 constexpr double kU32 = 0x1p-24;   // fp32 unit roundoff
 constexpr double kUBf16 = 0x1p-8;  // bf16 unit roundoff
@@ -116,7 +133,7 @@ TEST(LinearFast, BlockGemmsWithinTheDerivedBoundOfExactOnEveryTarget) {
       // Additions on a product's path: fast <= k (sequential worst case), exact = k/32 + 1 (the fp32
       // block accumulation after exact block sums).
       const double depth = static_cast<double>(s.k) + static_cast<double>(s.k / 32) + 1.0;
-      for_each_simd_target([&] {
+      for_each_kernel([&] {
         std::vector<float> got(s.m * s.n), got_mt(s.m * s.n);
         run_fast(w, x.data(), s.m, got.data(), nullptr);
         run_fast(w, x.data(), s.m, got_mt.data(), &pool);
@@ -163,7 +180,7 @@ TEST(LinearFast, BlockGemmsEqualExactWhenEverySumIsExact) {
       }
       std::vector<float> want(s.m * s.n);
       run_exact(w, x.data(), s.m, want.data());
-      for_each_simd_target([&] {
+      for_each_kernel([&] {
         std::vector<float> got(s.m * s.n);
         run_fast(w, x.data(), s.m, got.data(), nullptr);
         for (size_t i = 0; i < got.size(); ++i)
@@ -194,7 +211,7 @@ TEST(LinearFast, DenseWithinTheDerivedBoundOfExactOnEveryTarget) {
         for (size_t c = 0; c < s.k; ++c) abs_sum[i * s.n + j] += std::fabs(static_cast<double>(x[i * s.k + c]) * wf[j * s.k + c]);
     // The references are the exact dot rounded once (one rounding); fast sums at most k terms.
     const double depth = static_cast<double>(s.k) + 1.0;
-    for_each_simd_target([&] {
+    for_each_kernel([&] {
       for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
         std::vector<float> got16(s.m * s.n), got32(s.m * s.n), got16b(s.m * s.n);
         fast::linear_bf16(x.data(), s.m, w16, got16.data(), LinearOut::kF32, p);
@@ -273,7 +290,7 @@ TEST(LinearFast, QuantizedActivationsEqualTheScalarE4m3Rounding) {
   }
   for (size_t m : {size_t{1}, fast::kFastGemmMinRows}) {  // the GEMV (with planes) and GEMM forms
     const size_t k = 32 * 8;
-    for_each_simd_target([&] {
+    for_each_kernel([&] {
       for (size_t row0 = 0; row0 + m * k <= x.size(); row0 += m * k) {
         std::vector<float> scratch(fast::act_scratch_floats(m, k));
         const Fp8Activations a = fast::quantize_activations(x.data() + row0, m, k, scratch);
@@ -314,7 +331,7 @@ TEST(LinearFast, Fp4GemvResidualBlocksAreExact) {
     ASSERT_GT(a.fp4_planes.residual_count[0], 0u) << "the data must exercise the residual blocks";
     std::vector<float> want(m * n);
     run_exact(w, x.data(), m, want.data());
-    for_each_simd_target([&] {
+    for_each_kernel([&] {
       std::vector<float> got(m * n);
       run_fast(w, x.data(), m, got.data(), nullptr);
       for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << "m" << m << " @" << i;
@@ -341,7 +358,7 @@ TEST(LinearFast, Fp8WeightAsBf16EqualsTheDequantisedWeight) {
     for (size_t i = 0; i < s.m; ++i)
       for (size_t j = 0; j < s.n; ++j)
         for (size_t c = 0; c < s.k; ++c) abs_sum[i * s.n + j] += std::fabs(x[i * s.k + c] * w.value(j, c));
-    for_each_simd_target([&] {
+    for_each_kernel([&] {
       for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
         std::vector<float> exact(s.m * s.n), fastv(s.m * s.n), exact_f32(s.m * s.n);
         linear_fp8_bf16(x.data(), s.m, w.fp8(), exact.data(), LinearOut::kBf16, p);
@@ -358,6 +375,58 @@ TEST(LinearFast, Fp8WeightAsBf16EqualsTheDequantisedWeight) {
       }
     });
   }
+}
+
+TEST(LinearFast, Fp8GemvDecodesEveryE4m3Code) {
+  // Row i holds code i at column i % 64 and zeros elsewhere; activations all 1 (quantised exactly: scale
+  // 2^-8, code 256), weight scale 1: output i is the code's value itself, which bf16 holds exactly.
+  // Covers both signs, zero, every subnormal and normal code. NaN codes (0x7F, 0xFF) are left out:
+  // checkpoints hold none, and the Highway decoders document their ±480 for them.
+  const size_t n = 256, k = 64;
+  std::vector<uint8_t> codes(n * k, 0), scales(n / 32 * (k / 32), 127);
+  for (size_t i = 0; i < n; ++i) codes[i * k + i % k] = static_cast<uint8_t>(i);
+  const std::vector<float> x(k, 1.0f);
+  for_each_kernel([&] {
+    std::vector<float> y(n), scratch(fast::act_scratch_floats(1, k));
+    fast::linear_fp8(x.data(), 1, Fp8Weight{codes.data(), scales.data(), n, k}, y.data(), scratch, nullptr);
+    for (size_t i = 0; i < n; ++i) {
+      if ((i & 0x7F) == 0x7F) continue;
+      const float want = e4m3_to_f32(static_cast<uint8_t>(i));
+      ASSERT_EQ(y[i], want) << "code " << i;  // == : a sum of -0 and +0 terms is +0
+    }
+  });
+}
+
+TEST(LinearFast, Fp8GemvBf16DeclinesActivationsItCannotTakeExactly) {
+  if (!x86::fp8_gemv_bf16_usable()) GTEST_SKIP() << "this CPU lacks AVX512-VBMI or AVX512-BF16";
+  // Three 32-row groups; the middle one's weight scale (2^-125) scales the activations below 2^-117,
+  // where vdpbf16ps would flush products: the kernel must stop there and leave the group to the caller.
+  std::mt19937 rng(31);
+  const size_t n = 96, k = 128;
+  const BlockWeights w = [&] {
+    BlockWeights b = random_block_weights(false, n, k, rng);
+    for (size_t kb = 0; kb < k / 32; ++kb) b.scales[1 * (k / 32) + kb] = 2;
+    return b;
+  }();
+  const auto x = random_bf16(k, rng, 2.0f);
+  std::vector<float> scratch(fast::act_scratch_floats(1, k));
+  const Fp8Activations a = fast::quantize_activations(x.data(), 1, k, scratch);
+  std::vector<float> y(n, -1.0f);
+  EXPECT_EQ(x86::fp8_gemv_bf16(a.values, 1, w.data.data(), w.scales.data(), n, k, y.data(), 0, n), 32u);
+  EXPECT_EQ(x86::fp8_gemv_bf16(a.values, 1, w.data.data(), w.scales.data(), n, k, y.data(), 40, n), 40u);
+  EXPECT_EQ(x86::fp8_gemv_bf16(a.values, 1, w.data.data(), w.scales.data(), n, k, y.data(), 64, n), n);
+  EXPECT_EQ(y[40], -1.0f) << "a declined group is left untouched";
+  // Activations that are not bf16 values (wo_a reads x unquantised) are declined from the start.
+  std::vector<float> not_bf16(x);
+  not_bf16[5] = std::nextafter(not_bf16[5], 100.0f);
+  EXPECT_EQ(x86::fp8_gemv_bf16(not_bf16.data(), 1, w.data.data(), w.scales.data(), n, k, y.data(), 0, n), 0u);
+  // Through the public entry, the declined rows come out exactly as the Highway kernel computes them.
+  std::vector<float> with(n), without(n);
+  fast::linear_fp8(x.data(), 1, w.fp8(), with.data(), scratch, nullptr);
+  x86::set_fp8_gemv_bf16_allowed(false);
+  fast::linear_fp8(x.data(), 1, w.fp8(), without.data(), scratch, nullptr);
+  x86::set_fp8_gemv_bf16_allowed(true);
+  for (size_t i = 32; i < 64; ++i) ASSERT_EQ(std::memcmp(&with[i], &without[i], 4), 0) << "row " << i;
 }
 
 TEST(LinearFast, KernelSetsSelectTheirMode) {
