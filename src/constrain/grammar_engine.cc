@@ -1,5 +1,6 @@
 #include "constrain/grammar_engine.h"
 
+#include <algorithm>
 #include <exception>
 #include <mutex>
 
@@ -34,10 +35,20 @@ const char* constraint_kind_name(ConstraintKind kind) {
   return "json";
 }
 
+// The ordinary tokens that could spell the DSML marker where a DSML grammar wants the marker token
+// (xgrammar's masks work on decoded text, so they would allow them): cedar's parser, as
+// deepseek-recipe's, matches the marker only against its token, and reads a spelled one as text.
+struct SpelledMarkerTokens {
+  std::vector<uint32_t> starting;  // bytes begin like the marker: refused where the marker token is allowed
+  std::vector<uint32_t> inside;    // "<" or "/" then the marker's start within the token: always refused
+  int32_t marker_id = -1;
+};
+
 struct GrammarConstraint::Impl {
-  Impl(const xgrammar::CompiledGrammar& grammar, int vocab_size, bool gated, int32_t think_end)
+  Impl(const xgrammar::CompiledGrammar& grammar, int vocab_size, bool gated, int32_t think_end,
+       std::shared_ptr<const SpelledMarkerTokens> spelled)
       : matcher(grammar), words(static_cast<size_t>(xgrammar::GetBitmaskSize(vocab_size))), mask(words),
-        gated_at_start(gated), waiting_for_think_end(gated), think_end_id(think_end) {
+        gated_at_start(gated), waiting_for_think_end(gated), think_end_id(think_end), spelled_marker(std::move(spelled)) {
     shape = static_cast<int64_t>(words);
     tensor.data = mask.data();
     tensor.device = DLDevice{kDLCPU, 0};
@@ -55,6 +66,7 @@ struct GrammarConstraint::Impl {
   bool gated_at_start;
   bool waiting_for_think_end;  // thinking mode: the reasoning before </think> is free
   int32_t think_end_id;
+  std::shared_ptr<const SpelledMarkerTokens> spelled_marker;  // DSML grammars only
 };
 
 GrammarConstraint::GrammarConstraint(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -63,8 +75,18 @@ GrammarConstraint::~GrammarConstraint() = default;
 const uint32_t* GrammarConstraint::next_token_mask() {
   if (impl_->waiting_for_think_end) return nullptr;
   // Fills in place: no allocation per token. false = every token allowed.
-  if (!impl_->matcher.FillNextTokenBitmask(&impl_->tensor)) return nullptr;
-  return reinterpret_cast<const uint32_t*>(impl_->mask.data());
+  const bool masked = impl_->matcher.FillNextTokenBitmask(&impl_->tensor);
+  uint32_t* mask = reinterpret_cast<uint32_t*>(impl_->mask.data());
+  const SpelledMarkerTokens* spelled = impl_->spelled_marker.get();
+  if (!spelled) return masked ? mask : nullptr;
+  if (!masked) std::fill(impl_->mask.begin(), impl_->mask.end(), -1);
+  const int32_t m = spelled->marker_id;
+  const bool marker_allowed = m >= 0 && ((mask[m / 32] >> (m % 32)) & 1u);
+  for (size_t w = 0; w < impl_->words && w < spelled->inside.size(); ++w) {
+    mask[w] &= ~spelled->inside[w];
+    if (marker_allowed) mask[w] &= ~spelled->starting[w];
+  }
+  return mask;
 }
 
 bool GrammarConstraint::accept_token(int32_t token) {
@@ -97,6 +119,30 @@ Result<std::unique_ptr<GrammarEngine>> GrammarEngine::create(const tokenizer::To
     vocab[static_cast<size_t>(t.id)] = t.content == tokenizer::kDsml ? t.content : std::string();
   }
   auto engine = std::unique_ptr<GrammarEngine>(new GrammarEngine());
+  {
+    // Which ordinary tokens could spell the DSML marker (SpelledMarkerTokens).
+    const std::string_view marker = tokenizer::kDsml;
+    auto spelled = std::make_shared<SpelledMarkerTokens>();
+    const size_t words = static_cast<size_t>(xgrammar::GetBitmaskSize(vocab_size));
+    spelled->starting.assign(words, 0);
+    spelled->inside.assign(words, 0);
+    spelled->marker_id = tokenizer.token_to_id(marker).value_or(-1);
+    // `s` (non-empty) is where the marker would begin: the marker starts with it, or it with the marker.
+    auto begins_marker = [&](std::string_view s) { return marker.starts_with(s) || s.starts_with(marker); };
+    for (int id = 0; id < n; ++id) {
+      const std::string_view bytes = vocab[static_cast<size_t>(id)];
+      if (bytes.empty() || bytes == marker) continue;  // added tokens (the marker's own included)
+      const uint32_t bit = 1u << (id % 32);
+      if (begins_marker(bytes)) spelled->starting[static_cast<size_t>(id) / 32] |= bit;
+      for (size_t i = 1; i < bytes.size(); ++i) {
+        if ((bytes[i - 1] == '<' || bytes[i - 1] == '/') && begins_marker(bytes.substr(i))) {
+          spelled->inside[static_cast<size_t>(id) / 32] |= bit;
+          break;
+        }
+      }
+    }
+    engine->spelled_marker_ = std::move(spelled);
+  }
   engine->vocab_size_ = vocab_size;
   engine->eos_id_ = *eos;
   engine->think_end_id_ = tokenizer.token_to_id(tokenizer::kThinkEnd).value_or(-1);
@@ -144,7 +190,9 @@ Result<std::shared_ptr<GrammarConstraint>> GrammarEngine::start(const Constraint
   CEDAR_ASSIGN_OR_RETURN(auto grammar, compile(spec));
   const bool gated = spec.after_think_end && think_end_id_ >= 0;
   try {
-    auto impl = std::make_unique<GrammarConstraint::Impl>(*grammar, vocab_size_, gated, think_end_id_);
+    const bool dsml = spec.kind == ConstraintKind::kToolCall || spec.kind == ConstraintKind::kToolCallRequired;
+    auto impl = std::make_unique<GrammarConstraint::Impl>(*grammar, vocab_size_, gated, think_end_id_,
+                                                          dsml ? spelled_marker_ : nullptr);
     return std::shared_ptr<GrammarConstraint>(new GrammarConstraint(std::move(impl)));
   } catch (const std::exception& e) {
     return internal_error(std::string("constrained decoding: ") + e.what());

@@ -56,6 +56,7 @@ struct ConstraintSpec {
 };
 
 class GrammarEngine;
+struct SpelledMarkerTokens;
 
 // One request's matcher: the runtime::TokenConstraint of constrained decoding.
 class GrammarConstraint final : public runtime::TokenConstraint {
@@ -98,6 +99,8 @@ class GrammarEngine {
   int vocab_size_ = 0;
   int32_t eos_id_ = -1;
   int32_t think_end_id_ = -1;
+  // DSML grammars: the ordinary tokens kept from spelling the DSML marker (grammar_engine.cc).
+  std::shared_ptr<const SpelledMarkerTokens> spelled_marker_;
 };
 
 // The xgrammar structural tag (JSON text) of a tool-call constraint: DeepSeek-V4.1's DSML calls

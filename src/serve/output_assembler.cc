@@ -21,15 +21,6 @@ size_t incomplete_utf8_tail(std::string_view s) {
   return 0;
 }
 
-// Moves the newlines that end `text` (all of it when it is only newlines) into `held`.
-std::string hold_trailing_newlines(std::string text, std::string* held) {
-  const size_t last = text.find_last_not_of('\n');
-  const size_t keep = last == std::string::npos ? 0 : last + 1;
-  *held = text.substr(keep);
-  text.resize(keep);
-  return text;
-}
-
 }  // namespace
 
 OutputAssembler::OutputAssembler(const tokenizer::Tokenizer& tokenizer, OutputSettings settings, StreamSink* sink)
@@ -38,8 +29,10 @@ OutputAssembler::OutputAssembler(const tokenizer::Tokenizer& tokenizer, OutputSe
       sink_(sink),
       decoder_(tokenizer, /*skip_special=*/settings_.mode == OutputMode::kRaw),
       parser_(settings_.thinking),
-      think_end_id_(tokenizer.token_to_id(tokenizer::kThinkEnd)) {
+      think_end_id_(tokenizer.token_to_id(tokenizer::kThinkEnd)),
+      eos_id_(tokenizer.token_to_id(tokenizer::kEos)) {
   parser_.set_parse_tool_calls(settings_.parse_tool_calls);
+  for (const tokenizer::AddedToken& t : tokenizer.added_tokens()) added_.emplace(t.id, t.content);
   for (const std::string& s : settings_.stop) longest_stop_ = std::max(longest_stop_, s.size());
 }
 
@@ -64,14 +57,21 @@ void OutputAssembler::feed_output_prefix() {
   prefix_fed_ = true;
   if (settings_.output_prefix.empty() || settings_.mode == OutputMode::kRaw) return;
   decoded_ += settings_.output_prefix;
-  for (const tokenizer::ParseEvent& e : parser_.feed(settings_.output_prefix)) handle(e);
+  // The prefix is the prompt's own markup: its markers are the special tokens they spell.
+  for (const tokenizer::ParseEvent& e : parser_.feed(settings_.output_prefix, tokenizer::ChunkKind::kText)) handle(e);
 }
 
 void OutputAssembler::push(int32_t token) {
   feed_output_prefix();
   if (think_end_id_ && token == *think_end_id_ && !think_end_at_) think_end_at_ = tokens_;
   ++tokens_;
-  if (wants_stop() || parser_done_) return;
+  if (wants_stop() || parser_done_ || ended_) return;
+  // The end-of-sentence token ends the turn (the engine stops on it); it is no text of the turn, as
+  // a backend reports it to deepseek-recipe as the end of the stream.
+  if (eos_id_ && token == *eos_id_) {
+    ended_ = true;
+    return;
+  }
   auto text = decoder_.push(token);
   if (!text.ok()) {  // an id outside the vocabulary: an engine bug, reported as a failed turn
     failure_ = "the engine produced token id " + std::to_string(token) + ": " + text.status().message();
@@ -85,47 +85,41 @@ void OutputAssembler::push(int32_t token) {
     content_text(*text);
     return;
   }
-  for (const tokenizer::ParseEvent& e : parser_.feed(*text)) handle(e);
+  feed_parser(token, *text);
+}
+
+void OutputAssembler::feed_parser(int32_t token, std::string_view text) {
+  // A marker's special-token part matches only that token, as deepseek-recipe decodes each added
+  // token as its own piece. (Under a DSML grammar too: the grammar reaches the marker only through
+  // its token, constrain/grammar_engine.cc.) A special token's text may follow the replacement
+  // character of plain bytes it cut short; those bytes are plain text.
+  const auto added = added_.find(token);
+  if (added == added_.end() || !text.ends_with(added->second)) {
+    for (const tokenizer::ParseEvent& e : parser_.feed(text, tokenizer::ChunkKind::kPlainTokens)) handle(e);
+    return;
+  }
+  const std::string_view plain = text.substr(0, text.size() - added->second.size());
+  for (const tokenizer::ParseEvent& e : parser_.feed(plain, tokenizer::ChunkKind::kPlainTokens)) handle(e);
+  for (const tokenizer::ParseEvent& e : parser_.feed(added->second, tokenizer::ChunkKind::kSpecialToken)) handle(e);
 }
 
 void OutputAssembler::handle(const tokenizer::ParseEvent& event) {
   if (stop_matched_) return;
   switch (event.type) {
-    case tokenizer::ParseEvent::Type::kReasoningDelta: reasoning_delta(event.text); break;
-    case tokenizer::ParseEvent::Type::kContentDelta:
-      reasoning_newlines_.clear();
-      content_delta(event.text);
+    case tokenizer::ParseEvent::Type::kReasoningDelta:
+      turn_.reasoning += event.text;
+      if (sink_) sink_->on_reasoning(event.text);
       break;
+    case tokenizer::ParseEvent::Type::kContentDelta: content_text(event.text); break;
     case tokenizer::ParseEvent::Type::kToolCall: {
-      reasoning_newlines_.clear();
-      content_newlines_.clear();  // newlines before the calls block are not content
       flush_held_content();  // a stop string cannot span a tool call
       ToolCall call{random_id(settings_.tool_id_prefix), event.tool_call.name, event.tool_call.arguments};
       if (sink_) sink_->on_tool_call(turn_.tool_calls.size(), call);
       turn_.tool_calls.push_back(std::move(call));
       break;
     }
-    case tokenizer::ParseEvent::Type::kError: failure_ = event.text; break;
     case tokenizer::ParseEvent::Type::kDone: parser_done_ = true; break;
   }
-}
-
-void OutputAssembler::reasoning_delta(std::string_view text) {
-  const std::string shown = hold_trailing_newlines(reasoning_newlines_ + std::string(text), &reasoning_newlines_);
-  if (shown.empty()) return;
-  turn_.reasoning += shown;
-  if (sink_) sink_->on_reasoning(shown);
-}
-
-void OutputAssembler::content_delta(std::string_view text) {
-  if (!content_started_) {
-    const size_t first = text.find_first_not_of('\n');
-    if (first == std::string_view::npos) return;
-    text.remove_prefix(first);
-    content_started_ = true;
-  }
-  const std::string shown = hold_trailing_newlines(content_newlines_ + std::string(text), &content_newlines_);
-  if (!shown.empty()) content_text(shown);
 }
 
 void OutputAssembler::content_text(std::string_view text) {
@@ -203,9 +197,6 @@ void OutputAssembler::flush_held_content() {
 std::optional<ApiError> OutputAssembler::finish(const runtime::GenerationResult& result, Completion* turn) {
   feed_output_prefix();
   const bool truncated = result.finish_reason == runtime::FinishReason::kLength;
-  // A complaint raised from here on is about where the text ended: an open block, no EOS, or a
-  // character cut in half (its held-back bytes flush as U+FFFD, which no marker continues).
-  const bool failed_before_end = failure_.has_value();
   if (!wants_stop() && !parser_done_) {
     std::string tail = decoder_.finish();
     if (!tail.empty()) {
@@ -213,25 +204,12 @@ std::optional<ApiError> OutputAssembler::finish(const runtime::GenerationResult&
       if (settings_.mode == OutputMode::kRaw) {
         content_text(tail);
       } else {
-        for (const tokenizer::ParseEvent& e : parser_.feed(tail)) handle(e);
+        feed_parser(-1, tail);  // the bytes of a character cut short: plain text
       }
     }
-    if (settings_.mode == OutputMode::kChat && !wants_stop()) {
-      const std::vector<tokenizer::ParseEvent> events = parser_.finish();
-      // A text cut (max_tokens, cancel) inside a marker: the parser hands the start of the marker
-      // back as content and complains; that start is markup, not content (deepseek-recipe drops
-      // it too).
-      const bool cut_in_marker =
-          result.finish_reason != runtime::FinishReason::kStop &&
-          std::any_of(events.begin(), events.end(),
-                      [](const tokenizer::ParseEvent& e) { return e.type == tokenizer::ParseEvent::Type::kError; });
-      for (const tokenizer::ParseEvent& e : events)
-        if (!(cut_in_marker && e.type == tokenizer::ParseEvent::Type::kContentDelta)) handle(e);
-    }
+    if (settings_.mode == OutputMode::kChat && !wants_stop())
+      for (const tokenizer::ParseEvent& e : parser_.finish()) handle(e);
   }
-  const bool failure_at_end = failure_.has_value() && !failed_before_end;
-  // Newlines that ended the answer are content after all (only those before a tool call are not).
-  if (!stop_matched_ && !content_newlines_.empty()) content_text(std::exchange(content_newlines_, {}));
   if (!stop_matched_) flush_held_content();
 
   turn->content = std::move(turn_.content);
@@ -246,20 +224,12 @@ std::optional<ApiError> OutputAssembler::finish(const runtime::GenerationResult&
   if (settings_.mode == OutputMode::kChat && settings_.thinking == tokenizer::ThinkingMode::kThinking)
     turn->usage.reasoning_tokens = think_end_at_ ? *think_end_at_ : turn->usage.completion_tokens;
 
-  // Malformed output seen mid-stream is an error whatever ended the generation (the assembler
-  // cancels it at once); a complaint about the end of the text only matters when the model itself
-  // ended it (a truncated or cancelled text has no EOS by nature).
-  const bool ended_by_model = !truncated && result.finish_reason != runtime::FinishReason::kCancelled;
-  const bool malformed = failure_ && (!failure_at_end || ended_by_model);
   if (stop_matched_) {
     turn->finish = FinishKind::kStop;
-  } else if (malformed && settings_.mode == OutputMode::kChat) {
+  } else if (failure_) {  // the engine produced an id outside the vocabulary
     turn->finish = FinishKind::kError;
-    CEDAR_LOG_WARN("serve: model output broke the V4.1 format: %s", failure_->c_str());
-    return ApiError{ErrorKind::kInternal,
-                    "the model's output broke the DeepSeek-V4.1 format (" + *failure_ +
-                        "); the turn was discarded, retry the request",
-                    ""};
+    CEDAR_LOG_WARN("serve: %s", failure_->c_str());
+    return ApiError{ErrorKind::kInternal, *failure_ + "; the turn was discarded, retry the request", ""};
   } else if (truncated) {
     turn->finish = FinishKind::kLength;
   } else if (result.finish_reason == runtime::FinishReason::kCancelled) {
@@ -276,9 +246,7 @@ std::string OutputAssembler::raw_after_reasoning() const {
     const size_t end = text.find(tokenizer::kThinkEnd);
     text = end == std::string_view::npos ? std::string_view() : text.substr(end + tokenizer::kThinkEnd.size());
   }
-  const size_t eos = text.find(tokenizer::kEos);
-  if (eos != std::string_view::npos) text = text.substr(0, eos);
-  return std::string(text);
+  return std::string(text);  // the end-of-sentence token never enters decoded_
 }
 
 }  // namespace cedar::serve

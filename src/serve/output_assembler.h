@@ -1,8 +1,11 @@
 // OutputAssembler: turns the engine's token stream into what a client sees, one token at a time:
 //
 //   ids -> StreamDecoder (whole UTF-8 characters) -> CompletionParser (reasoning / content / DSML
-//   tool calls, control markers never shown) -> stop strings (cut from the visible content, held
-//   back while a match is still possible) -> StreamSink events, and the accumulated Completion.
+//   tool calls, read as deepseek-recipe reads them; each piece is marked as the text of ordinary
+//   tokens or of one special token, so a marker spelled with ordinary tokens is text) -> stop
+//   strings (cut from the visible content, held back while a match is still possible) ->
+//   StreamSink events, and the accumulated Completion. The end-of-sentence token ends the turn and
+//   is not parsed.
 //
 // Raw mode (/v1/completions) skips the parser: the decoded text (special tokens dropped) is the
 // content.
@@ -11,6 +14,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "runtime/engine.h"
@@ -44,19 +48,18 @@ class OutputAssembler {
   // `sink` may be null (a non-streaming response reads the Completion at the end).
   OutputAssembler(const tokenizer::Tokenizer& tokenizer, OutputSettings settings, StreamSink* sink);
 
-  // Consumes one generated token. After a stop string matched or the output broke the format,
+  // Consumes one generated token. After a stop string matched or an id outside the vocabulary,
   // further tokens are ignored; the caller should cancel the generation (wants_stop()).
   void push(int32_t token);
   // The same, with the token's log-probabilities: entry `index` of `logprobs` (settings.logprobs).
   void push(int32_t token, const runtime::TokenLogprobs& logprobs, size_t index);
   bool wants_stop() const { return stop_matched_ || failure_.has_value(); }
-  // The parser's complaint when the model's output broke the V4.1 format (malformed DSML, a
-  // control marker in the wrong place), with the generation finished by EOS.
+  // Set when the engine produced an id the tokenizer cannot decode (an engine bug). Malformed DSML
+  // or a control marker in the wrong place is no failure: the parser reads every text.
   const std::optional<std::string>& failure() const { return failure_; }
 
   // Ends the turn: flushes held-back text, settles the finish reason and usage from the engine's
-  // result. Returns the error to report when the output could not be parsed although it was
-  // complete (a truncated output is not an error: it finishes with "length").
+  // result. Returns the error to report after a failure().
   std::optional<ApiError> finish(const runtime::GenerationResult& result, Completion* turn);
 
   // What the model wrote after its reasoning, up to the EOS marker (ReplayTurn::raw).
@@ -64,10 +67,8 @@ class OutputAssembler {
 
  private:
   void handle(const tokenizer::ParseEvent& event);
-  // Parser deltas, with deepseek-recipe's newline handling: newlines that end the reasoning, that
-  // begin the answer, or that come just before the tool calls are dropped.
-  void reasoning_delta(std::string_view text);
-  void content_delta(std::string_view text);
+  // Feeds the text `token` completed to the parser with its kind (token -1: plain bytes).
+  void feed_parser(int32_t token, std::string_view text);
   void feed_output_prefix();
   void content_text(std::string_view text);
   void emit_content(std::string_view text);
@@ -81,16 +82,16 @@ class OutputAssembler {
   tokenizer::StreamDecoder decoder_;
   tokenizer::CompletionParser parser_;
   std::optional<int32_t> think_end_id_;  // the </think> token, to count reasoning tokens
+  std::optional<int32_t> eos_id_;        // ends the turn
+  std::unordered_map<int32_t, std::string> added_;  // the added (special) tokens and their text
 
   std::string decoded_;        // every decoded character so far
   std::string held_content_;   // content not yet shown: it may be the start of a stop string
   size_t longest_stop_ = 0;
-  std::string reasoning_newlines_;  // held: they are dropped if the reasoning ends after them
-  std::string content_newlines_;    // held: they are dropped if tool calls follow
-  bool content_started_ = false;    // a character other than a newline was shown as content
   bool stop_matched_ = false;
   bool parser_done_ = false;
   bool prefix_fed_ = false;
+  bool ended_ = false;  // the end-of-sentence token came
   std::optional<std::string> failure_;
   Completion turn_;            // content, reasoning, tool calls so far
   int tokens_ = 0;

@@ -1,21 +1,36 @@
-// Streaming parser for DeepSeek completions: separates reasoning, content and DSML tool calls
-// while the model is still generating, with the result the official
-// parse_message_from_completion_text (encoding.py) gives on the whole text.
+// Streaming parser for DeepSeek completions: separates reasoning, content and DSML tool calls while
+// the model is still generating, with the rules of DeepSeek's protocol library deepseek-recipe 0.2.0
+// (its stream processor's output parser), so that what cedar answers equals what deepseek-recipe
+// answers for the same tokens, malformed output included.
 //
-// Feed it the completion text (what follows the generation header, EOS included) in pieces of
-// any size, e.g. one decoded token at a time:
+// Feed it the completion text (what follows the generation header, without the end-of-sentence
+// token: the engine stops there) in pieces of any size, each with its ChunkKind:
 //
 //   CompletionParser parser(ThinkingMode::kThinking);
-//   for (each token) for (const ParseEvent& e : parser.feed(text_of_token)) handle(e);
+//   for (each token) for (const ParseEvent& e : parser.feed(text_of_token, kind_of_token)) handle(e);
 //   for (const ParseEvent& e : parser.finish()) handle(e);   // end of generation
 //
-// Events: reasoning and content deltas (never holding DSML markup or control markers: text that
-// might begin a marker is held back until it is decided), one ToolCall per closed invoke (name and
-// the JSON arguments string rebuilt from the DSML parameters as the official decoder does), then
-// either Done or one Error with a clear message. After an Error or Done, feed() returns nothing.
+// The rules (the output parser is a set of markers per stage; a marker is plain text and
+// special-token parts, and a special-token part only matches text decoded from that special token):
+//   - Reasoning (thinking mode) ends at `</think>`; the newlines before it and those that begin the
+//     reasoning or the answer are dropped.
+//   - Content: `<｜DSML｜` (any newlines before it dropped) opens the tool calls wherever it stands,
+//     after text, after one newline, or without a calls tag; so does it in the reasoning. `</think>`
+//     in content is dropped. Everything else (a stray `｜DSML｜`, `</｜DSML｜ calls>`, `<think>`,
+//     BOS, EOS spelled in text, any marker spelled with ordinary tokens) is text.
+//   - Tool calls: text is skipped up to `invoke name="` (a call begins; its name runs to the next
+//     `"`) or to `</｜DSML｜ calls>` / `</｜DSML｜tool_calls>` (the turn's output is over: the rest
+//     is dropped). Inside a call, `parameter name=` starts an argument whose name runs (written as
+//     is, quotes included) to a space, then `true">` (a string value, JSON-escaped) or `false">`
+//     (written as is) up to `</｜DSML｜`; `</｜DSML｜` outside a value closes the call. The arguments
+//     are the concatenation `{` name `: ` value `, ` ... `}`, so malformed DSML gives what
+//     deepseek-recipe gives (possibly not JSON), never an error. After an unknown tag such as
+//     `<｜DSML｜ foo>` nothing but those markers is read, so the rest of the turn is dropped.
+//   - A call still open when the text ends is reported with the arguments written so far.
 //
-// Stricter than the official parser on purpose: text that ends inside a DSML block (a truncated
-// tool call) is an error, where the official parser can accept a half-written invoke.
+// Events: reasoning and content deltas (text that may still begin a marker is held back until it
+// is decided), one ToolCall per call (when it closes, or at finish() if it never did), then Done
+// from finish(). There are no errors: every text has a reading. After Done, feed() returns nothing.
 #pragma once
 
 #include <string>
@@ -27,66 +42,107 @@
 
 namespace cedar::tokenizer {
 
+// Where a piece of completion text comes from, which decides whether a marker's special-token part
+// (`｜DSML｜`, `</think>`) can match it (deepseek-recipe's ChunkKind).
+enum class ChunkKind {
+  kText,          // text without token boundaries: every marker matches its spelling
+  kPlainTokens,   // decoded from ordinary tokens: only the plain parts of markers match
+  kSpecialToken,  // the text of one special (added) token: only special-token parts match
+};
+
 struct ToolCall {
   std::string name;
-  std::string arguments;  // a JSON object text, e.g. {"city": "Paris", "days": 3}
+  std::string arguments;  // built from the DSML parameters, e.g. {"city": "Paris", "days": 3}
 };
 
 struct ParseEvent {
-  enum class Type { kReasoningDelta, kContentDelta, kToolCall, kError, kDone };
+  enum class Type { kReasoningDelta, kContentDelta, kToolCall, kDone };
   Type type;
-  std::string text;    // the delta, or the error message
+  std::string text;    // the delta
   ToolCall tool_call;  // kToolCall only
 };
 
 class CompletionParser {
  public:
-  explicit CompletionParser(ThinkingMode mode, PromptFormat format = PromptFormat::kV41);
+  explicit CompletionParser(ThinkingMode mode);
   // Off: DSML in the content is plain text and no tool call is ever reported (a request that
   // declared no tools, or tool_choice "none": deepseek-recipe's parse_tool_calls = false).
-  void set_parse_tool_calls(bool on) { parse_tool_calls_ = on; }
+  // Set before the first feed().
+  void set_parse_tool_calls(bool on);
 
   // Consumes the next piece of completion text.
-  std::vector<ParseEvent> feed(std::string_view text);
-  // The completion has ended (EOS seen or generation stopped): flushes and reports truncation.
+  std::vector<ParseEvent> feed(std::string_view text, ChunkKind kind);
+  // The completion has ended: flushes what was held back, reports a call still open, then Done.
   std::vector<ParseEvent> finish();
 
-  bool done() const { return state_ == State::kDone; }
-  bool failed() const { return state_ == State::kFailed; }
+  bool done() const { return done_; }
+
+  // What the parser does with bytes; `label` is the text an arguments label or end writes.
+  struct Action {
+    enum class Kind {
+      kContent, kReasoning, kSkip, kCallBegin, kCallName, kCallNameEnd, kArgumentsRaw, kArgumentsString,
+      kArgumentsLabel, kArgumentsEnd
+    };
+    Kind kind;
+    const char* label = "";
+  };
+  enum class Stage {
+    kContent, kReasoning, kToolCalls, kToolName, kArguments, kArgumentName, kStringAttribute, kArgumentValue,
+    kFinished
+  };
+  // A stage with its flags (deepseek-recipe's Stage enum values).
+  struct StageState {
+    Stage stage;
+    bool strip_leading_newlines = false;  // kContent, kReasoning
+    bool first_argument = false;          // kArguments
+    bool string_value = false;            // kArgumentValue
+  };
+  struct PatternUnit {
+    char byte;
+    bool special;  // belongs to a special-token part of the marker
+  };
+  // One way out of a stage: a marker (optionally preceded by any number of newlines, which belong
+  // to the match) or the stage's first byte being a newline.
+  struct Branch {
+    enum class Match { kMarker, kNewlinesAndMarker, kLeadingNewline };
+    Match match;
+    const std::vector<PatternUnit>* pattern = nullptr;
+    const std::vector<size_t>* failure = nullptr;  // KMP failure table of `pattern`
+    StageState next;
+    Action action;
+    size_t matched = 0;     // pattern units matched so far
+    size_t newlines = 0;    // kNewlinesAndMarker: newlines before the match
+    bool first_byte = true;  // kLeadingNewline
+    bool leading_newline = false;
+  };
 
  private:
-  enum class State { kReasoning, kContent, kToolCalls, kAfterCalls, kAfterEos, kDone, kFailed };
-  enum class CallState { kBetweenInvokes, kInvokeName, kParameter, kAfterParameter };
+  void enter(StageState next);
+  Action unmatched_action() const;
+  bool advance(Branch& b, char byte, ChunkKind kind) const;
+  static size_t matching_length(const Branch& b);
+  void apply(Action action, size_t length, std::vector<ParseEvent>* events);
 
-  void run(std::vector<ParseEvent>* events, bool at_end);
-  bool scan_text(std::vector<ParseEvent>* events, bool at_end);
-  bool scan_calls(std::vector<ParseEvent>* events, bool at_end);
-  void fail(std::vector<ParseEvent>* events, std::string message);
-
-  PromptFormat format_;
-  State state_;
   bool parse_tool_calls_ = true;
-  CallState call_state_ = CallState::kBetweenInvokes;
-  std::string pending_;  // text received but not yet consumed
-  // Markers of the format.
-  std::string calls_start_, calls_end_, invoke_start_, invoke_end_, param_start_, param_end_;
-  // The invoke being read.
-  std::string call_name_;
-  std::vector<std::pair<std::string, std::pair<std::string, bool>>> call_params_;  // name -> (value, is_string)
+  bool done_ = false;
+  StageState stage_;
+  std::vector<Branch> branches_;  // in priority order: the first that completes at a byte wins
+  std::string buffer_;            // fed bytes not yet assigned an action
+
+  // The call being read.
+  bool call_open_ = false, call_named_ = false;
+  std::string call_name_, call_arguments_;
 };
 
-// The whole-text form: parses a complete completion into the assistant message fields, or the
-// error the streaming parser reports.
+// The whole-text form: parses a complete completion into the assistant message fields. The text is
+// one kText chunk (there are no token boundaries, so every marker spelling counts, as in
+// deepseek-recipe's Text chunks), and it ends at its first end-of-sentence marker (where the engine
+// would have stopped); what follows that marker is ignored.
 struct ParsedCompletion {
   std::string content;
   std::string reasoning_content;
   std::vector<ToolCall> tool_calls;
 };
-Result<ParsedCompletion> parse_completion(std::string_view text, ThinkingMode mode,
-                                          PromptFormat format = PromptFormat::kV41);
-
-// decode_dsml_to_arguments: {"name": value, ...} where string parameters are JSON-quoted and the
-// others are inserted as written.
-std::string dsml_arguments_json(const std::vector<std::pair<std::string, std::pair<std::string, bool>>>& params);
+ParsedCompletion parse_completion(std::string_view text, ThinkingMode mode, bool parse_tool_calls = true);
 
 }  // namespace cedar::tokenizer

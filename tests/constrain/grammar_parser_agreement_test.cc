@@ -5,8 +5,13 @@
 // token is drawn uniformly from those the grammar's mask allows (the end-of-sentence token, when
 // allowed, with a fixed probability so that walks end). The ids go through the same pipeline the
 // server uses: tokenizer::StreamDecoder to text, then tokenizer::CompletionParser, fed the forced
-// call's prefill first when the call is required. Every walk that ended must parse without error,
-// and every call it reports must carry JSON arguments of a declared tool. Uniform draws favour the
+// call's prefill first when the call is required, each token's text with its kind (special or
+// ordinary: the parser matches the DSML marker only against its token, so the grammar must reach
+// the marker only through it, GrammarEngine's SpelledMarkerTokens), and without the
+// end-of-sentence token (the engine stops on it). The parser reads every text (deepseek-recipe's rules), so
+// agreement means: every walk that ended reads as it was written, no DSML markup shows in the
+// content, every invoke the walk wrote is a call, and every call carries JSON arguments of a
+// declared tool. Uniform draws favour the
 // odd tokens a trained model rarely writes (pieces of a multi-byte character, runs of white space),
 // which is where grammar and parser could disagree.
 #include <cctype>
@@ -63,9 +68,43 @@ const char* kTools = R"([
 struct Walk {
   std::string text;          // the decoded output
   bool ended = false;        // the grammar took the end-of-sentence token
-  std::string parse_error;   // the parser's complaint, if any
+  std::string content;       // what the parser reported as content and reasoning
   std::vector<tokenizer::ToolCall> calls;
 };
+
+// Collects a parser's events into `content` and `calls`.
+void take_events(const std::vector<tokenizer::ParseEvent>& events, std::string* content,
+                 std::vector<tokenizer::ToolCall>* calls) {
+  for (const auto& e : events) {
+    if (e.type == tokenizer::ParseEvent::Type::kToolCall) calls->push_back(e.tool_call);
+    if (e.type == tokenizer::ParseEvent::Type::kContentDelta || e.type == tokenizer::ParseEvent::Type::kReasoningDelta)
+      *content += e.text;
+  }
+}
+
+size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) ++n;
+  return n;
+}
+
+// Where the parser's reading of an ended walk disagrees with what the grammar let it write ("" when
+// it agrees): markup shown as content, or an invoke that is no call.
+std::string disagreement(const std::string& text, const std::string& content,
+                         const std::vector<tokenizer::ToolCall>& calls) {
+  if (content.find(tokenizer::kDsml) != std::string::npos) return "DSML markup in the content: " + content;
+  const size_t invokes = count_of(text, "<" + std::string(tokenizer::kDsml) + " invoke name=\"");
+  if (invokes != calls.size())
+    return std::to_string(invokes) + " invokes written, " + std::to_string(calls.size()) + " calls read";
+  return "";
+}
+
+// The kind of the text `id` decoded to, as the output assembler tells the parser.
+tokenizer::ChunkKind kind_of(int32_t id) {
+  for (const tokenizer::AddedToken& t : tok().added_tokens())
+    if (t.id == id) return tokenizer::ChunkKind::kSpecialToken;
+  return tokenizer::ChunkKind::kPlainTokens;
+}
 
 // One walk of at most `max_steps` tokens, parsed as the server's output assembler parses it.
 Walk walk(ConstraintKind kind, uint32_t seed, int max_steps) {
@@ -79,14 +118,10 @@ Walk walk(ConstraintKind kind, uint32_t seed, int max_steps) {
   tokenizer::StreamDecoder decoder(tok());
   tokenizer::CompletionParser parser(tokenizer::ThinkingMode::kChat);
   Walk w;
-  auto take = [&](const std::vector<tokenizer::ParseEvent>& events) {
-    for (const auto& e : events) {
-      if (e.type == tokenizer::ParseEvent::Type::kError && w.parse_error.empty()) w.parse_error = e.text;
-      if (e.type == tokenizer::ParseEvent::Type::kToolCall) w.calls.push_back(e.tool_call);
-    }
-  };
+  auto take = [&](const std::vector<tokenizer::ParseEvent>& events) { take_events(events, &w.content, &w.calls); };
   // The required call's prefill is prompt text the parser reads first (serve/chat_prompt.h).
-  if (kind == ConstraintKind::kToolCallRequired) take(parser.feed("\n\n<" + std::string(tokenizer::kDsml) + " calls>\n"));
+  if (kind == ConstraintKind::kToolCallRequired)
+    take(parser.feed("\n\n<" + std::string(tokenizer::kDsml) + " calls>\n", tokenizer::ChunkKind::kText));
   const int32_t eos = engine().eos_id();
   // Auto calls: uniform draws would almost never open a calls block, so the walk opens one with
   // the tokenizer's own encoding of a short answer and the block's start, then goes on at random.
@@ -117,14 +152,15 @@ Walk walk(ConstraintKind kind, uint32_t seed, int max_steps) {
     }
     if (!c.accept_token(next)) throw std::runtime_error("the grammar refused a token its mask allowed");
     w.ended = next == eos;
+    if (w.ended) break;  // the engine stops on it: never parsed
     auto piece = decoder.push(next);
     if (!piece.ok()) throw std::runtime_error(piece.status().to_string());
     w.text += *piece;
-    take(parser.feed(*piece));
+    take(parser.feed(*piece, kind_of(next)));
   }
   const std::string tail = decoder.finish();
   w.text += tail;
-  take(parser.feed(tail));
+  take(parser.feed(tail, tokenizer::ChunkKind::kPlainTokens));
   if (w.ended) take(parser.finish());
   return w;
 }
@@ -138,7 +174,7 @@ void check_walks(ConstraintKind kind, int walks, int min_calls) {
     const Walk w = walk(kind, 1000u + static_cast<uint32_t>(i), 400);
     if (!w.ended) continue;  // a walk the step bound cut: its text is unfinished by nature
     ++ended;
-    ASSERT_EQ(w.parse_error, "") << "walk " << i << " wrote " << escaped(w.text);
+    ASSERT_EQ(disagreement(w.text, w.content, w.calls), "") << "walk " << i << " wrote " << escaped(w.text);
     for (const auto& call : w.calls) {
       ++calls;
       bool declared = false;
@@ -160,9 +196,9 @@ TEST(GrammarParserAgreement, RequiredToolCallsParse) { check_walks(ConstraintKin
 
 TEST(GrammarParserAgreement, AutoToolCallsParse) { check_walks(ConstraintKind::kToolCall, 150, 150); }
 
-// Free text beside auto tool calls: the parser takes "｜DSML｜" in content only as the start of a
-// calls block, "\n\n<｜DSML｜ calls>" (what the chat template writes and deepseek-recipe reads), so
-// the grammar must refuse the marker anywhere else. A sampled model found the hole (a calls block
+// Free text beside auto tool calls: read by spelling, "<｜DSML｜" in content opens the tool calls
+// wherever it stands, so the grammar must refuse the marker anywhere but in the calls block it
+// opens after a blank line, "\n\n<｜DSML｜ calls>" (what the chat template writes). A sampled model found the hole (a calls block
 // opened without the blank line before it was a 500); uniform walks almost never draw the marker,
 // so these walks draw the tokens around it often.
 TEST(GrammarParserAgreement, FreeTextNeverHoldsAStrayDsmlMarker) {
@@ -229,15 +265,13 @@ TEST(GrammarParserAgreement, FreeTextNeverHoldsAStrayDsmlMarker) {
     std::mt19937 rng(seed);
     tokenizer::StreamDecoder decoder(tok());
     tokenizer::CompletionParser parser(tokenizer::ThinkingMode::kChat);
-    std::string text, error;
+    std::string text, content;
+    std::vector<tokenizer::ToolCall> walk_calls;
     bool done = false, saw_marker = false;
     const auto take = [&](const std::vector<tokenizer::ParseEvent>& events) {
-      for (const auto& e : events) {
-        if (e.type == tokenizer::ParseEvent::Type::kError && error.empty()) error = e.text;
-        calls += e.type == tokenizer::ParseEvent::Type::kToolCall;
-      }
+      take_events(events, &content, &walk_calls);
     };
-    for (int step = 0; step < 120 && !done && error.empty(); ++step) {
+    for (int step = 0; step < 120 && !done; ++step) {
       const uint32_t* mask = c.next_token_mask();
       allowed.clear();
       lures_allowed.clear();
@@ -254,15 +288,21 @@ TEST(GrammarParserAgreement, FreeTextNeverHoldsAStrayDsmlMarker) {
       if (next == engine().eos_id()) {
         done = true;
         ++ended;
+        break;
       }
       auto piece = decoder.push(next);
       ASSERT_TRUE(piece.ok());
       text += *piece;
-      take(parser.feed(*piece));
+      take(parser.feed(*piece, kind_of(next)));
     }
-    if (done) take(parser.finish());
-    ASSERT_EQ(error, "") << "walk " << seed << " wrote " << escaped(text);
     marker_walks += saw_marker;
+    if (!done) continue;  // a walk the step bound cut: its text is unfinished by nature
+    take(parser.finish());
+    ASSERT_EQ(disagreement(text, content, walk_calls), "") << "walk " << seed << " wrote " << escaped(text);
+    // The grammar keeps the other marker spellings out of the free text too.
+    for (const std::string_view marker : {tokenizer::kThinkStart, tokenizer::kThinkEnd, tokenizer::kBos, tokenizer::kEos})
+      EXPECT_EQ(count_of(text, std::string(marker)), 0u) << "walk " << seed << " wrote " << escaped(text);
+    calls += static_cast<int>(walk_calls.size());
   }
   EXPECT_GT(ended, 0);
   EXPECT_GE(marker_walks, 3) << "the walks must reach the DSML marker (after the blank line) to test anything";

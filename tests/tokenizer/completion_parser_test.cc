@@ -1,13 +1,17 @@
-// The streaming completion parser against the official parser's results on the golden
-// completions (tests/tokenizer/data/official/v41-parse-public.jsonl), fed whole, byte by byte, in random
-// pieces and token by token; plus hand-worked cases for what streaming adds.
+// The streaming completion parser: the official parser's results on the golden well-formed
+// completions (tests/tokenizer/data/official/v41-parse-public.jsonl), fed whole, byte by byte, in
+// random pieces and token by token; deepseek-recipe 0.2.0's readings of malformed output (the
+// expected values below are what recipe's StreamProcessor answers for the same text, probed with
+// tests/serve/recipe's venv, Chat Completions with tools declared); and what streaming adds.
 #include "tokenizer/completion_parser.h"
 
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
 #include <random>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -20,167 +24,275 @@ namespace {
 using ojson = nlohmann::ordered_json;
 
 struct Outcome {
-  std::string content, reasoning, error;
+  std::string content, reasoning;
   std::vector<ToolCall> calls;
   bool done = false;
   int events_after_end = 0;
 };
 
-Outcome run_pieces(const std::vector<std::string>& pieces, ThinkingMode mode) {
+using Pieces = std::vector<std::pair<std::string, ChunkKind>>;
+
+Outcome run_pieces(const Pieces& pieces, ThinkingMode mode, bool parse_tool_calls = true) {
   CompletionParser parser(mode);
+  parser.set_parse_tool_calls(parse_tool_calls);
   Outcome o;
   auto take = [&](std::vector<ParseEvent> events) {
     for (auto& e : events) {
-      if (o.done || !o.error.empty()) ++o.events_after_end;
+      if (o.done) ++o.events_after_end;
       switch (e.type) {
-        case ParseEvent::Type::kReasoningDelta:
-          EXPECT_EQ(e.text.find("DSML"), std::string::npos);
-          o.reasoning += e.text;
-          break;
-        case ParseEvent::Type::kContentDelta:
-          EXPECT_EQ(e.text.find("DSML"), std::string::npos) << "DSML markup leaked into content";
-          o.content += e.text;
-          break;
+        case ParseEvent::Type::kReasoningDelta: o.reasoning += e.text; break;
+        case ParseEvent::Type::kContentDelta: o.content += e.text; break;
         case ParseEvent::Type::kToolCall: o.calls.push_back(e.tool_call); break;
-        case ParseEvent::Type::kError: o.error = e.text; break;
         case ParseEvent::Type::kDone: o.done = true; break;
       }
     }
   };
-  for (const auto& p : pieces) take(parser.feed(p));
+  for (const auto& [text, kind] : pieces) take(parser.feed(text, kind));
   take(parser.finish());
   return o;
 }
 
-std::vector<std::vector<std::string>> splittings(const std::string& text, uint32_t seed) {
-  std::vector<std::vector<std::string>> out;
-  out.push_back({text});
-  std::vector<std::string> bytes;
-  for (char c : text) bytes.emplace_back(1, c);
+Outcome run_text(const std::string& text, ThinkingMode mode = ThinkingMode::kChat) {
+  return run_pieces({{text, ChunkKind::kText}}, mode);
+}
+
+// The completion without its end-of-sentence marker (the engine stops on it; it is never parsed).
+std::string before_eos(const std::string& text) { return text.substr(0, text.find(kEos)); }
+
+// Token by token, as the server decodes them, each piece with its kind (the V4 tokenizer has the
+// DSML and think tokens).
+Pieces token_pieces(const std::string& text) {
+  auto ids = v4_tokenizer().encode(text);
+  EXPECT_TRUE(ids.ok());
+  Pieces tokens;
+  StreamDecoder dec(v4_tokenizer());
+  for (TokenId id : *ids) {
+    bool added = false;
+    for (const AddedToken& t : v4_tokenizer().added_tokens()) added |= t.id == id;
+    tokens.push_back({*dec.push(id), added ? ChunkKind::kSpecialToken : ChunkKind::kPlainTokens});
+  }
+  tokens.push_back({dec.finish(), ChunkKind::kPlainTokens});
+  return tokens;
+}
+
+std::vector<Pieces> splittings(const std::string& text, uint32_t seed) {
+  std::vector<Pieces> out;
+  out.push_back({{text, ChunkKind::kText}});
+  Pieces bytes;
+  for (char c : text) bytes.push_back({std::string(1, c), ChunkKind::kText});
   out.push_back(bytes);
   std::mt19937 rng(seed);
   for (int k = 0; k < 20; ++k) {
-    std::vector<std::string> pieces;
+    Pieces pieces;
     for (size_t i = 0; i < text.size();) {
       const size_t n = std::uniform_int_distribution<size_t>(1, 9)(rng);
-      pieces.push_back(text.substr(i, n));
+      pieces.push_back({text.substr(i, n), ChunkKind::kText});
       i += n;
     }
     out.push_back(pieces);
   }
-  // Token by token, as a server decodes them (the V4 tokenizer has the DSML and think tokens).
-  auto ids = v4_tokenizer().encode(text);
-  EXPECT_TRUE(ids.ok());
-  std::vector<std::string> tokens;
-  StreamDecoder dec(v4_tokenizer());
-  for (TokenId id : *ids) tokens.push_back(*dec.push(id));
-  tokens.push_back(dec.finish());
-  out.push_back(tokens);
+  out.push_back(token_pieces(text));
   return out;
 }
 
+void expect_calls(const Outcome& o, const std::vector<std::pair<std::string, std::string>>& want) {
+  ASSERT_EQ(o.calls.size(), want.size());
+  for (size_t k = 0; k < want.size(); ++k) {
+    EXPECT_EQ(o.calls[k].name, want[k].first);
+    EXPECT_EQ(o.calls[k].arguments, want[k].second);
+  }
+}
+
 TEST(CompletionParser, GoldenCompletionsInEveryPieceSize) {
+  // The official parser's error cases have recipe's readings instead (probed with its processor).
+  const std::map<std::string, std::pair<ParsedCompletion, std::string>> recovered = {
+      {"missing_think_end", {{"", "no end marker", {}}, "missing </think>: all of it is reasoning"}},
+      {"missing_eos", {{"truncated answer", "", {}}, "no end-of-sentence token: the text is the answer"}},
+      {"duplicate_param", {{"", "", {{"search", "{\"q\": \"a\", \"q\": \"b\"}"}}}, "both values are written"}},
+      {"text_after_calls", {{"", "", {{"search", "{\"q\": \"a\"}"}}}, "text after the calls block is dropped"}},
+  };
   std::ifstream in(official_dir() + "/v41-parse-public.jsonl");
   ASSERT_TRUE(in);
   std::string line;
-  int n_ok = 0, n_err = 0;
+  int n_ok = 0, n_recovered = 0;
   while (std::getline(in, line)) {
     const ojson c = ojson::parse(line);
     const std::string name = c["name"].get<std::string>();
-    const std::string text = c["completion"].get<std::string>();
+    const std::string text = before_eos(c["completion"].get<std::string>());
     const ThinkingMode mode = c["thinking_mode"] == "thinking" ? ThinkingMode::kThinking : ThinkingMode::kChat;
+    ParsedCompletion want;
+    if (c.contains("message")) {
+      const ojson& m = c["message"];
+      want.content = m["content"].get<std::string>();
+      want.reasoning_content = m["reasoning_content"].get<std::string>();
+      for (const auto& call : m["tool_calls"])
+        want.tool_calls.push_back(
+            {call["function"]["name"].get<std::string>(), call["function"]["arguments"].get<std::string>()});
+      ++n_ok;
+    } else {
+      ASSERT_TRUE(recovered.count(name)) << name << ": an official error case without recipe's reading";
+      want = recovered.at(name).first;
+      ++n_recovered;
+    }
     for (const auto& pieces : splittings(text, 7)) {
       const Outcome o = run_pieces(pieces, mode);
       EXPECT_EQ(o.events_after_end, 0) << name;
-      if (c.contains("message")) {
-        const ojson& m = c["message"];
-        ASSERT_TRUE(o.error.empty()) << name << ": " << o.error;
-        EXPECT_TRUE(o.done) << name;
-        EXPECT_EQ(o.content, m["content"].get<std::string>()) << name;
-        EXPECT_EQ(o.reasoning, m["reasoning_content"].get<std::string>()) << name;
-        ASSERT_EQ(o.calls.size(), m["tool_calls"].size()) << name;
-        for (size_t k = 0; k < o.calls.size(); ++k) {
-          EXPECT_EQ(o.calls[k].name, m["tool_calls"][k]["function"]["name"].get<std::string>()) << name;
-          EXPECT_EQ(o.calls[k].arguments, m["tool_calls"][k]["function"]["arguments"].get<std::string>()) << name;
-        }
-      } else {
-        EXPECT_FALSE(o.error.empty()) << name << " must be rejected";
-        EXPECT_FALSE(o.done) << name;
-        std::string official = c["error"].get<std::string>();
-        official = official.substr(official.find(": ") + 2);
-        EXPECT_NE(o.error.find(official), std::string::npos) << name << ": got '" << o.error << "'";
+      EXPECT_TRUE(o.done) << name;
+      EXPECT_EQ(o.content, want.content) << name;
+      EXPECT_EQ(o.reasoning, want.reasoning_content) << name;
+      ASSERT_EQ(o.calls.size(), want.tool_calls.size()) << name;
+      for (size_t k = 0; k < o.calls.size(); ++k) {
+        EXPECT_EQ(o.calls[k].name, want.tool_calls[k].name) << name;
+        EXPECT_EQ(o.calls[k].arguments, want.tool_calls[k].arguments) << name;
       }
     }
-    (c.contains("message") ? n_ok : n_err)++;
   }
   EXPECT_GE(n_ok, 4);
-  EXPECT_GE(n_err, 4);
+  EXPECT_EQ(n_recovered, static_cast<int>(recovered.size()));
 }
 
 TEST(CompletionParser, HoldsBackPossibleMarkersAndFlushesFalseAlarms) {
   CompletionParser p(ThinkingMode::kChat);
-  auto e1 = p.feed("a\n\n<");
+  auto e1 = p.feed("a\n\n<", ChunkKind::kText);
   ASSERT_EQ(e1.size(), 1u);
-  EXPECT_EQ(e1[0].text, "a");  // "\n\n<" may start the tool-call block
-  auto e2 = p.feed("b");        // it did not
+  EXPECT_EQ(e1[0].text, "a");  // "\n\n<" may start the tool calls
+  auto e2 = p.feed("b", ChunkKind::kText);  // it did not
   ASSERT_EQ(e2.size(), 1u);
   EXPECT_EQ(e2[0].text, "\n\n<b");
-  auto e3 = p.feed("<｜end▁of▁sentence｜>");
-  EXPECT_TRUE(e3.empty());
-  auto e4 = p.finish();
-  ASSERT_EQ(e4.size(), 1u);
-  EXPECT_EQ(e4[0].type, ParseEvent::Type::kDone);
+  auto e3 = p.finish();
+  ASSERT_EQ(e3.size(), 1u);
+  EXPECT_EQ(e3[0].type, ParseEvent::Type::kDone);
+  EXPECT_TRUE(p.done());
+  EXPECT_TRUE(p.feed("more", ChunkKind::kText).empty());
 }
 
-TEST(CompletionParser, TruncatedToolCallIsAnError) {
-  // The official parser would accept this half-written invoke; cedar reports it.
-  const std::string text = "\n\n<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"x\">\n<｜DSML｜ parameter name=\"q\" string=\"true\">ab";
-  auto r = parse_completion(text, ThinkingMode::kChat);
-  ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("truncated"), std::string::npos);
+// ---- deepseek-recipe's recoveries (each was an error of the official parser, a 500 before).
+
+const std::string kInvokeF = "<｜DSML｜ invoke name=\"f\">\n</｜DSML｜ invoke>\n";
+
+TEST(CompletionParserRecovery, CallsBlockRightAfterText) {
+  const Outcome o = run_text("text<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"f\">\n<｜DSML｜ parameter name=\"a\" "
+                             "string=\"true\">x</｜DSML｜ parameter>\n</｜DSML｜ invoke>\n</｜DSML｜ calls>");
+  EXPECT_EQ(o.content, "text");
+  expect_calls(o, {{"f", "{\"a\": \"x\"}"}});
 }
 
-TEST(CompletionParser, MalformedMarkupIsReportedAtOnce) {
-  CompletionParser p(ThinkingMode::kChat);
-  auto e = p.feed("\n\n<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"x\">\n<｜DSML｜ parameter name=\"q\" string=\"maybe\">1</｜DSML｜ parameter>");
-  ASSERT_FALSE(e.empty());
-  EXPECT_EQ(e.back().type, ParseEvent::Type::kError);
-  EXPECT_NE(e.back().text.find("Parameter format error"), std::string::npos);
-  EXPECT_TRUE(p.failed());
-  EXPECT_TRUE(p.feed("more").empty());
+TEST(CompletionParserRecovery, CallsBlockAfterOneNewline) {
+  const Outcome o = run_text("text\n<｜DSML｜ calls>\n" + kInvokeF + "</｜DSML｜ calls>");
+  EXPECT_EQ(o.content, "text");  // the newline before the marker belongs to it
+  expect_calls(o, {{"f", "{}"}});
 }
 
-TEST(CompletionParser, SpecialTokensInContentAreRejected) {
-  for (const char* text : {"a</think>b<｜end▁of▁sentence｜>", "a｜DSML｜b<｜end▁of▁sentence｜>",
-                           "a<｜end▁of▁sentence｜>b"}) {
-    EXPECT_FALSE(parse_completion(text, ThinkingMode::kChat).ok()) << text;
-  }
-  auto ok = parse_completion("r</think>c<｜end▁of▁sentence｜>", ThinkingMode::kThinking);
-  ASSERT_TRUE(ok.ok());
-  EXPECT_EQ(ok->reasoning_content, "r");
-  EXPECT_EQ(ok->content, "c");
+TEST(CompletionParserRecovery, InvokeWithoutCallsBlock) {
+  const Outcome o = run_text("ok <｜DSML｜ invoke name=\"f\">\n<｜DSML｜ parameter name=\"n\" string=\"false\">3</｜DSML｜ "
+                             "parameter>\n</｜DSML｜ invoke>\nmore");
+  EXPECT_EQ(o.content, "ok ");  // "more" stands in the tool calls, where text is skipped
+  expect_calls(o, {{"f", "{\"n\": 3}"}});
+}
+
+TEST(CompletionParserRecovery, StrayMarkersInContentStayText) {
+  const std::string text = "a ｜DSML｜ b </｜DSML｜ calls> c <think> d <｜begin▁of▁sentence｜> e";
+  const Outcome o = run_text(text);
+  EXPECT_EQ(o.content, text);
+  EXPECT_TRUE(o.calls.empty());
+}
+
+TEST(CompletionParserRecovery, ThinkEndInContentIsDropped) {
+  EXPECT_EQ(run_text("before</think>after").content, "beforeafter");
+  // The answer goes on after it without dropping leading newlines.
+  EXPECT_EQ(run_text("x</think>\n\ny").content, "x\n\ny");
+}
+
+TEST(CompletionParserRecovery, UnknownTagDropsTheRestOfTheTurn) {
+  const Outcome o = run_text("hi<｜DSML｜ foo>\nrest of it\n<｜DSML｜ bar>");
+  EXPECT_EQ(o.content, "hi");
+  EXPECT_TRUE(o.calls.empty());
+  // Only an invoke or the end of the block is read after it.
+  const Outcome g = run_text("hi<｜DSML｜ foo>\n<｜DSML｜ invoke name=\"g\">\n</｜DSML｜ invoke>tail");
+  EXPECT_EQ(g.content, "hi");
+  expect_calls(g, {{"g", "{}"}});
+}
+
+TEST(CompletionParserRecovery, ToolCallsOpenInsideTheReasoning) {
+  const Outcome o = run_text("think<｜DSML｜ calls>\n" + kInvokeF + "</｜DSML｜ calls>", ThinkingMode::kThinking);
+  EXPECT_EQ(o.reasoning, "think");
+  EXPECT_EQ(o.content, "");
+  expect_calls(o, {{"f", "{}"}});
+}
+
+TEST(CompletionParserRecovery, MalformedParametersAreWrittenAsRead) {
+  // An unknown string attribute: nothing after it is read into the call, which stays open.
+  const Outcome bad = run_text("\n\n<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"f\">\n<｜DSML｜ parameter name=\"q\" "
+                               "string=\"maybe\">1</｜DSML｜ parameter>\n</｜DSML｜ invoke>\n</｜DSML｜ calls>");
+  expect_calls(bad, {{"f", "{\"q\": "}});
+  // A call cut short is reported with what it has.
+  const Outcome cut =
+      run_text("\n\n<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"f\">\n<｜DSML｜ parameter name=\"q\" string=\"true\">ab");
+  expect_calls(cut, {{"f", "{\"q\": \"ab"}});
+}
+
+TEST(CompletionParserRecovery, NewlinesAtTheSeamsAreDropped) {
+  const Outcome o = run_text("r\n\n</think>\n\nc\n\n", ThinkingMode::kThinking);
+  EXPECT_EQ(o.reasoning, "r");
+  EXPECT_EQ(o.content, "c\n\n");  // newlines that end the answer are kept
+}
+
+// recipe matches a marker's special-token part only against that token's own text: ordinary
+// tokens that spell a marker are text.
+TEST(CompletionParserRecovery, MarkersSpelledByOrdinaryTokensAreText) {
+  const std::string block = " calls>\n" + kInvokeF + "</｜DSML｜ calls>";
+  // The same block opened by the special token, then by ordinary tokens spelling it.
+  const Outcome special = run_pieces({{"text<", ChunkKind::kPlainTokens},
+                                      {std::string(kDsml), ChunkKind::kSpecialToken},
+                                      {" calls>\n<", ChunkKind::kPlainTokens},
+                                      {std::string(kDsml), ChunkKind::kSpecialToken},
+                                      {" invoke name=\"f\">\n</", ChunkKind::kPlainTokens},
+                                      {std::string(kDsml), ChunkKind::kSpecialToken},
+                                      {" invoke>\n</", ChunkKind::kPlainTokens},
+                                      {std::string(kDsml), ChunkKind::kSpecialToken},
+                                      {" calls>", ChunkKind::kPlainTokens}},
+                                     ThinkingMode::kChat);
+  EXPECT_EQ(special.content, "text");
+  expect_calls(special, {{"f", "{}"}});
+  const Outcome spelled = run_pieces({{"text<" + std::string(kDsml) + " calls>", ChunkKind::kPlainTokens}},
+                                     ThinkingMode::kChat);
+  EXPECT_EQ(spelled.content, "text<｜DSML｜ calls>");
+  EXPECT_TRUE(spelled.calls.empty());
+  // </think> spelled in content is text too, and spelled in the reasoning does not end it.
+  EXPECT_EQ(run_pieces({{"a</think>b", ChunkKind::kPlainTokens}}, ThinkingMode::kChat).content, "a</think>b");
+  const Outcome thinking = run_pieces({{"r</think>", ChunkKind::kPlainTokens},
+                                       {std::string(kThinkEnd), ChunkKind::kSpecialToken},
+                                       {"c", ChunkKind::kPlainTokens}},
+                                      ThinkingMode::kThinking);
+  EXPECT_EQ(thinking.reasoning, "r</think>");
+  EXPECT_EQ(thinking.content, "c");
+}
+
+TEST(CompletionParser, WithoutToolsDsmlIsContent) {
+  const std::string text = "Sure.\n\n<｜DSML｜ calls>\n" + kInvokeF + "</｜DSML｜ calls>";
+  const Outcome o = run_pieces({{text, ChunkKind::kText}}, ThinkingMode::kChat, /*parse_tool_calls=*/false);
+  EXPECT_EQ(o.content, text);
+  EXPECT_TRUE(o.calls.empty());
 }
 
 TEST(CompletionParser, ArgumentsRebuiltLikeTheOfficialDecoder) {
-  // string="true" values are JSON-quoted; others are inserted as written.
-  EXPECT_EQ(dsml_arguments_json({{"a", {"x \"y\"\n", true}}, {"b", {"[1, 2]", false}}}),
-            "{\"a\": \"x \\\"y\\\"\\n\", \"b\": [1, 2]}");
-  // A name with a quote and a value with '<' inside parse as the official regexes do.
-  auto r = parse_completion(
-      "\n\n<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"a\"b\">\n<｜DSML｜ parameter name=\"k\" string=\"true\">1<2</｜DSML｜ "
-      "parameter>\n</｜DSML｜ invoke>\n</｜DSML｜ calls><｜end▁of▁sentence｜>",
+  // string="true" values are JSON-escaped between quotes; others are inserted as written; a value
+  // with '<' inside stays whole.
+  const ParsedCompletion r = parse_completion(
+      "\n\n<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"a\">\n<｜DSML｜ parameter name=\"k\" string=\"true\">1<2 \"q\"\n\t"
+      "</｜DSML｜ parameter>\n<｜DSML｜ parameter name=\"b\" string=\"false\">[1, 2]</｜DSML｜ parameter>\n</｜DSML｜ "
+      "invoke>\n</｜DSML｜ calls><｜end▁of▁sentence｜>",
       ThinkingMode::kChat);
-  ASSERT_TRUE(r.ok()) << r.status().to_string();
-  ASSERT_EQ(r->tool_calls.size(), 1u);
-  EXPECT_EQ(r->tool_calls[0].name, "a\"b");
-  EXPECT_EQ(r->tool_calls[0].arguments, "{\"k\": \"1<2\"}");
+  ASSERT_EQ(r.tool_calls.size(), 1u);
+  EXPECT_EQ(r.tool_calls[0].name, "a");
+  EXPECT_EQ(r.tool_calls[0].arguments, "{\"k\": \"1<2 \\\"q\\\"\\n\\t\", \"b\": [1, 2]}");
 }
 
 TEST(CompletionParser, RandomMarkupSplitsAnyWayGiveTheSameResult) {
-  // Property: for random mixes of markup fragments, the result (message or error) does not depend
-  // on how the text is cut into pieces, and nothing follows the final Done/Error event.
+  // Property: for random mixes of markup fragments, the result does not depend on how the text is
+  // cut into pieces, and nothing follows the final Done event.
   const std::vector<std::string> frags = {
-      "a", " ", "\n", "\n\n", "</think>", "<think>", "<｜end▁of▁sentence｜>", "\n\n<｜DSML｜ calls>\n",
+      "a", " ", "\n", "\n\n", "</think>", "<think>", "\n\n<｜DSML｜ calls>\n",
       "<｜DSML｜ invoke name=\"f\">\n", "<｜DSML｜ parameter name=\"p\" string=\"true\">v</｜DSML｜ parameter>\n",
       "<｜DSML｜ parameter name=\"q\" string=\"false\">1</｜DSML｜ parameter>\n", "</｜DSML｜ invoke>\n",
       "</｜DSML｜ calls>", "｜DSML｜", "<", "é", "深"};
@@ -190,28 +302,26 @@ TEST(CompletionParser, RandomMarkupSplitsAnyWayGiveTheSameResult) {
     const int n = 1 + static_cast<int>(rng() % 12);
     for (int k = 0; k < n; ++k) text += frags[rng() % frags.size()];
     const ThinkingMode mode = trial % 2 ? ThinkingMode::kThinking : ThinkingMode::kChat;
-    const Outcome whole = run_pieces({text}, mode);
-    std::vector<std::string> bytes;
-    for (char c : text) bytes.emplace_back(1, c);
+    const Outcome whole = run_pieces({{text, ChunkKind::kText}}, mode);
+    Pieces bytes;
+    for (char c : text) bytes.push_back({std::string(1, c), ChunkKind::kText});
     const Outcome split = run_pieces(bytes, mode);
-    EXPECT_EQ(whole.done, split.done) << text;
-    EXPECT_EQ(whole.error.empty(), split.error.empty()) << text;
+    EXPECT_TRUE(whole.done && split.done) << text;
     EXPECT_EQ(whole.content, split.content) << text;
     EXPECT_EQ(whole.reasoning, split.reasoning) << text;
-    EXPECT_EQ(whole.calls.size(), split.calls.size()) << text;
-    EXPECT_NE(whole.done, !whole.error.empty()) << "exactly one of Done/Error: " << text;
+    ASSERT_EQ(whole.calls.size(), split.calls.size()) << text;
+    for (size_t k = 0; k < whole.calls.size(); ++k) EXPECT_EQ(whole.calls[k].arguments, split.calls[k].arguments);
     EXPECT_EQ(whole.events_after_end + split.events_after_end, 0) << text;
   }
 }
 
 TEST(CompletionParser, V4FormatUsesUnspacedTags) {
-  auto r = parse_completion(
+  const ParsedCompletion r = parse_completion(
       "\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"f\">\n<｜DSML｜parameter name=\"n\" string=\"false\">2</｜DSML｜"
       "parameter>\n</｜DSML｜invoke>\n</｜DSML｜tool_calls><｜end▁of▁sentence｜>",
-      ThinkingMode::kChat, PromptFormat::kV4);
-  ASSERT_TRUE(r.ok()) << r.status().to_string();
-  ASSERT_EQ(r->tool_calls.size(), 1u);
-  EXPECT_EQ(r->tool_calls[0].arguments, "{\"n\": 2}");
+      ThinkingMode::kChat);
+  ASSERT_EQ(r.tool_calls.size(), 1u);
+  EXPECT_EQ(r.tool_calls[0].arguments, "{\"n\": 2}");
 }
 
 }  // namespace

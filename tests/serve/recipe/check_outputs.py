@@ -40,28 +40,55 @@ EOS = "<｜end▁of▁sentence｜>"
 OPTIONS = dr.ConversionOptions(default_thinking_mode=False)
 
 
-def marker_tokens():
-    """The control markers of the test tokenizer: one token each (the rest is one token per byte)."""
+def bytes_to_unicode():
+    """GPT-2's byte-level alphabet: the vocabulary string of each byte."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return dict(zip(bs, map(chr, cs)))
+
+
+def load_vocab():
+    """(markers longest first, marker -> id, byte -> id) of the test tokenizer: one token per control
+    marker, one per byte for everything else."""
     with open(os.path.join(TOKENIZER_DIR, "tokenizer.json"), encoding="utf-8") as f:
-        added = [t["content"] for t in json.load(f)["added_tokens"]]
-    return sorted(added, key=len, reverse=True)
+        tokenizer = json.load(f)
+    added = {t["content"]: t["id"] for t in tokenizer["added_tokens"]}
+    vocab = tokenizer["model"]["vocab"]
+    byte_ids = {b: vocab[ch] for b, ch in bytes_to_unicode().items()}
+    return sorted(added, key=len, reverse=True), added, byte_ids
 
 
-MARKERS = marker_tokens()
+MARKERS, MARKER_IDS, BYTE_IDS = load_vocab()
 
 
-def token_pieces(text):
-    """The completion as the test tokenizer splits it: markers whole, every other byte alone."""
+def token_pieces(case):
+    """The completion as the test tokenizer splits it, as (bytes, is_special_token): markers whole,
+    every other byte alone. Inside the case's "plain" ranges (code point offsets [start, end)), a
+    marker's spelling is written with ordinary tokens, one per byte, as a model can write it."""
+    text = case["completion"]
+    plain = [False] * len(text)
+    for start, end in case.get("plain") or []:
+        plain[start:end] = [True] * (end - start)
     pieces, i = [], 0
     while i < len(text):
-        m = next((m for m in MARKERS if text.startswith(m, i)), None)
+        m = None if plain[i] else next((m for m in MARKERS if text.startswith(m, i)), None)
         if m:
-            pieces.append(m.encode())
+            pieces.append((m.encode(), True))
             i += len(m)
         else:
-            pieces.extend(bytes([b]) for b in text[i].encode())
+            pieces.extend((bytes([b]), False) for b in text[i].encode())
             i += 1
     return pieces
+
+
+def token_ids(pieces):
+    return [MARKER_IDS[p.decode()] if special else BYTE_IDS[p[0]] for p, special in pieces]
 
 
 # ---- Request bodies.
@@ -112,30 +139,30 @@ RECIPE = {"chat": (dr.ChatCompletionRequest, dr.ChatCompletionResponse),
           "messages": (dr.MessagesRequest, dr.MessagesResponse)}
 
 
+RECIPE_TOKENIZER = dr.Tokenizer.from_file(os.path.join(TOKENIZER_DIR, "tokenizer.json"))
+
+
 def recipe_run(api, case):
-    """(events, response) as deepseek-recipe produces them for this completion."""
+    """(events, response) as deepseek-recipe produces them for this completion. The processor gets
+    token ids and the tokenizer, as a backend drives it: it decodes each special token as its own
+    piece and matches a marker's special-token part only against one, so a marker spelled with
+    ordinary tokens is text."""
     request_cls, response_cls = RECIPE[api]
     converted = request_cls(body_for(api, case)).convert(OPTIONS)
-    processor = dr.StreamProcessor(request_cls.chunk_generator(converted, "id", MODEL), converted.parsing_options)
-    pieces = token_pieces(case["completion"])
+    processor = dr.StreamProcessor(request_cls.chunk_generator(converted, "id", MODEL), converted.parsing_options,
+                                   RECIPE_TOKENIZER)
+    pieces = token_pieces(case)
     cut = case["max_tokens"] is not None and case["max_tokens"] < len(pieces)
     if cut:
         pieces = pieces[:case["max_tokens"]]
     chunks = processor.push(dr.InferenceChunk.ready())
-    pending = b""
-    for p in pieces:  # whole characters only, as cedar's decoder hands them on
-        if p == EOS.encode():  # a backend reports EOS as the end of the stream, not as text
+    for piece in pieces:  # one token at a time; the decoder holds a character's bytes until it is whole
+        if piece == (EOS.encode(), True):  # a backend reports EOS as the end of the stream, not as text
             cut = False
             break
         if processor.finished:
             break
-        pending += p
-        try:
-            text = pending.decode()
-        except UnicodeDecodeError:
-            continue
-        pending = b""
-        chunks += processor.push(dr.InferenceChunk.text(text, 1))
+        chunks += processor.push(dr.InferenceChunk.tokens(token_ids([piece])))
     if not processor.finished:
         reason = dr.InferenceFinishReason.Length if cut else dr.InferenceFinishReason.Stop
         chunks += processor.push(dr.InferenceChunk.finish(reason))
@@ -150,8 +177,13 @@ def recipe_run(api, case):
 # ---- cedar.
 
 def start_cedar(cedar, cases, workdir):
-    script = {"token_delay_ms": 0, "replies": [
-        {"when_prompt_contains": "case %s<" % c["name"], "completion": c["completion"]} for c in cases]}
+    def reply(c):
+        # Completions with ordinary-token marker spellings go as ids (text would encode the
+        # spelling as the marker token).
+        if c.get("plain"):
+            return {"when_prompt_contains": "case %s<" % c["name"], "completion_ids": token_ids(token_pieces(c))}
+        return {"when_prompt_contains": "case %s<" % c["name"], "completion": c["completion"]}
+    script = {"token_delay_ms": 0, "replies": [reply(c) for c in cases]}
     path = os.path.join(workdir, "script.json")
     with open(path, "w", encoding="utf-8") as f:
         json.dump(script, f, ensure_ascii=False)
@@ -316,7 +348,7 @@ def anthropic_stream_keeps_json_valid(api, mode, case, ours, theirs):
     """Messages stream, a tool call whose arguments are not JSON: deepseek-recipe streams the text
     as input_json_delta (which the Anthropic SDK cannot parse), cedar streams the `input` that the
     message reports, {} (deepseek-recipe's own accumulated message has {} too)."""
-    if api != "messages" or mode != "stream" or not case["name"].startswith("malformed"):
+    if api != "messages" or mode != "stream" or not case["name"].startswith(("malformed", "broken")):
         return False
     strip = lambda seq: [e for e in seq if not (e[0] == "delta" and e[1].startswith("input_json_delta"))]
     return strip(ours) == strip(theirs)

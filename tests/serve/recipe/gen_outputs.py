@@ -5,15 +5,18 @@ protocol library, deepseek-recipe 0.2.0 (check_outputs.py).
 
 Deterministic (a fixed seed, no clock, no network): rerunning it rewrites the same file. Each line
 is {"name", "completion", "thinking": bool, "tools": bool, "stop": [str] | null,
-"max_tokens": int | null}: the completion text after the generation header (EOS included when the
-model ended the turn), whether the request is in thinking mode and declares tools, its stop
-strings and its output budget (in tokens of the byte-level test tokenizer: one per byte, one per
-control marker).
+"max_tokens": int | null} and, for some, "plain": [[start, end], ...]: the completion text after
+the generation header (EOS included when the model ended the turn), whether the request is in
+thinking mode and declares tools, its stop strings and its output budget (in tokens of the
+byte-level test tokenizer: one per byte, one per control marker), and the code point ranges of
+the completion written with ordinary tokens (one per byte) although they spell a control marker:
+a model can write a marker's characters without its token, and both sides must read that as text.
 
 The completions cover plain answers, reasoning + answer, DSML tool calls (single and parallel,
 string and JSON parameters, nested values, escapes), malformed tool arguments (non-JSON values of
 string="false" parameters), DSML written when no tools were declared, truncation by max_tokens in
-each part of the output, and stop strings.
+each part of the output, stop strings, and output that breaks the format (markers in the wrong
+place, malformed DSML), each marker once as its token and once spelled with ordinary tokens.
 
     python3 tests/serve/recipe/gen_outputs.py            # from the repository root
 """
@@ -143,6 +146,67 @@ def cases():
     add("stop_before_call", "Wait STOP now" + calls(invoke("a", [("x", "1", False)])) + EOS, tools=True,
         stop=["STOP"])
     add("stop_unicode", "café ☕ naïve" + EOS, stop=["☕"])
+
+    # Output that breaks the format: deepseek-recipe's stream processor reads it without an error.
+    def add_broken(name, parts, **kw):
+        """`parts`: text, or ("plain", text) for text written with ordinary tokens."""
+        text, plain = "", []
+        for part in parts:
+            if isinstance(part, tuple):
+                plain.append([len(text), len(text) + len(part[1])])
+                text += part[1]
+            else:
+                text += part
+        add(name, text + EOS, **kw)
+        if plain:
+            out[-1]["plain"] = plain
+
+    block = "<｜DSML｜ calls>\n" + invoke("get_weather", [("city", "Paris", True), ("days", "3", False)]) + \
+        "</｜DSML｜ calls>"
+    one_call = invoke("a", [("x", "1", False)])
+    for spelled in (False, True):
+        # spelled: the marker that makes the case is written with ordinary tokens.
+        s = "_spelled" if spelled else ""
+        mark = (lambda t: ("plain", t)) if spelled else (lambda t: t)
+        add_broken("broken_calls_after_text" + s, ["Let me check.", mark("<｜DSML｜"), block[len("<｜DSML｜"):]],
+                   tools=True)
+        add_broken("broken_calls_after_newline" + s, ["Checking:\n", mark("<｜DSML｜"), block[len("<｜DSML｜"):]],
+                   tools=True)
+        add_broken("broken_invoke_without_calls" + s, ["Sure ", mark("<｜DSML｜"), one_call[len("<｜DSML｜"):],
+                                                       "and more text"], tools=True)
+        add_broken("broken_stray_dsml" + s, ["a ", mark("｜DSML｜"), " b"], tools=True)
+        add_broken("broken_stray_calls_end" + s, ["done ", mark("</｜DSML｜ calls>"), " really"], tools=True)
+        add_broken("broken_stray_think_start" + s, ["x ", mark("<think>"), " y"], tools=True)
+        add_broken("broken_stray_bos" + s, ["x ", mark("<｜begin▁of▁sentence｜>"), " y"])
+        add_broken("broken_stray_think_end" + s, ["before", mark("</think>"), "\n\nafter"], tools=True)
+        add_broken("broken_think_end_twice" + s, ["r</think>a", mark("</think>"), "b"], thinking=True)
+        add_broken("broken_unknown_tag" + s, ["hi", mark("<｜DSML｜"), " foo>\nthe rest\n", mark("<｜DSML｜"),
+                                              " bar>"], tools=True)
+        add_broken("broken_unknown_tag_then_invoke" + s, ["hi\n\n", mark("<｜DSML｜"), " foo>\n", one_call,
+                                                          "tail"], tools=True)
+        add_broken("broken_calls_in_reasoning" + s, ["plan", mark("<｜DSML｜"), block[len("<｜DSML｜"):]],
+                   thinking=True, tools=True)
+        add_broken("broken_spelled_eos" + s, ["early ", mark("<｜end▁of▁sentence｜>"), " late"], tools=True)
+        add_broken("broken_dsml_without_tools" + s, ["Sure.", mark("<｜DSML｜"), block[len("<｜DSML｜"):]])
+    # Malformed DSML inside the block (markers as tokens): what recipe's rules make of it.
+    head = "\n\n<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"get_weather\">\n"
+    add_broken("broken_missing_think_end", ["no end marker"], thinking=True, tools=True)
+    add_broken("broken_duplicate_param", [head + "<｜DSML｜ parameter name=\"city\" string=\"true\">a</｜DSML｜ parameter>\n"
+                                          "<｜DSML｜ parameter name=\"city\" string=\"true\">b</｜DSML｜ parameter>\n"
+                                          "</｜DSML｜ invoke>\n</｜DSML｜ calls>"], tools=True)
+    add_broken("broken_text_after_calls", [calls(one_call), "trailing words"], tools=True)
+    add_broken("broken_string_attribute", [head + "<｜DSML｜ parameter name=\"city\" string=\"maybe\">Paris</｜DSML｜ "
+                                           "parameter>\n</｜DSML｜ invoke>\n</｜DSML｜ calls>"], tools=True)
+    add_broken("broken_invoke_without_name", ["\n\n<｜DSML｜ calls>\n<｜DSML｜ invoke nme=\"x\">\n</｜DSML｜ invoke>\n"
+                                              "</｜DSML｜ calls>"], tools=True)
+    add_broken("broken_unclosed_invoke", [head + "<｜DSML｜ parameter name=\"city\" string=\"true\">Paris"],
+               tools=True)
+    add_broken("broken_v4_spelling", ["\n\n<｜DSML｜tool_calls>\n<｜DSML｜invoke name=\"a\">\n<｜DSML｜parameter "
+                                      "name=\"x\" string=\"false\">1</｜DSML｜parameter>\n</｜DSML｜invoke>\n"
+                                      "</｜DSML｜tool_calls>"], tools=True)
+    add_broken("broken_value_spells_close", [head + "<｜DSML｜ parameter name=\"city\" string=\"true\">a",
+                                             ("plain", "</｜DSML｜ parameter>"), "b</｜DSML｜ parameter>\n"
+                                             "</｜DSML｜ invoke>\n</｜DSML｜ calls>"], tools=True)
     return out
 
 
