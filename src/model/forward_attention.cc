@@ -54,15 +54,27 @@ void ForwardPass::attention(int l, const float* x, float* out) {
   float* act = scratch(ws_.act_scratch, k_.act_scratch_floats(T_, max_k));
   std::span<float> act_span(act, ws_.act_scratch.size());
 
+  // The FP8 projections that share an input run as one batch (one parallel region each):
+  // wq_a and wkv of x, then wq_b and the indexer's wq_b of qr.
+  const bool index_query = e.compress_ratio > 0 && (e.mode == AttnMode::kFull || e.mode == AttnMode::kReindex);
+  const size_t nih = c_.index_n_heads, ihd = c_.index_head_dim;
   // Query: qr = q_norm(wq_a(x)); q = wq_b(qr) with RoPE on the last rope_head_dim dims.
+  // Window KV: kv_norm(wkv(x)), RoPE, FP8 QDQ of all head_dim dims (block 32).
   float* qr = scratch(ws_.qr, T_ * ql);      // [T, q_lora]
-  k_.linear_fp8(x, T_, a.wq_a, qr, act_span, pool_);
+  float* kv = scratch(ws_.kv, T_ * hd);      // [T, head_dim]
+  const ops::Fp8Activations xa = k_.quantize_activations_fp8(x, T_, a.wq_a.k, act_span);
+  ws_.fp8_jobs.clear();
+  ws_.fp8_jobs.push_back({ops::Fp8LinearJob::Kind::kGemm, xa, a.wq_a, qr});
+  ws_.fp8_jobs.push_back({ops::Fp8LinearJob::Kind::kGemm, xa, a.wkv, kv});
+  ops::fp8_linear_batch(k_, ws_.fp8_jobs, pool_);
   ops::rms_norm(qr, T_, ql, a.q_norm, eps, qr);
   float* q = scratch(ws_.q, T_ * H * hd);    // [T, H, head_dim]
-  k_.linear_fp8(qr, T_, a.wq_b, q, act_span, pool_);
-  // Window KV: kv_norm(wkv(x)), RoPE, FP8 QDQ of all head_dim dims (block 32).
-  float* kv = scratch(ws_.kv, T_ * hd);      // [T, head_dim]
-  k_.linear_fp8(x, T_, a.wkv, kv, act_span, pool_);
+  float* iq = index_query ? scratch(ws_.idx_q, T_ * nih * ihd) : nullptr;  // [T, index_heads, index_head_dim]
+  const ops::Fp8Activations qa = k_.quantize_activations_fp8(qr, T_, ql, act_span);
+  ws_.fp8_jobs.clear();
+  ws_.fp8_jobs.push_back({ops::Fp8LinearJob::Kind::kGemm, qa, a.wq_b, q});
+  if (index_query) ws_.fp8_jobs.push_back({ops::Fp8LinearJob::Kind::kGemm, qa, a.idx_wq_b, iq});
+  ops::fp8_linear_batch(k_, ws_.fp8_jobs, pool_);
   ops::rms_norm(kv, T_, hd, a.kv_norm, eps, kv);
   for (const ChunkSpan& ch : chunks_) {
     ops::apply_rope(rope, q + ch.offset * H * hd, ch.n, H, hd, ch.p0);
@@ -83,11 +95,8 @@ void ForwardPass::attention(int l, const float* x, float* out) {
         k_.linear_bf16(x, T_, a.comp_wkv, ckv, ops::LinearOut::kBf16, pool_);
       }
     }
-    // Indexer query: FP4-QDQ'd wq_b(qr) with RoPE, and the per-head weights.
-    if (e.mode == AttnMode::kFull || e.mode == AttnMode::kReindex) {
-      const size_t nih = c_.index_n_heads, ihd = c_.index_head_dim;
-      float* iq = scratch(ws_.idx_q, T_ * nih * ihd);  // [T, index_heads, index_head_dim]
-      k_.linear_fp8(qr, T_, a.idx_wq_b, iq, act_span, pool_);
+    // Indexer query: FP4-QDQ'd wq_b(qr) (computed above, with q) with RoPE, and the per-head weights.
+    if (index_query) {
       for (const ChunkSpan& ch : chunks_) ops::apply_rope(rope, iq + ch.offset * nih * ihd, ch.n, nih, ihd, ch.p0);
       ops::fp4_qdq_e8m0_inplace(iq, T_ * nih * ihd);
       float* iw = scratch(ws_.idx_w, T_ * nih);        // [T, index_heads]
@@ -106,17 +115,28 @@ void ForwardPass::attention(int l, const float* x, float* out) {
   for (const ChunkSpan& ch : chunks_)
     ops::apply_rope(rope, o + ch.offset * H * hd, ch.n, H, hd, ch.p0, 1, ops::RopeDirection::kInverse);
   const size_t G = c_.o_groups, K = H * hd / G, R = c_.o_lora_rank;
-  float* og = scratch(ws_.o_grouped, T_ * K + T_ * G * R);
-  float* group_in = og;               // [T, K] one group's slice of o
-  float* wo_in = og + T_ * K;         // [T, G * o_lora]
-  float* group_out = scratch(ws_.latent, T_ * R);  // [T, o_lora]
+  // All G groups in one batch. One token: group g reads o's slice g and writes wo_in's slice g in
+  // place; more tokens: the slices are gathered to [G, T, K] and the outputs scattered from [G, T, R].
+  const bool one_token = T_ == 1;
+  float* og = scratch(ws_.o_grouped, T_ * G * R + (one_token ? 0 : T_ * G * (K + R)));
+  float* wo_in = og;                         // [T, G * o_lora]
+  float* group_in = og + T_ * G * R;         // [G, T, K] (several tokens)
+  float* group_out = group_in + T_ * G * K;  // [G, T, o_lora] (several tokens)
+  ws_.fp8_jobs.clear();
   for (size_t g = 0; g < G; ++g) {
-    for (size_t t = 0; t < T_; ++t) std::memcpy(group_in + t * K, o + t * H * hd + g * K, K * sizeof(float));
+    float* in = one_token ? o + g * K : group_in + g * T_ * K;
+    if (!one_token)
+      for (size_t t = 0; t < T_; ++t) std::memcpy(in + t * K, o + t * H * hd + g * K, K * sizeof(float));
     // Group g's rows; R is a multiple of 32 (checked at load), so its scales start at a block row.
     const ops::Fp8Weight wg{a.wo_a.codes + g * R * K, a.wo_a.scales + (g * R / 32) * (K / 32), R, K};
-    k_.linear_fp8_bf16(group_in, T_, wg, group_out, ops::LinearOut::kBf16, pool_);
-    for (size_t t = 0; t < T_; ++t) std::memcpy(wo_in + t * G * R + g * R, group_out + t * R, R * sizeof(float));
+    ws_.fp8_jobs.push_back({ops::Fp8LinearJob::Kind::kAsBf16, ops::Fp8Activations{in, nullptr, T_, K}, wg,
+                            one_token ? wo_in + g * R : group_out + g * T_ * R});
   }
+  ops::fp8_linear_batch(k_, ws_.fp8_jobs, pool_);
+  if (!one_token)
+    for (size_t g = 0; g < G; ++g)
+      for (size_t t = 0; t < T_; ++t)
+        std::memcpy(wo_in + t * G * R + g * R, group_out + (g * T_ + t) * R, R * sizeof(float));
   k_.linear_fp8(wo_in, T_, a.wo_b, out, act_span, pool_);
 }
 

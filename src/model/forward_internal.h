@@ -24,7 +24,7 @@ struct Workspace {
   std::vector<float> streams, residual, x, y, mixes, pre_mix, attn_pre, post, comb;  // block level
   std::vector<float> act_scratch;                                                     // linear_fp8/fp4
   // Attention.
-  std::vector<float> qr, q, kv, o, o_grouped, c_kv, c_score, latent, index_key, idx_q, idx_w;
+  std::vector<float> qr, q, kv, o, o_grouped, c_kv, c_score, index_key, idx_q, idx_w;
   std::vector<float> window_rows, gathered_rows, scores, block_scores;
   std::vector<int32_t> idx, topk_scratch, topk_out, published_topk;  // published: [T, topk_width]
   std::vector<uint8_t> candidates;                                   // [T, candidate_width]
@@ -42,6 +42,7 @@ struct Workspace {
   std::vector<ActiveExpert> moe_experts;
   std::vector<float> moe_act;
   std::vector<ops::Fp4GemmJob> fp4_jobs;
+  std::vector<ops::Fp8LinearJob> fp8_jobs;
   std::vector<int32_t> moe_ids;              // the active experts, ascending
   std::vector<ExpertWeights> moe_held;       // weights of the group being computed
   std::vector<float> shared_g, shared_u, shared_out;

@@ -65,9 +65,11 @@ void ForwardPass::moe(int l, const float* x, float* out) {
   float* sg = scratch(ws_.shared_g, T_ * inter);
   float* su = scratch(ws_.shared_u, T_ * inter);
   float* sy = scratch(ws_.shared_out, T_ * dim);
-  const ops::Fp8Activations xs = k_.quantize_activations(x, T_, dim, act_span);
-  k_.gemm_fp8(xs, bw.shared.w1, sg, pool_);
-  k_.gemm_fp8(xs, bw.shared.w3, su, pool_);
+  const ops::Fp8Activations xs = k_.quantize_activations_fp8(x, T_, dim, act_span);
+  ws_.fp8_jobs.clear();
+  ws_.fp8_jobs.push_back({ops::Fp8LinearJob::Kind::kGemm, xs, bw.shared.w1, sg});
+  ws_.fp8_jobs.push_back({ops::Fp8LinearJob::Kind::kGemm, xs, bw.shared.w3, su});
+  ops::fp8_linear_batch(k_, ws_.fp8_jobs, pool_);
   for (size_t t = 0; t < T_; ++t) ops::swiglu_clamped(sg + t * inter, su + t * inter, inter, limit, 1.0f, sg + t * inter);
   k_.linear_fp8(sg, T_, bw.shared.w2, sy, act_span, pool_);
 

@@ -27,9 +27,12 @@ struct KernelSet {
   // Activation quantisation for the FP8/FP4 GEMMs: scratch floats, then the quantiser.
   size_t (*act_scratch_floats)(size_t m, size_t k);
   Fp8Activations (*quantize_activations)(const float* x, size_t m, size_t k, std::span<float> scratch);
+  // The same for FP8 GEMMs only (fast mode skips the FP4 GEMV's integer planes).
+  Fp8Activations (*quantize_activations_fp8)(const float* x, size_t m, size_t k, std::span<float> scratch);
   void (*gemm_fp8)(const Fp8Activations& a, const Fp8Weight& w, float* y, ThreadPool* pool);
   void (*gemm_fp4)(const Fp8Activations& a, const Fp4Weight& w, float* y, ThreadPool* pool);
   void (*gemm_fp4_rows)(const Fp8Activations& a, const Fp4Weight& w, float* y, size_t n_begin, size_t n_end);
+  void (*gemm_fp8_rows)(const Fp8Activations& a, const Fp8Weight& w, float* y, size_t n_begin, size_t n_end);
   void (*linear_fp8)(const float* x, size_t m, const Fp8Weight& w, float* y, std::span<float> scratch,
                      ThreadPool* pool);
   void (*linear_fp4)(const float* x, size_t m, const Fp4Weight& w, float* y, std::span<float> scratch,
@@ -37,6 +40,8 @@ struct KernelSet {
   void (*linear_bf16)(const float* x, size_t m, const Bf16Weight& w, float* y, LinearOut out, ThreadPool* pool);
   void (*linear_f32)(const float* x, size_t m, const F32Weight& w, float* y, ThreadPool* pool);
   void (*linear_fp8_bf16)(const float* x, size_t m, const Fp8Weight& w, float* y, LinearOut out, ThreadPool* pool);
+  void (*linear_fp8_bf16_rows)(const float* x, size_t m, const Fp8Weight& w, float* y, LinearOut out, size_t n_begin,
+                               size_t n_end);
 };
 
 // The process-wide kernel set of a mode (static storage).
@@ -46,5 +51,9 @@ const KernelSet& kernel_set(Numerics n);
 // their output rows, in blocks of 16, are split evenly over the pool. Each output equals what
 // ks.gemm_fp4 computes for its job (a row's value never depends on how rows are split).
 void gemm_fp4_batch(const KernelSet& ks, std::span<const Fp4GemmJob> jobs, ThreadPool* pool);
+// Several independent FP8 linears in ONE parallel region (e.g. wq_a and wkv of the same input, the
+// shared expert's w1 and w3, the groups of wo_a): output rows in blocks of 32 (one FP8 scale row)
+// split over the pool. Each output equals what the job's own call (gemm_fp8, linear_fp8_bf16) gives.
+void fp8_linear_batch(const KernelSet& ks, std::span<const Fp8LinearJob> jobs, ThreadPool* pool);
 
 }  // namespace cedar::ops

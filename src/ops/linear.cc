@@ -206,6 +206,12 @@ void gemm_fp4_rows(const Fp8Activations& a, const Fp4Weight& w, float* y, size_t
   HWY_DYNAMIC_DISPATCH(GemmFp4Rows)(a, w, y, n_begin, n_end);
 }
 
+void gemm_fp8_rows(const Fp8Activations& a, const Fp8Weight& w, float* y, size_t n_begin, size_t n_end) {
+  CEDAR_CHECK(a.k == w.k && w.k % 32 == 0, "gemm_fp8_rows: activation k %zu vs weight k %zu (multiple of 32)", a.k,
+              w.k);
+  HWY_DYNAMIC_DISPATCH(GemmFp8Rows)(a, w, y, n_begin, n_end);
+}
+
 void linear_fp8(const float* x, size_t m, const Fp8Weight& w, float* y, std::span<float> scratch,
                 ThreadPool* pool) {
   gemm_fp8(quantize_activations(x, m, w.k, scratch), w, y, pool);
@@ -226,23 +232,26 @@ void linear_f32(const float* x, size_t m, const F32Weight& w, float* y, ThreadPo
   for_rows(pool, w.n, [&](size_t b, size_t e) { HWY_DYNAMIC_DISPATCH(LinearF32Rows)(x, m, w, y, b, e); });
 }
 
-void linear_fp8_bf16(const float* x, size_t m, const Fp8Weight& w, float* y, LinearOut out, ThreadPool* pool) {
-  // Each thread dequantises up to 16 rows at a time into its own buffer and runs the exact bf16 rows
-  // kernel on them (a row's result depends only on that row), then places the outputs.
+void linear_fp8_bf16_rows(const float* x, size_t m, const Fp8Weight& w, float* y, LinearOut out, size_t n_begin,
+                          size_t n_end) {
+  // Up to 16 rows at a time are dequantised into a per-thread buffer and run through the exact bf16
+  // rows kernel (a row's result depends only on that row), then the outputs are placed.
   constexpr size_t kRows = 16;
-  for_rows(pool, w.n, [&](size_t b, size_t e) {
-    thread_local std::vector<uint16_t> rows;
-    thread_local std::vector<float> part;
-    if (rows.size() < kRows * w.k) rows.resize(kRows * w.k);
-    if (part.size() < m * kRows) part.resize(m * kRows);
-    for (size_t n0 = b; n0 < e; n0 += kRows) {
-      const size_t cnt = std::min(kRows, e - n0);
-      dequantize_fp8_rows_to_bf16(w, n0, n0 + cnt, rows.data());
-      HWY_DYNAMIC_DISPATCH(LinearBf16Rows)(x, m, Bf16Weight{rows.data(), cnt, w.k}, part.data(), out, 0, cnt);
-      for (size_t i = 0; i < m; ++i)
-        for (size_t j = 0; j < cnt; ++j) y[i * w.n + n0 + j] = part[i * cnt + j];
-    }
-  });
+  thread_local std::vector<uint16_t> rows;
+  thread_local std::vector<float> part;
+  if (rows.size() < kRows * w.k) rows.resize(kRows * w.k);
+  if (part.size() < m * kRows) part.resize(m * kRows);
+  for (size_t n0 = n_begin; n0 < n_end; n0 += kRows) {
+    const size_t cnt = std::min(kRows, n_end - n0);
+    dequantize_fp8_rows_to_bf16(w, n0, n0 + cnt, rows.data());
+    HWY_DYNAMIC_DISPATCH(LinearBf16Rows)(x, m, Bf16Weight{rows.data(), cnt, w.k}, part.data(), out, 0, cnt);
+    for (size_t i = 0; i < m; ++i)
+      for (size_t j = 0; j < cnt; ++j) y[i * w.n + n0 + j] = part[i * cnt + j];
+  }
+}
+
+void linear_fp8_bf16(const float* x, size_t m, const Fp8Weight& w, float* y, LinearOut out, ThreadPool* pool) {
+  for_rows(pool, w.n, [&](size_t b, size_t e) { linear_fp8_bf16_rows(x, m, w, y, out, b, e); });
 }
 
 }  // namespace cedar::ops

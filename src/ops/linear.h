@@ -140,6 +140,19 @@ struct Fp4GemmJob {
 };
 // Rows [n_begin, n_end) of gemm_fp4 on the calling thread (the unit the batch splits).
 void gemm_fp4_rows(const Fp8Activations& a, const Fp4Weight& w, float* y, size_t n_begin, size_t n_end);
+// Rows [n_begin, n_end) of gemm_fp8 on the calling thread (the unit fp8_linear_batch splits).
+void gemm_fp8_rows(const Fp8Activations& a, const Fp8Weight& w, float* y, size_t n_begin, size_t n_end);
+
+// One FP8 linear of a batch (fp8_linear_batch, kernel_set.h):
+//   kGemm:   y = a · wᵀ, a from quantize_activations (gemm_fp8);
+//   kAsBf16: y = linear_fp8_bf16(a.values, a.m, w) with bf16 output; a.values is x unquantised.
+struct Fp8LinearJob {
+  enum class Kind { kGemm, kAsBf16 };
+  Kind kind = Kind::kGemm;
+  Fp8Activations a;
+  Fp8Weight w;
+  float* y = nullptr;
+};
 
 // y [m, n] = x [m, k] · Wᵀ with bf16 weights; exact dots rounded once; output rounded per `out`.
 void linear_bf16(const float* x, size_t m, const Bf16Weight& w, float* y, LinearOut out, ThreadPool* pool);
@@ -150,6 +163,9 @@ void linear_f32(const float* x, size_t m, const F32Weight& w, float* y, ThreadPo
 // and is decoded a few rows at a time: half the bytes read per token. Activations are not quantised.
 // Equals linear_bf16(x, m, dequantize_fp8_weight_to_bf16(w), y, out) bit for bit.
 void linear_fp8_bf16(const float* x, size_t m, const Fp8Weight& w, float* y, LinearOut out, ThreadPool* pool);
+// Rows [n_begin, n_end) of the same on the calling thread.
+void linear_fp8_bf16_rows(const float* x, size_t m, const Fp8Weight& w, float* y, LinearOut out, size_t n_begin,
+                          size_t n_end);
 
 // One-time load helper (not for the hot path): dequantises an FP8 block-scaled weight to bf16 bits
 // [n, k], exactly (E4M3 value × 2^e is bf16-representable), as convert.py does for wo_a.

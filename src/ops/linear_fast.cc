@@ -730,7 +730,10 @@ Fp4GemvPlanes quantize_fp4_planes(const float* x, size_t m, size_t k, float* val
 }
 }  // namespace
 
-Fp8Activations quantize_activations(const float* x, size_t m, size_t k, std::span<float> scratch) {
+namespace {
+// fp4_planes: also fill the FP4 GEMV's integer planes (rows < kFastGemmMinRows). The FP8 linears skip
+// them: they are scalar work on the calling thread, and an FP8 GEMV never reads them.
+Fp8Activations quantize(const float* x, size_t m, size_t k, std::span<float> scratch, bool fp4_planes) {
   CEDAR_CHECK(k % kFp8ActBlock == 0, "activation width %zu is not a multiple of 32", k);
   CEDAR_CHECK(scratch.size() >= act_scratch_floats(m, k), "linear scratch too small: %zu < %zu", scratch.size(),
               act_scratch_floats(m, k));
@@ -738,7 +741,7 @@ Fp8Activations quantize_activations(const float* x, size_t m, size_t k, std::spa
   float* scales = scratch.data() + m * k;  // [m, k/32]
   Fp8Activations a{values, scales, m, k};
   a.dequantized = true;
-  if (m < kFastGemmMinRows) {
+  if (fp4_planes && m < kFastGemmMinRows) {
     a.fp4_planes = quantize_fp4_planes(x, m, k, values, scales, scales + m * (k / kFp8ActBlock));
     return a;
   }
@@ -747,6 +750,12 @@ Fp8Activations quantize_activations(const float* x, size_t m, size_t k, std::spa
     HWY_DYNAMIC_DISPATCH(FastQuantBlock)(x + b * kFp8ActBlock, scales[b], values + b * kFp8ActBlock, nullptr);
   }
   return a;
+}
+
+}  // namespace
+
+Fp8Activations quantize_activations(const float* x, size_t m, size_t k, std::span<float> scratch) {
+  return quantize(x, m, k, scratch, true);
 }
 
 void gemm_fp8(const Fp8Activations& a, const Fp8Weight& w, float* y, ThreadPool* pool) {
@@ -763,6 +772,16 @@ void gemm_fp4(const Fp8Activations& a, const Fp4Weight& w, float* y, ThreadPool*
   for_rows(pool, w.n, [&](size_t b, size_t e) { HWY_DYNAMIC_DISPATCH(FastGemmFp4)(a, w, y, b, e); });
 }
 
+Fp8Activations quantize_activations_fp8(const float* x, size_t m, size_t k, std::span<float> scratch) {
+  return quantize(x, m, k, scratch, false);
+}
+
+void gemm_fp8_rows(const Fp8Activations& a, const Fp8Weight& w, float* y, size_t n_begin, size_t n_end) {
+  CEDAR_CHECK(a.dequantized && a.k == w.k && w.k % 32 == 0,
+              "fast::gemm_fp8_rows: activations from fast::quantize_activations, k %zu", w.k);
+  HWY_DYNAMIC_DISPATCH(FastGemmFp8)(a, w, y, n_begin, n_end);
+}
+
 void gemm_fp4_rows(const Fp8Activations& a, const Fp4Weight& w, float* y, size_t n_begin, size_t n_end) {
   CEDAR_CHECK(a.dequantized && a.k == w.k, "fast::gemm_fp4_rows: activations from fast::quantize_activations, k %zu",
               w.k);
@@ -771,7 +790,7 @@ void gemm_fp4_rows(const Fp8Activations& a, const Fp4Weight& w, float* y, size_t
 
 void linear_fp8(const float* x, size_t m, const Fp8Weight& w, float* y, std::span<float> scratch,
                 ThreadPool* pool) {
-  fast::gemm_fp8(fast::quantize_activations(x, m, w.k, scratch), w, y, pool);
+  fast::gemm_fp8(quantize(x, m, w.k, scratch, false), w, y, pool);
 }
 
 void linear_fp4(const float* x, size_t m, const Fp4Weight& w, float* y, std::span<float> scratch,
@@ -788,14 +807,19 @@ void linear_f32(const float* x, size_t m, const F32Weight& w, float* y, ThreadPo
   for_rows(pool, w.n, [&](size_t b, size_t e) { HWY_DYNAMIC_DISPATCH(FastLinearF32)(x, m, w, y, b, e); });
 }
 
-void linear_fp8_bf16(const float* x, size_t m, const Fp8Weight& w, float* y, LinearOut out, ThreadPool* pool) {
+void linear_fp8_bf16_rows(const float* x, size_t m, const Fp8Weight& w, float* y, LinearOut out, size_t n_begin,
+                          size_t n_end) {
   CEDAR_CHECK(w.k % 32 == 0, "linear_fp8_bf16: k %zu is not a multiple of 32", w.k);
   // The FP8 GEMMs read `values` as given when dequantized: x itself, unquantised. They round to bf16;
   // an f32 output needs the unrounded sums, which only bf16 output (wo_a) uses here.
   CEDAR_CHECK(out == LinearOut::kBf16, "fast::linear_fp8_bf16 supports bf16 output only");
   Fp8Activations a{x, nullptr, m, w.k};
   a.dequantized = true;
-  for_rows(pool, w.n, [&](size_t b, size_t e) { HWY_DYNAMIC_DISPATCH(FastGemmFp8)(a, w, y, b, e); });
+  HWY_DYNAMIC_DISPATCH(FastGemmFp8)(a, w, y, n_begin, n_end);
+}
+
+void linear_fp8_bf16(const float* x, size_t m, const Fp8Weight& w, float* y, LinearOut out, ThreadPool* pool) {
+  for_rows(pool, w.n, [&](size_t b, size_t e) { fast::linear_fp8_bf16_rows(x, m, w, y, out, b, e); });
 }
 
 }  // namespace fast

@@ -35,9 +35,14 @@ Fp8Activations quantize_activations(const float* x, size_t m, size_t k, std::spa
 void gemm_fp8(const Fp8Activations& a, const Fp8Weight& w, float* y, ThreadPool* pool);
 void gemm_fp4(const Fp8Activations& a, const Fp4Weight& w, float* y, ThreadPool* pool);
 void gemm_fp4_rows(const Fp8Activations& a, const Fp4Weight& w, float* y, size_t n_begin, size_t n_end);
+void gemm_fp8_rows(const Fp8Activations& a, const Fp8Weight& w, float* y, size_t n_begin, size_t n_end);
+// Activations for the FP8 GEMMs only: quantize_activations without the FP4 GEMV's integer planes.
+Fp8Activations quantize_activations_fp8(const float* x, size_t m, size_t k, std::span<float> scratch);
 void linear_fp8(const float* x, size_t m, const Fp8Weight& w, float* y, std::span<float> scratch,
                 ThreadPool* pool);
 void linear_fp8_bf16(const float* x, size_t m, const Fp8Weight& w, float* y, LinearOut out, ThreadPool* pool);
+void linear_fp8_bf16_rows(const float* x, size_t m, const Fp8Weight& w, float* y, LinearOut out, size_t n_begin,
+                          size_t n_end);
 void linear_fp4(const float* x, size_t m, const Fp4Weight& w, float* y, std::span<float> scratch,
                 ThreadPool* pool);
 void linear_bf16(const float* x, size_t m, const Bf16Weight& w, float* y, LinearOut out, ThreadPool* pool);

@@ -260,6 +260,49 @@ TEST(LinearFast, BatchedGemmsEqualSeparateOnesInBothModes) {
   }
 }
 
+TEST(LinearFast, Fp8LinearBatchEqualsSeparateCallsInBothModes) {
+  // GEMMs on quantised activations and wo_a-style linears on unquantised ones, GEMV and GEMM row
+  // counts, widths that are not multiples of the 32-row unit: one parallel region must give each job
+  // what its own call gives, bit for bit.
+  std::mt19937 rng(29);
+  ThreadPool pool(3);
+  const Shape shapes[] = {{1, 40, 64}, {1, 96, 128}, {2, 70, 64}, {7, 33, 96}};
+  for (Numerics mode : {Numerics::kExact, Numerics::kFast}) {
+    const KernelSet& ks = kernel_set(mode);
+    for (auto kind : {Fp8LinearJob::Kind::kGemm, Fp8LinearJob::Kind::kAsBf16}) {
+      std::vector<BlockWeights> ws;
+      std::vector<std::vector<float>> xs, scratches, want, got;
+      std::vector<Fp8LinearJob> jobs;
+      for (const Shape& s : shapes) {
+        ws.push_back(random_block_weights(false, s.n, s.k, rng));
+        xs.push_back(random_bf16(s.m * s.k, rng, 2.0f));
+        scratches.emplace_back(ks.act_scratch_floats(s.m, s.k));
+      }
+      for (size_t j = 0; j < ws.size(); ++j) {
+        const Shape& s = shapes[j];
+        want.emplace_back(s.m * s.n);
+        got.emplace_back(s.m * s.n, -1.0f);
+        if (kind == Fp8LinearJob::Kind::kGemm) {
+          const Fp8Activations a = ks.quantize_activations_fp8(xs[j].data(), s.m, s.k, scratches[j]);
+          ks.gemm_fp8(a, ws[j].fp8(), want[j].data(), nullptr);
+          jobs.push_back({kind, a, ws[j].fp8(), got[j].data()});
+        } else {
+          ks.linear_fp8_bf16(xs[j].data(), s.m, ws[j].fp8(), want[j].data(), LinearOut::kBf16, nullptr);
+          jobs.push_back({kind, Fp8Activations{xs[j].data(), nullptr, s.m, s.k}, ws[j].fp8(), got[j].data()});
+        }
+      }
+      for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+        fp8_linear_batch(ks, jobs, p);
+        for (size_t j = 0; j < jobs.size(); ++j)
+          for (size_t i = 0; i < got[j].size(); ++i)
+            ASSERT_EQ(std::memcmp(&got[j][i], &want[j][i], 4), 0)
+                << numerics_name(mode) << (kind == Fp8LinearJob::Kind::kGemm ? " gemm" : " as-bf16") << " job " << j
+                << " @" << i;
+      }
+    }
+  }
+}
+
 TEST(LinearFast, QuantizedActivationsEqualTheScalarE4m3Rounding) {
   // fast::quantize_activations rounds on f32 bits; the contract is f32_to_e4m3. Blocks whose largest
   // element is 447.99 have scale 1, so every other element v (|v| < 447.99) must come back as
