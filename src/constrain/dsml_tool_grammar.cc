@@ -12,9 +12,9 @@ namespace {
 
 using json = nlohmann::json;
 
-// The blank line belongs to the block's start: the chat template writes "\n\n<｜DSML｜ calls>", and
-// cedar's parser (tokenizer/completion_parser) takes the marker in content only so. (deepseek-recipe's
-// stream processor is more lenient and reads the block without it too; SERVER.md lists the difference.)
+// The blank line belongs to the block's start, as the chat template writes "\n\n<｜DSML｜ calls>".
+// cedar's parser (tokenizer/completion_parser, deepseek-recipe's rules) would also read the block
+// without it, dropping the newlines before the marker; the grammar keeps the template's spelling.
 constexpr const char* kCallsBeginAfterText = "\n\n<｜DSML｜ calls>\n";
 constexpr const char* kCallsEnd = "</｜DSML｜ calls>";
 constexpr const char* kInvokeBeginPrefix = "<｜DSML｜ invoke name=\"";
@@ -53,14 +53,14 @@ Result<std::string> dsml_tool_call_structural_tag(const std::string& tools_json,
     // The prompt already holds "\n\n<｜DSML｜ calls>\n" (deepseek-recipe's prefill for a forced call).
     format = {{"type", "sequence"}, {"elements", {calls, {{"type", "const_string"}, {"value", kCallsEnd}}}}};
   } else {
-    // Free text, then at most one calls block, which ends the turn. The free text never spells a
-    // marker the parser reads in content (it reads decoded text, so ordinary tokens spelling
-    // "<｜end▁of▁sentence｜>" count too): <think>, </think>, BOS, EOS and the DSML marker.
-    // xgrammar's builtin tag (a triggered tag on "<｜DSML｜ calls>", the marker allowed in text)
-    // lets through "text<｜DSML｜ calls>..." and stray markers, which the parser rejects as control
-    // tokens in content. A triggered tag cannot say it (excluding the marker kills the trigger that
-    // contains it), so the free text is its own element and the block, blank line included, may
-    // follow it.
+    // Free text, then at most one calls block, which ends the turn. The free text never holds the
+    // DSML marker: the parser opens the calls on its token wherever it stands, and xgrammar's
+    // builtin tag (a triggered tag on "<｜DSML｜ calls>", the marker allowed in text) would let a
+    // stray one through. A triggered tag cannot exclude it (excluding the marker kills the trigger
+    // that contains it), so the free text is its own element and the block, blank line included,
+    // may follow it. The other control markers (<think>, </think>, BOS, EOS) are kept out of the
+    // free text too: their tokens never pass a grammar, and the parser would read a spelling of
+    // one by ordinary tokens as text, which a constrained answer has no use for.
     const json block = {{"type", "tag"}, {"begin", kCallsBeginAfterText}, {"content", calls}, {"end", kCallsEnd}};
     const json excludes = {tokenizer::kThinkStart, tokenizer::kThinkEnd, tokenizer::kBos, tokenizer::kEos,
                            tokenizer::kDsml};

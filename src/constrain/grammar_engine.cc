@@ -38,9 +38,15 @@ const char* constraint_kind_name(ConstraintKind kind) {
 // The ordinary tokens that could spell the DSML marker where a DSML grammar wants the marker token
 // (xgrammar's masks work on decoded text, so they would allow them): cedar's parser, as
 // deepseek-recipe's, matches the marker only against its token, and reads a spelled one as text.
+// The marker is structural only right after "<" or "</" (every DSML tag begins so), so tokens that
+// begin like it are refused only there: elsewhere (a string value, free text) they stay text, and
+// characters such as "｜" or halfwidth katakana that only those tokens spell remain writable.
 struct SpelledMarkerTokens {
-  std::vector<uint32_t> starting;  // bytes begin like the marker: refused where the marker token is allowed
+  std::vector<uint32_t> starting;  // bytes begin like the marker: refused after "<" / "</" where the marker is allowed
   std::vector<uint32_t> inside;    // "<" or "/" then the marker's start within the token: always refused
+  // How each token's text ends, to follow whether the accepted text ends in "<" or "</".
+  enum Tail : uint8_t { kOther, kLess, kLessSlash, kSlash, kNoText };
+  std::vector<uint8_t> tail;
   int32_t marker_id = -1;
 };
 
@@ -67,6 +73,8 @@ struct GrammarConstraint::Impl {
   bool waiting_for_think_end;  // thinking mode: the reasoning before </think> is free
   int32_t think_end_id;
   std::shared_ptr<const SpelledMarkerTokens> spelled_marker;  // DSML grammars only
+  bool after_tag_open = false;  // the accepted text ends in "<" or "</" (DSML grammars)
+  bool after_less = false;      // ... in "<"
 };
 
 GrammarConstraint::GrammarConstraint(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -80,11 +88,12 @@ const uint32_t* GrammarConstraint::next_token_mask() {
   const SpelledMarkerTokens* spelled = impl_->spelled_marker.get();
   if (!spelled) return masked ? mask : nullptr;
   if (!masked) std::fill(impl_->mask.begin(), impl_->mask.end(), -1);
-  const int32_t m = spelled->marker_id;
-  const bool marker_allowed = m >= 0 && ((mask[m / 32] >> (m % 32)) & 1u);
+  const int64_t m = spelled->marker_id;
+  const bool marker_allowed = m >= 0 && static_cast<size_t>(m) < impl_->words * 32 && ((mask[m / 32] >> (m % 32)) & 1u);
+  const bool refuse_starting = marker_allowed && impl_->after_tag_open;
   for (size_t w = 0; w < impl_->words && w < spelled->inside.size(); ++w) {
     mask[w] &= ~spelled->inside[w];
-    if (marker_allowed) mask[w] &= ~spelled->starting[w];
+    if (refuse_starting) mask[w] &= ~spelled->starting[w];
   }
   return mask;
 }
@@ -94,7 +103,19 @@ bool GrammarConstraint::accept_token(int32_t token) {
     if (token == impl_->think_end_id) impl_->waiting_for_think_end = false;
     return true;
   }
-  return impl_->matcher.AcceptToken(token);
+  if (!impl_->matcher.AcceptToken(token)) return false;
+  if (const SpelledMarkerTokens* spelled = impl_->spelled_marker.get();
+      spelled && token >= 0 && static_cast<size_t>(token) < spelled->tail.size()) {
+    using T = SpelledMarkerTokens;
+    switch (spelled->tail[static_cast<size_t>(token)]) {
+      case T::kLess: impl_->after_tag_open = impl_->after_less = true; break;
+      case T::kLessSlash: impl_->after_tag_open = true, impl_->after_less = false; break;
+      case T::kSlash: impl_->after_tag_open = impl_->after_less, impl_->after_less = false; break;
+      case T::kNoText: break;
+      default: impl_->after_tag_open = impl_->after_less = false; break;
+    }
+  }
+  return true;
 }
 
 bool GrammarConstraint::terminated() const { return !impl_->waiting_for_think_end && impl_->matcher.IsTerminated(); }
@@ -102,6 +123,7 @@ bool GrammarConstraint::terminated() const { return !impl_->waiting_for_think_en
 void GrammarConstraint::reset() {
   impl_->matcher.Reset();
   impl_->waiting_for_think_end = impl_->gated_at_start;
+  impl_->after_tag_open = impl_->after_less = false;
 }
 
 Result<std::unique_ptr<GrammarEngine>> GrammarEngine::create(const tokenizer::Tokenizer& tokenizer, int vocab_size) {
@@ -127,10 +149,17 @@ Result<std::unique_ptr<GrammarEngine>> GrammarEngine::create(const tokenizer::To
     spelled->starting.assign(words, 0);
     spelled->inside.assign(words, 0);
     spelled->marker_id = tokenizer.token_to_id(marker).value_or(-1);
+    spelled->tail.assign(static_cast<size_t>(n), SpelledMarkerTokens::kNoText);
     // `s` (non-empty) is where the marker would begin: the marker starts with it, or it with the marker.
     auto begins_marker = [&](std::string_view s) { return marker.starts_with(s) || s.starts_with(marker); };
     for (int id = 0; id < n; ++id) {
       const std::string_view bytes = vocab[static_cast<size_t>(id)];
+      using T = SpelledMarkerTokens;
+      spelled->tail[static_cast<size_t>(id)] = bytes.empty()             ? T::kNoText
+                                               : bytes.ends_with("</")    ? T::kLessSlash
+                                               : bytes.ends_with("<")     ? T::kLess
+                                               : bytes == "/"             ? T::kSlash
+                                                                          : T::kOther;
       if (bytes.empty() || bytes == marker) continue;  // added tokens (the marker's own included)
       const uint32_t bit = 1u << (id % 32);
       if (begins_marker(bytes)) spelled->starting[static_cast<size_t>(id) / 32] |= bit;

@@ -220,8 +220,11 @@ std::variant<Completion, ApiError> ChatService::follow(const PreparedGeneration&
     sink->on_finish(turn);
     flush(false);
   }
-  if (prepared.output.mode == OutputMode::kChat && !turn.tool_calls.empty() && turn.finish == FinishKind::kToolCalls)
-    replay_.remember({turn.tool_calls, turn.content, turn.reasoning, assembler.raw_after_reasoning()});
+  // Without a replayable text the turn's calls are rendered from the client's message as usual.
+  std::optional<std::string> raw = assembler.raw_after_reasoning();
+  if (prepared.output.mode == OutputMode::kChat && !turn.tool_calls.empty() && turn.finish == FinishKind::kToolCalls &&
+      raw)
+    replay_.remember({turn.tool_calls, turn.content, turn.reasoning, std::move(*raw)});
   return turn;
 }
 

@@ -155,10 +155,8 @@ void OutputAssembler::emit_content(std::string_view text) {
   if (settings_.logprobs) {
     // Content is the model's text without markup, in order: each delta is the next occurrence of
     // its text in decoded_, after the reasoning.
-    if (content_cursor_ == 0 && settings_.thinking == tokenizer::ThinkingMode::kThinking) {
-      const size_t end = decoded_.find(tokenizer::kThinkEnd);
-      if (end != std::string::npos) content_cursor_ = end + tokenizer::kThinkEnd.size();
-    }
+    if (content_cursor_ == 0 && settings_.thinking == tokenizer::ThinkingMode::kThinking)
+      content_cursor_ = parser_.reasoning_end().value_or(0);  // fed text == decoded_
     const size_t at = decoded_.find(text, content_cursor_);
     if (at != std::string::npos) {
       report_tokens(at, at + text.size());
@@ -198,14 +196,13 @@ std::optional<ApiError> OutputAssembler::finish(const runtime::GenerationResult&
   feed_output_prefix();
   const bool truncated = result.finish_reason == runtime::FinishReason::kLength;
   if (!wants_stop() && !parser_done_) {
+    // The bytes of a character cut short (a budget ended mid-character): the raw completion shows
+    // them as U+FFFD; a chat turn drops them, as deepseek-recipe's decoder drops the ids it still
+    // buffers when the stream ends.
     std::string tail = decoder_.finish();
-    if (!tail.empty()) {
+    if (!tail.empty() && settings_.mode == OutputMode::kRaw) {
       decoded_ += tail;
-      if (settings_.mode == OutputMode::kRaw) {
-        content_text(tail);
-      } else {
-        feed_parser(-1, tail);  // the bytes of a character cut short: plain text
-      }
+      content_text(tail);
     }
     if (settings_.mode == OutputMode::kChat && !wants_stop())
       for (const tokenizer::ParseEvent& e : parser_.finish()) handle(e);
@@ -240,11 +237,14 @@ std::optional<ApiError> OutputAssembler::finish(const runtime::GenerationResult&
   return std::nullopt;
 }
 
-std::string OutputAssembler::raw_after_reasoning() const {
-  std::string_view text = decoded_;
+std::optional<std::string> OutputAssembler::raw_after_reasoning() const {
+  std::string_view text = decoded_;  // the parser was fed exactly decoded_
   if (settings_.thinking == tokenizer::ThinkingMode::kThinking) {
-    const size_t end = text.find(tokenizer::kThinkEnd);
-    text = end == std::string_view::npos ? std::string_view() : text.substr(end + tokenizer::kThinkEnd.size());
+    // Where the parser read the `</think>` token (a spelled one inside the reasoning is text). A turn
+    // whose calls opened inside the reasoning has no answer part to replay.
+    const std::optional<size_t> end = parser_.reasoning_end();
+    if (!end) return std::nullopt;
+    text = text.substr(*end);
   }
   return std::string(text);  // the end-of-sentence token never enters decoded_
 }

@@ -62,8 +62,9 @@ class OutputAssembler {
   // result. Returns the error to report after a failure().
   std::optional<ApiError> finish(const runtime::GenerationResult& result, Completion* turn);
 
-  // What the model wrote after its reasoning, up to the EOS marker (ReplayTurn::raw).
-  std::string raw_after_reasoning() const;
+  // What the model wrote after its reasoning, up to the EOS marker (ReplayTurn::raw); nullopt in
+  // thinking mode when the reasoning never ended with the `</think>` token (nothing to replay).
+  std::optional<std::string> raw_after_reasoning() const;
 
  private:
   void handle(const tokenizer::ParseEvent& event);

@@ -281,6 +281,7 @@ std::vector<ParseEvent> CompletionParser::feed(std::string_view text, ChunkKind 
   if (done_) return events;
   for (char byte : text) {
     buffer_.push_back(byte);
+    ++fed_;
     for (size_t i = 0; i < branches_.size(); ++i) {
       Branch& b = branches_[i];
       if (!advance(b, byte, kind)) continue;
@@ -288,6 +289,7 @@ std::vector<ParseEvent> CompletionParser::feed(std::string_view text, ChunkKind 
       const size_t matched = matching_length(b);
       const Action action = b.action;
       const StageState next = b.next;
+      if (stage_.stage == Stage::kReasoning && b.pattern == &markers().think_end.units) reasoning_end_ = fed_;
       apply(unmatched_action(), buffer_.size() - matched, &events);
       apply(action, matched, &events);
       enter(next);

@@ -33,6 +33,7 @@
 // from finish(). There are no errors: every text has a reading. After Done, feed() returns nothing.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -76,6 +77,9 @@ class CompletionParser {
   std::vector<ParseEvent> finish();
 
   bool done() const { return done_; }
+  // Thinking mode: the offset in the fed text just past the `</think>` that ended the reasoning;
+  // nullopt while reasoning, or when it never ended that way (tool calls opened inside it).
+  std::optional<size_t> reasoning_end() const { return reasoning_end_; }
 
   // What the parser does with bytes; `label` is the text an arguments label or end writes.
   struct Action {
@@ -125,6 +129,8 @@ class CompletionParser {
 
   bool parse_tool_calls_ = true;
   bool done_ = false;
+  size_t fed_ = 0;                     // bytes fed so far
+  std::optional<size_t> reasoning_end_;
   StageState stage_;
   std::vector<Branch> branches_;  // in priority order: the first that completes at a byte wins
   std::string buffer_;            // fed bytes not yet assigned an action

@@ -309,6 +309,46 @@ TEST(GrammarParserAgreement, FreeTextNeverHoldsAStrayDsmlMarker) {
   RecordProperty("calls", calls);
 }
 
+// The DSML marker is structural only right after "<" or "</": there the ordinary tokens that begin
+// like it are refused (the parser would read them as text), elsewhere they stay allowed, so a string
+// value can hold "｜" (which no other token spells).
+TEST(GrammarParserAgreement, SpelledMarkerPiecesAreRefusedOnlyAfterATagOpening) {
+  ConstraintSpec spec;
+  spec.kind = ConstraintKind::kToolCallRequired;
+  spec.text = R"([{"name": "note", "parameters": {"type": "object", "properties": {"text": {"type": "string"}},
+                   "required": ["text"]}}])";
+  auto started = engine().start(spec);
+  ASSERT_TRUE(started.ok()) << started.status().to_string();
+  GrammarConstraint& c = **started;
+  const auto allows = [&](int32_t id) {
+    const uint32_t* mask = c.next_token_mask();
+    return mask == nullptr || ((mask[id / 32] >> (id % 32)) & 1u);
+  };
+  const auto accept = [&](const std::string& text) {
+    const auto ids = tok().encode(text);
+    ASSERT_TRUE(ids.ok());
+    for (int32_t id : *ids) {
+      c.next_token_mask();
+      ASSERT_TRUE(c.accept_token(id)) << "the grammar refused " << escaped(text);
+    }
+  };
+  const auto bar = tok().encode("｜");
+  ASSERT_TRUE(bar.ok());
+  ASSERT_EQ(bar->size(), 1u) << "the V4 vocabulary spells U+FF5C with one token";
+  const int32_t fullwidth_bar = bar->front();
+  const int32_t dsml = *tok().token_to_id(tokenizer::kDsml);
+  const std::string m(tokenizer::kDsml);
+  accept("<" + m + " invoke name=\"note\">\n<" + m + " parameter name=\"text\" string=\"true\">");
+  EXPECT_TRUE(allows(fullwidth_bar)) << "inside a string value";
+  accept("a");
+  EXPECT_TRUE(allows(fullwidth_bar)) << "after a letter in the value";
+  accept("<");
+  EXPECT_TRUE(allows(dsml));
+  EXPECT_FALSE(allows(fullwidth_bar)) << "after \"<\", where the marker token is allowed";
+  accept("b</");
+  EXPECT_TRUE(allows(dsml));
+  EXPECT_FALSE(allows(fullwidth_bar)) << "after \"</\"";
+}
 
 // JSON schemas: every walk that ended is JSON a strict parser takes (no raw control characters in
 // strings) with the schema's bounds. xgrammar 0.2.9 let raw control characters into strings with

@@ -122,6 +122,41 @@ TEST(OutputAssembler, ReasoningTokensCountUpToThinkEnd) {
   EXPECT_EQ(assembler.raw_after_reasoning(), "Yes");
 }
 
+TEST(OutputAssembler, ReplayTextStartsAtTheThinkEndToken) {
+  OutputSettings settings;
+  settings.thinking = tokenizer::ThinkingMode::kThinking;
+  settings.parse_tool_calls = true;
+  {
+    // A `</think>` spelled with ordinary tokens is reasoning text; the answer starts after the token.
+    OutputAssembler assembler(test::test_tokenizer(), settings, nullptr);
+    std::vector<int32_t> ids = test::ids_of("ab");
+    for (const char* piece : {"<", "/think>", "cd"})
+      for (int32_t id : test::ids_of(piece)) ids.push_back(id);
+    for (int32_t id : test::ids_of(std::string("</think>Yes") + test::kEos)) ids.push_back(id);
+    for (int32_t id : ids) assembler.push(id);
+    Completion turn;
+    ASSERT_FALSE(assembler.finish(result_of(ids, runtime::FinishReason::kStop), &turn).has_value());
+    EXPECT_EQ(turn.reasoning, "ab</think>cd");
+    EXPECT_EQ(turn.content, "Yes");
+    EXPECT_EQ(assembler.raw_after_reasoning(), "Yes");
+  }
+  {
+    // Calls opened inside the reasoning: no answer part, so nothing to replay (the client's message
+    // renders the calls), rather than an empty text that would drop them.
+    OutputAssembler assembler(test::test_tokenizer(), settings, nullptr);
+    const auto ids = test::ids_of(std::string("plan<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"f\">\n") +
+                                  "</｜DSML｜ invoke>\n</｜DSML｜ calls>" + test::kEos);
+    for (int32_t id : ids) assembler.push(id);
+    Completion turn;
+    ASSERT_FALSE(assembler.finish(result_of(ids, runtime::FinishReason::kStop), &turn).has_value());
+    EXPECT_EQ(turn.reasoning, "plan");
+    ASSERT_EQ(turn.tool_calls.size(), 1u);
+    EXPECT_EQ(turn.tool_calls[0].name, "f");
+    EXPECT_EQ(turn.finish, FinishKind::kToolCalls);
+    EXPECT_FALSE(assembler.raw_after_reasoning().has_value());
+  }
+}
+
 struct StopCase {
   std::string output;
   std::vector<std::string> stop;
@@ -239,6 +274,27 @@ TEST(OutputAssembler, TruncationInsideAMarkerCharacterIsALengthTurn) {
   ASSERT_EQ(turn.tool_calls.size(), 1u);
   EXPECT_EQ(turn.tool_calls[0].arguments, "{\"city\": \"Paris\"");
   EXPECT_EQ(sink.errors, 0);
+}
+
+TEST(OutputAssembler, ACharacterCutShortAtTheEndIsDropped) {
+  // deepseek-recipe's decoder drops the ids it still buffers when the stream ends: "Hi" and the
+  // first byte of "é" read as "Hi", without a replacement character.
+  const auto lead_byte = test::test_tokenizer().token_to_id("\u00c3");  // GPT-2's byte alphabet: 0xC3
+  ASSERT_TRUE(lead_byte.has_value());
+  for (const bool thinking : {false, true}) {
+    OutputSettings settings;
+    settings.thinking = thinking ? tokenizer::ThinkingMode::kThinking : tokenizer::ThinkingMode::kChat;
+    RecordingSink sink;
+    OutputAssembler assembler(test::test_tokenizer(), settings, &sink);
+    auto ids = test::ids_of(thinking ? "r</think>Hi" : "Hi");
+    ids.push_back(*lead_byte);
+    for (int32_t id : ids) assembler.push(id);
+    Completion turn;
+    ASSERT_FALSE(assembler.finish(result_of(ids, runtime::FinishReason::kLength), &turn).has_value());
+    EXPECT_EQ(turn.content, "Hi");
+    EXPECT_EQ(sink.content, "Hi");
+    EXPECT_EQ(turn.finish, FinishKind::kLength);
+  }
 }
 
 }  // namespace
