@@ -32,6 +32,9 @@ OutputAssembler::OutputAssembler(const tokenizer::Tokenizer& tokenizer, OutputSe
       think_end_id_(tokenizer.token_to_id(tokenizer::kThinkEnd)),
       eos_id_(tokenizer.token_to_id(tokenizer::kEos)) {
   parser_.set_parse_tool_calls(settings_.parse_tool_calls);
+  // A chat turn's stop sequences are matched by the parser (in the answer, before the DSML opening,
+  // never against a special token's text: deepseek-recipe's rules); raw completions match them here.
+  if (settings_.mode == OutputMode::kChat) parser_.set_stop_sequences(settings_.stop);
   for (const tokenizer::AddedToken& t : tokenizer.added_tokens()) added_.emplace(t.id, t.content);
   for (const std::string& s : settings_.stop) longest_stop_ = std::max(longest_stop_, s.size());
 }
@@ -118,12 +121,16 @@ void OutputAssembler::handle(const tokenizer::ParseEvent& event) {
       turn_.tool_calls.push_back(std::move(call));
       break;
     }
+    case tokenizer::ParseEvent::Type::kStop:
+      turn_.matched_stop = event.text;
+      stop_matched_ = true;
+      break;
     case tokenizer::ParseEvent::Type::kDone: parser_done_ = true; break;
   }
 }
 
 void OutputAssembler::content_text(std::string_view text) {
-  if (longest_stop_ == 0) {
+  if (longest_stop_ == 0 || settings_.mode == OutputMode::kChat) {
     emit_content(text);
     return;
   }

@@ -140,6 +140,19 @@ void CompletionParser::set_parse_tool_calls(bool on) {
   enter(stage_);  // the stage's markers depend on it
 }
 
+void CompletionParser::set_stop_sequences(const std::vector<std::string>& stops) {
+  stops_.clear();
+  stop_units_.clear();
+  stop_failure_.clear();
+  for (const std::string& stop : stops) {
+    if (stop.empty()) continue;
+    stops_.push_back(stop);
+    stop_units_.push_back(units_of({{stop, false}}));
+    stop_failure_.push_back(failure_table(stop_units_.back()));
+  }
+  enter(stage_);
+}
+
 // Registers the stage's markers, in deepseek-recipe's order (the order decides which marker wins
 // when two complete at the same byte).
 void CompletionParser::enter(StageState next) {
@@ -166,6 +179,15 @@ void CompletionParser::enter(StageState next) {
   const Action label{Action::Kind::kArgumentsLabel};
   switch (next.stage) {
     case Stage::kContent:
+      for (size_t i = 0; i < stop_units_.size(); ++i) {  // first: a stop wins a tie with any marker
+        Branch b;
+        b.match = Branch::Match::kMarker;
+        b.pattern = &stop_units_[i];
+        b.failure = &stop_failure_[i];
+        b.next = {Stage::kFinished};
+        b.action = {Action::Kind::kStop, "", i};
+        branches_.push_back(b);
+      }
       if (parse_tool_calls_) marker(m.dsml_open, {Stage::kToolCalls}, skip, Branch::Match::kNewlinesAndMarker);
       if (next.strip_leading_newlines) leading_newline({Stage::kContent, true});
       marker(m.think_end, {Stage::kContent, false}, skip);  // a stray </think> is dropped
@@ -265,6 +287,7 @@ void CompletionParser::apply(Action action, size_t length, std::vector<ParseEven
     case Action::Kind::kArgumentsRaw: call_arguments_.append(bytes); break;
     case Action::Kind::kArgumentsString: append_json_escaped(bytes, &call_arguments_); break;
     case Action::Kind::kArgumentsLabel: call_arguments_ += action.label; break;
+    case Action::Kind::kStop: events->push_back({ParseEvent::Type::kStop, stops_[action.stop], {}}); break;
     case Action::Kind::kArgumentsEnd:
       call_arguments_ += action.label;
       events->push_back({ParseEvent::Type::kToolCall, "", {std::move(call_name_), std::move(call_arguments_)}});
@@ -329,6 +352,7 @@ ParsedCompletion parse_completion(std::string_view text, ThinkingMode mode, bool
       case ParseEvent::Type::kReasoningDelta: out.reasoning_content += e.text; break;
       case ParseEvent::Type::kContentDelta: out.content += e.text; break;
       case ParseEvent::Type::kToolCall: out.tool_calls.push_back(std::move(e.tool_call)); break;
+      case ParseEvent::Type::kStop:
       case ParseEvent::Type::kDone: break;
     }
   }

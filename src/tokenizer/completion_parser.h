@@ -14,6 +14,8 @@
 // special-token parts, and a special-token part only matches text decoded from that special token):
 //   - Reasoning (thinking mode) ends at `</think>`; the newlines before it and those that begin the
 //     reasoning or the answer are dropped.
+//   - Content: a stop sequence (set_stop_sequences) ends the turn first; it matches text of
+//     ordinary tokens only, never a special token's text.
 //   - Content: `<｜DSML｜` (any newlines before it dropped) opens the tool calls wherever it stands,
 //     after text, after one newline, or without a calls tag; so does it in the reasoning. `</think>`
 //     in content is dropped. Everything else (a stray `｜DSML｜`, `</｜DSML｜ calls>`, `<think>`,
@@ -28,9 +30,10 @@
 //     `<｜DSML｜ foo>` nothing but those markers is read, so the rest of the turn is dropped.
 //   - A call still open when the text ends is reported with the arguments written so far.
 //
-// Events: reasoning and content deltas (text that may still begin a marker is held back until it
-// is decided), one ToolCall per call (when it closes, or at finish() if it never did), then Done
-// from finish(). There are no errors: every text has a reading. After Done, feed() returns nothing.
+// Events: reasoning and content deltas (text that may still begin a marker or a stop sequence is
+// held back until it is decided), one ToolCall per call (when it closes, or at finish() if it never
+// did), a Stop when a stop sequence matched, then Done from finish(). There are no errors: every
+// text has a reading. After Done, feed() returns nothing.
 #pragma once
 
 #include <optional>
@@ -57,9 +60,9 @@ struct ToolCall {
 };
 
 struct ParseEvent {
-  enum class Type { kReasoningDelta, kContentDelta, kToolCall, kDone };
+  enum class Type { kReasoningDelta, kContentDelta, kToolCall, kStop, kDone };
   Type type;
-  std::string text;    // the delta
+  std::string text;    // the delta, or the stop sequence that matched (kStop: the turn ends there)
   ToolCall tool_call;  // kToolCall only
 };
 
@@ -70,6 +73,10 @@ class CompletionParser {
   // declared no tools, or tool_choice "none": deepseek-recipe's parse_tool_calls = false).
   // Set before the first feed().
   void set_parse_tool_calls(bool on);
+  // Stop sequences (empty ones ignored), matched in the answer before anything else and only against
+  // text of ordinary tokens, as deepseek-recipe matches them: the first that completes ends the
+  // turn with a kStop event (the text before it is content). Set before the first feed().
+  void set_stop_sequences(const std::vector<std::string>& stops);
 
   // Consumes the next piece of completion text.
   std::vector<ParseEvent> feed(std::string_view text, ChunkKind kind);
@@ -85,10 +92,11 @@ class CompletionParser {
   struct Action {
     enum class Kind {
       kContent, kReasoning, kSkip, kCallBegin, kCallName, kCallNameEnd, kArgumentsRaw, kArgumentsString,
-      kArgumentsLabel, kArgumentsEnd
+      kArgumentsLabel, kArgumentsEnd, kStop
     };
     Kind kind;
     const char* label = "";
+    size_t stop = 0;  // kStop: which stop sequence
   };
   enum class Stage {
     kContent, kReasoning, kToolCalls, kToolName, kArguments, kArgumentName, kStringAttribute, kArgumentValue,
@@ -128,6 +136,9 @@ class CompletionParser {
   void apply(Action action, size_t length, std::vector<ParseEvent>* events);
 
   bool parse_tool_calls_ = true;
+  std::vector<std::string> stops_;
+  std::vector<std::vector<PatternUnit>> stop_units_;  // branches point into these: set before feeding
+  std::vector<std::vector<size_t>> stop_failure_;
   bool done_ = false;
   size_t fed_ = 0;                     // bytes fed so far
   std::optional<size_t> reasoning_end_;

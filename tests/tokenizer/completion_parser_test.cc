@@ -170,6 +170,50 @@ TEST(CompletionParser, HoldsBackPossibleMarkersAndFlushesFalseAlarms) {
 
 const std::string kInvokeF = "<｜DSML｜ invoke name=\"f\">\n</｜DSML｜ invoke>\n";
 
+TEST(CompletionParser, StopSequencesEndTheAnswerBeforeAnyMarkerAndOnlyInPlainText) {
+  // Collects one run: content, the stop that matched, the calls.
+  struct Run {
+    std::string content, stop;
+    size_t calls = 0;
+  };
+  const auto run = [](const std::vector<std::pair<std::string, ChunkKind>>& pieces, ThinkingMode mode) {
+    CompletionParser p(mode);
+    p.set_parse_tool_calls(true);
+    p.set_stop_sequences({"", "\n\n", "<｜User｜>"});  // the empty one is ignored
+    Run r;
+    auto take = [&](const std::vector<ParseEvent>& events) {
+      for (const ParseEvent& e : events) {
+        if (e.type == ParseEvent::Type::kContentDelta) r.content += e.text;
+        if (e.type == ParseEvent::Type::kStop) r.stop = e.text;
+        if (e.type == ParseEvent::Type::kToolCall) ++r.calls;
+      }
+    };
+    for (const auto& [text, kind] : pieces) take(p.feed(text, kind));
+    take(p.finish());
+    return r;
+  };
+  // The blank line before a calls block is a stop: the block is never read.
+  Run r = run({{"Hi\n", ChunkKind::kPlainTokens}, {"\n<", ChunkKind::kPlainTokens},
+               {"｜DSML｜", ChunkKind::kSpecialToken}, {" calls>\n" + kInvokeF, ChunkKind::kPlainTokens}},
+              ThinkingMode::kChat);
+  EXPECT_EQ(r.content, "Hi");
+  EXPECT_EQ(r.stop, "\n\n");
+  EXPECT_EQ(r.calls, 0u);
+  // A stop spelling a special token: the token is not a stop, the same text in ordinary tokens is.
+  r = run({{"A", ChunkKind::kPlainTokens}, {"<｜User｜>", ChunkKind::kSpecialToken}, {"B", ChunkKind::kPlainTokens}},
+          ThinkingMode::kChat);
+  EXPECT_EQ(r.content, "A<｜User｜>B");
+  EXPECT_EQ(r.stop, "");
+  r = run({{"A<｜Us", ChunkKind::kPlainTokens}, {"er｜>B", ChunkKind::kPlainTokens}}, ThinkingMode::kChat);
+  EXPECT_EQ(r.content, "A");
+  EXPECT_EQ(r.stop, "<｜User｜>");
+  // The reasoning is not searched.
+  r = run({{"a\n\nb", ChunkKind::kPlainTokens}, {"</think>", ChunkKind::kSpecialToken}, {"ok", ChunkKind::kPlainTokens}},
+          ThinkingMode::kThinking);
+  EXPECT_EQ(r.content, "ok");
+  EXPECT_EQ(r.stop, "");
+}
+
 TEST(CompletionParserRecovery, CallsBlockRightAfterText) {
   const Outcome o = run_text("text<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"f\">\n<｜DSML｜ parameter name=\"a\" "
                              "string=\"true\">x</｜DSML｜ parameter>\n</｜DSML｜ invoke>\n</｜DSML｜ calls>");

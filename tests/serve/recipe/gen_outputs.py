@@ -161,6 +161,14 @@ def cases():
         if plain:
             out[-1]["plain"] = plain
 
+    # Stop strings are matched in the answer before the DSML opening, and only against text of
+    # ordinary tokens: a stop on the blank line before a calls block wins over the block, and a stop
+    # that spells a special token matches it only when ordinary tokens write it.
+    add_broken("stop_blank_line_before_calls", ["Hi" + calls(invoke("a", [("x", "1", False)]))], tools=True,
+               stop=["\n\n"])
+    add_broken("stop_spells_special_token", ["A<｜User｜>B"], stop=["<｜User｜>"])
+    add_broken("stop_spells_special_token_spelled", ["A", ("plain", "<｜User｜>"), "B"], stop=["<｜User｜>"])
+
     block = "<｜DSML｜ calls>\n" + invoke("get_weather", [("city", "Paris", True), ("days", "3", False)]) + \
         "</｜DSML｜ calls>"
     one_call = invoke("a", [("x", "1", False)])
