@@ -29,7 +29,6 @@ OutputAssembler::OutputAssembler(const tokenizer::Tokenizer& tokenizer, OutputSe
       sink_(sink),
       decoder_(tokenizer, /*skip_special=*/settings_.mode == OutputMode::kRaw),
       parser_(settings_.thinking),
-      think_end_id_(tokenizer.token_to_id(tokenizer::kThinkEnd)),
       eos_id_(tokenizer.token_to_id(tokenizer::kEos)) {
   parser_.set_parse_tool_calls(settings_.parse_tool_calls);
   // A chat turn's stop sequences are matched by the parser (in the answer, before the DSML opening,
@@ -66,7 +65,6 @@ void OutputAssembler::feed_output_prefix() {
 
 void OutputAssembler::push(int32_t token) {
   feed_output_prefix();
-  if (think_end_id_ && token == *think_end_id_ && !think_end_at_) think_end_at_ = tokens_;
   ++tokens_;
   if (wants_stop() || parser_done_ || ended_) return;
   // The end-of-sentence token ends the turn (the engine stops on it); it is no text of the turn, as
@@ -225,8 +223,12 @@ std::optional<ApiError> OutputAssembler::finish(const runtime::GenerationResult&
   turn->usage.prompt_tokens = result.prompt_tokens;
   turn->usage.completion_tokens = static_cast<int>(result.output_ids.size());
   turn->usage.cached_tokens = result.cached_tokens;
-  if (settings_.mode == OutputMode::kChat && settings_.thinking == tokenizer::ThinkingMode::kThinking)
-    turn->usage.reasoning_tokens = think_end_at_ ? *think_end_at_ : turn->usage.completion_tokens;
+  if (settings_.mode == OutputMode::kChat && settings_.thinking == tokenizer::ThinkingMode::kThinking) {
+    // deepseek-recipe's count: the tokens the reasoning text encodes to (without BOS/EOS), whatever
+    // ended it (the </think> token, tool calls opened inside it, the budget).
+    const auto ids = tokenizer_.encode(turn->reasoning, /*add_special=*/false);
+    turn->usage.reasoning_tokens = ids.ok() ? static_cast<int>(ids->size()) : 0;
+  }
 
   if (stop_matched_) {
     turn->finish = FinishKind::kStop;

@@ -82,7 +82,6 @@ class OutputAssembler {
   StreamSink* sink_;
   tokenizer::StreamDecoder decoder_;
   tokenizer::CompletionParser parser_;
-  std::optional<int32_t> think_end_id_;  // the </think> token, to count reasoning tokens
   std::optional<int32_t> eos_id_;        // ends the turn
   std::unordered_map<int32_t, std::string> added_;  // the added (special) tokens and their text
 
@@ -96,7 +95,6 @@ class OutputAssembler {
   std::optional<std::string> failure_;
   Completion turn_;            // content, reasoning, tool calls so far
   int tokens_ = 0;
-  std::optional<int> think_end_at_;  // index of the </think> token in the output
 
   // Logprobs (settings.logprobs): every token's text span in decoded_ [start, end) (empty for a
   // token that completed no character yet) and its probabilities; tokens are reported with the

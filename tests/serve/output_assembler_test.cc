@@ -150,6 +150,7 @@ TEST(OutputAssembler, ReplayTextStartsAtTheThinkEndToken) {
     Completion turn;
     ASSERT_FALSE(assembler.finish(result_of(ids, runtime::FinishReason::kStop), &turn).has_value());
     EXPECT_EQ(turn.reasoning, "plan");
+    EXPECT_EQ(turn.usage.reasoning_tokens, 4) << "the reasoning text's tokens (one per byte here), as deepseek-recipe counts";
     ASSERT_EQ(turn.tool_calls.size(), 1u);
     EXPECT_EQ(turn.tool_calls[0].name, "f");
     EXPECT_EQ(turn.finish, FinishKind::kToolCalls);
