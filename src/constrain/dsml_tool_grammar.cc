@@ -20,6 +20,7 @@ constexpr const char* kCallsEnd = "</｜DSML｜ calls>";
 constexpr const char* kInvokeBeginPrefix = "<｜DSML｜ invoke name=\"";
 constexpr const char* kInvokeBeginSuffix = "\">\n";
 constexpr const char* kInvokeEnd = "</｜DSML｜ invoke>\n";
+constexpr const char* kValueEnd = "</｜DSML｜";
 
 }  // namespace
 
@@ -40,7 +41,10 @@ Result<std::string> dsml_tool_call_structural_tag(const std::string& tools_json,
                         {{"type", "json_schema"},
                          {"json_schema", schema},
                          {"style", "deepseek_v4_1_xml"},
-                         {"max_whitespace_cnt", max_whitespace_run}}},
+                         {"max_whitespace_cnt", max_whitespace_run},
+                         // The parser ends a value at "</" + the marker whatever follows, so a value
+                         // may not hold it: after it only the parameter's own " parameter>" fits.
+                         {"excludes", {kValueEnd}}}},
                        {"end", kInvokeEnd}});
   }
   const json calls = {{"type", "tags_with_separator"},

@@ -348,6 +348,14 @@ TEST(GrammarParserAgreement, SpelledMarkerPiecesAreRefusedOnlyAfterATagOpening) 
   accept("b</");
   EXPECT_TRUE(allows(dsml));
   EXPECT_FALSE(allows(fullwidth_bar)) << "after \"</\"";
+  // The parser ends the value at "</" + the marker token, so after it only the parameter's own end fits.
+  c.next_token_mask();
+  ASSERT_TRUE(c.accept_token(dsml));
+  const auto invoke_end = tok().encode(" invoke>");
+  const auto parameter_end = tok().encode(" parameter>");
+  ASSERT_TRUE(invoke_end.ok() && parameter_end.ok());
+  EXPECT_FALSE(allows(invoke_end->front())) << "a value holding \"</｜DSML｜ invoke>\"";
+  EXPECT_TRUE(allows(parameter_end->front()));
 }
 
 // JSON schemas: every walk that ended is JSON a strict parser takes (no raw control characters in
