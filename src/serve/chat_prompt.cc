@@ -17,8 +17,10 @@ bool mentions_json(const std::vector<Message>& messages) {
 }
 
 // Appends deepseek-recipe's prefill of a forced tool call, "\n\n<｜DSML｜ calls>\n", after the
-// assistant header: the DSML marker is the encoder's own token, the rest text.
-void append_forced_call_prefill(tokenizer::ChatPrompt* prompt) {
+// assistant header: the DSML marker is the encoder's own token, the rest text. After a finished
+// assistant turn (the conversation ended with one) the call opens a new turn: its header first,
+// "<｜Assistant｜></think>" (a forced call runs in non-thinking mode).
+void append_forced_call_prefill(tokenizer::ChatPrompt* prompt, bool new_turn) {
   auto add = [&](std::string_view s, tokenizer::SpanKind kind) {
     const size_t at = prompt->text.size();
     prompt->text += s;
@@ -27,6 +29,10 @@ void append_forced_call_prefill(tokenizer::ChatPrompt* prompt) {
     else
       prompt->spans.push_back({at, prompt->text.size(), kind});
   };
+  if (new_turn) {
+    add(tokenizer::kAssistantMarker, tokenizer::SpanKind::kSpecial);
+    add(tokenizer::kThinkEnd, tokenizer::SpanKind::kSpecial);
+  }
   add("\n\n<", tokenizer::SpanKind::kText);
   add(tokenizer::kDsml, tokenizer::SpanKind::kSpecial);
   add(" calls>\n", tokenizer::SpanKind::kText);
@@ -38,7 +44,9 @@ std::variant<RenderedChat, ApiError> render_chat_prompt(const ChatRequest& reque
                                                         const tokenizer::Tokenizer& tokenizer,
                                                         const PromptSettings& settings) {
   const bool thinking = request.reasoning.thinking.value_or(settings.default_thinking);
-  const bool prefill = !messages.empty() && messages.back().role == Role::kAssistant;
+  // A trailing assistant message is a partial answer to continue, except under a forced tool call:
+  // then it is a finished turn and the call starts a new one (deepseek-recipe renders it so).
+  const bool prefill = !messages.empty() && messages.back().role == Role::kAssistant && !request.tool_call_required;
   if (request.response_format && *request.response_format == json_object_format() && !mentions_json(messages))
     return invalid_request(
         "the conversation must contain the word 'json' in some form to ask for a json_object response format "
@@ -52,10 +60,6 @@ std::variant<RenderedChat, ApiError> render_chat_prompt(const ChatRequest& reque
   if (request.tool_call_required && thinking)
     return invalid_request("thinking mode does not support this tool_choice: a forced tool call needs thinking off",
                            "tool_choice");
-  if (request.tool_call_required && prefill)
-    return invalid_request("a forced tool call (tool_choice required or a named function) cannot continue a partial "
-                           "assistant answer",
-                           "tool_choice");
   const OrderedJson encoder_input = encoder_messages(messages, request.tools, request.response_format, prefill);
 
   tokenizer::ChatOptions options;
@@ -65,7 +69,8 @@ std::variant<RenderedChat, ApiError> render_chat_prompt(const ChatRequest& reque
   if (settings.format == tokenizer::PromptFormat::kV41) options.reasoning_effort = request.reasoning.effort.value_or(kDefaultEffort);
   auto prompt = tokenizer::encode_chat(encoder_input, options);
   if (!prompt.ok()) return invalid_request("the conversation cannot be encoded: " + prompt.status().message());
-  if (request.tool_call_required) append_forced_call_prefill(&*prompt);
+  if (request.tool_call_required)
+    append_forced_call_prefill(&*prompt, !messages.empty() && messages.back().role == Role::kAssistant);
   auto ids = tokenizer::encode_chat_ids(tokenizer, *prompt, settings.format);
   if (!ids.ok()) {
     if (ids.status().code() == StatusCode::kInvalidArgument)

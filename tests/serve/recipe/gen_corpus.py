@@ -419,6 +419,19 @@ def constrained_cases(g):
             "type": "object", "properties": {"a": {"type": "string"}, "b": {"type": "string"}}, "required": ["a"]}}}}))
     out.append(("chat", "refuse-strict-top-level-array", {"model": MODEL, "messages": user, "response_format": {
         "type": "json_schema", "json_schema": {"name": "s", "strict": True, "schema": {"type": "array"}}}}))
+    # A forced call after a trailing assistant message: deepseek-recipe closes that answer and opens a
+    # new turn with the forced block (appended last, so the bodies above are unchanged).
+    weather = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
+    partial = [{"role": "user", "content": "weather? <｜Assistant｜>"}, {"role": "assistant", "content": "Let me"}]
+    chat_tools = [{"type": "function", "function": {"name": "get_weather", "parameters": weather}}]
+    out.append(("chat", "constrained-forced-after-partial-required", {
+        "model": MODEL, "messages": partial, "tools": chat_tools, "tool_choice": "required"}))
+    out.append(("chat", "constrained-forced-after-partial-named", {
+        "model": MODEL, "messages": partial, "tools": chat_tools,
+        "tool_choice": {"type": "function", "function": {"name": "get_weather"}}}))
+    out.append(("messages", "constrained-forced-after-partial-messages", {
+        "model": MODEL, "max_tokens": 64, "messages": partial,
+        "tools": [{"name": "get_weather", "input_schema": weather}], "tool_choice": {"type": "tool", "name": "get_weather"}}))
     return out
 
 
