@@ -47,16 +47,19 @@ const KernelSet& kernel_set(Numerics n) {
   return n == Numerics::kExact ? exact : fast;
 }
 
-void gemm_fp4_batch(const KernelSet& ks, std::span<const Fp4GemmJob> jobs, ThreadPool* pool) {
-  constexpr size_t kUnit = 16;  // rows per work unit (one fast GEMM panel)
+namespace {
+// Runs rows(job, n_begin, n_end) over every job's output rows in ONE parallel region: rows in units
+// of `unit`, the units of all jobs split evenly over the pool (a row's value never depends on the split).
+template <typename Job, typename Rows>
+void run_jobs_in_one_region(std::span<const Job> jobs, size_t unit, ThreadPool* pool, const Rows& rows) {
   size_t units = 0;
-  for (const Fp4GemmJob& j : jobs) units += (j.w.n + kUnit - 1) / kUnit;
+  for (const Job& j : jobs) units += (j.w.n + unit - 1) / unit;
   const auto run_units = [&](size_t u0, size_t u1) {
     size_t base = 0;  // first unit of the current job
-    for (const Fp4GemmJob& j : jobs) {
-      const size_t ju = (j.w.n + kUnit - 1) / kUnit;
+    for (const Job& j : jobs) {
+      const size_t ju = (j.w.n + unit - 1) / unit;
       const size_t b = std::max(u0, base), e = std::min(u1, base + ju);
-      if (b < e) ks.gemm_fp4_rows(j.a, j.w, j.y, (b - base) * kUnit, std::min(j.w.n, (e - base) * kUnit));
+      if (b < e) rows(j, (b - base) * unit, std::min(j.w.n, (e - base) * unit));
       base += ju;
     }
   };
@@ -66,32 +69,24 @@ void gemm_fp4_batch(const KernelSet& ks, std::span<const Fp4GemmJob> jobs, Threa
   }
   pool->parallel_for(units, 1, [&](size_t u0, size_t u1, int) { run_units(u0, u1); });
 }
+}  // namespace
+
+void gemm_fp4_batch(const KernelSet& ks, std::span<const Fp4GemmJob> jobs, ThreadPool* pool) {
+  // 16 rows per unit: one fast GEMM panel.
+  run_jobs_in_one_region(jobs, 16, pool, [&](const Fp4GemmJob& j, size_t n0, size_t n1) {
+    ks.gemm_fp4_rows(j.a, j.w, j.y, n0, n1);
+  });
+}
 
 void fp8_linear_batch(const KernelSet& ks, std::span<const Fp8LinearJob> jobs, ThreadPool* pool) {
-  constexpr size_t kUnit = 32;  // rows per work unit: one row of FP8 weight scales
-  size_t units = 0;
-  for (const Fp8LinearJob& j : jobs) units += (j.w.n + kUnit - 1) / kUnit;
-  const auto run_units = [&](size_t u0, size_t u1) {
-    size_t base = 0;  // first unit of the current job
-    for (const Fp8LinearJob& j : jobs) {
-      const size_t ju = (j.w.n + kUnit - 1) / kUnit;
-      const size_t b = std::max(u0, base), e = std::min(u1, base + ju);
-      if (b < e) {
-        const size_t n0 = (b - base) * kUnit, n1 = std::min(j.w.n, (e - base) * kUnit);
-        if (j.kind == Fp8LinearJob::Kind::kGemm) {
-          ks.gemm_fp8_rows(j.a, j.w, j.y, n0, n1);
-        } else {
-          ks.linear_fp8_bf16_rows(j.a.values, j.a.m, j.w, j.y, LinearOut::kBf16, n0, n1);
-        }
-      }
-      base += ju;
+  // 32 rows per unit: one row of FP8 weight scales.
+  run_jobs_in_one_region(jobs, 32, pool, [&](const Fp8LinearJob& j, size_t n0, size_t n1) {
+    if (j.kind == Fp8LinearJob::Kind::kGemm) {
+      ks.gemm_fp8_rows(j.a, j.w, j.y, n0, n1);
+    } else {
+      ks.linear_fp8_bf16_rows(j.a.values, j.a.m, j.w, j.y, LinearOut::kBf16, n0, n1);
     }
-  };
-  if (pool == nullptr || pool->size() <= 1) {
-    run_units(0, units);
-    return;
-  }
-  pool->parallel_for(units, 1, [&](size_t u0, size_t u1, int) { run_units(u0, u1); });
+  });
 }
 
 }  // namespace cedar::ops

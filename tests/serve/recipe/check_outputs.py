@@ -33,6 +33,9 @@ import urllib.request
 
 import deepseek_recipe as dr
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data"))
+from make_test_tokenizer import bytes_to_unicode  # noqa: E402  (GPT-2's byte-level alphabet)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 TOKENIZER_DIR = os.path.join(HERE, "..", "data", "tokenizer")
 MODEL = "DeepSeek-V4.1-Flash"
@@ -40,17 +43,6 @@ EOS = "<｜end▁of▁sentence｜>"
 OPTIONS = dr.ConversionOptions(default_thinking_mode=False)
 
 
-def bytes_to_unicode():
-    """GPT-2's byte-level alphabet: the vocabulary string of each byte."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return dict(zip(bs, map(chr, cs)))
 
 
 def load_vocab():
