@@ -75,13 +75,22 @@ struct F32Weight {
 // Element order inside a block: even elements 0-7, odd 0-7, even 8-15, odd 8-15 (element j is the
 // (j % 2) nibble of packed byte j / 2; the kernel decodes low nibbles into one 128-bit lane and high
 // nibbles into the other).
+// On CPUs with AVX512-VNNI the planes are packed as bytes for that kernel instead (ops/fp4_gemv_x86.h):
+// `plane` is then nullptr and `vnni_plane` / `vnni_correction` are set; factor and the residuals are
+// the same in both forms.
 struct Fp4GemvPlanes {
   const int16_t* plane = nullptr;           // [m, k/32, 32]
   const float* factor = nullptr;            // [m, k/32]
   const uint32_t* residual_count = nullptr; // [m]
   const uint32_t* residual_block = nullptr; // [m, k/32], the first residual_count[r] used
   const int16_t* residual_plane = nullptr;  // [m, k/32, 32], likewise
+  const int8_t* vnni_plane = nullptr;       // [m, padded k/32, 64]
+  const int32_t* vnni_correction = nullptr; // [m, padded k/32]
 };
+
+// Where element j of a block goes in its int16 plane: even elements 0-7, odd 0-7, even 8-15, odd 8-15
+// (element j is the (j % 2) nibble of byte j / 2).
+constexpr size_t fp4_plane_slot(size_t j) { return (j / 16) * 16 + (j % 2) * 8 + (j / 2) % 8; }
 
 // Activations already quantised by act_quant_fp8 (lets one quantisation feed several GEMMs, e.g. the
 // w1 and w3 projections of every selected expert). The E4M3 codes are kept decoded (exactly) as f32

@@ -19,6 +19,7 @@
 #include "core/check.h"
 #include "core/thread_pool.h"
 #include "ops/formats.h"
+#include "ops/fp4_gemv_x86.h"
 #include "ops/fp8_gemv_x86.h"
 #include "ops/linear_internal.h"
 #include "ops/prefetch.h"
@@ -439,6 +440,26 @@ template <bool kFp4>
 void FastBlockGemm(const Fp8Activations& a, const uint8_t* wdata, const uint8_t* wscales, size_t n_total, size_t k,
                    float* y, size_t n_begin, size_t n_end) {
 #if HWY_TARGET <= HWY_AVX2
+  if (kFp4 && a.m < fast::kFastGemmMinRows && a.fp4_planes.vnni_plane != nullptr) {
+    // Planes packed for the AVX512-VNNI kernel (ops/fp4_gemv_x86.h): only on CPUs that have it.
+    const size_t kblocks = k / 32;
+    const size_t padded = x86::fp4_vnni_padded_blocks(kblocks);
+    for (size_t m0 = 0; m0 < a.m; m0 += kGemvRows) {
+      const Fp4GemvPlanes& all = a.fp4_planes;
+      Fp4GemvPlanes planes = all;
+      planes.factor += m0 * kblocks;
+      planes.residual_count += m0;
+      planes.residual_block += m0 * kblocks;
+      planes.residual_plane += m0 * kblocks * 32;
+      planes.vnni_plane += m0 * padded * 64;
+      planes.vnni_correction += m0 * padded;
+      x86::fp4_gemv_vnni(planes, std::min(kGemvRows, a.m - m0), a.scales + m0 * kblocks, wdata, wscales, n_total, k,
+                         y + m0 * n_total, n_begin, n_end);
+    }
+    return;
+  }
+#endif
+#if HWY_TARGET <= HWY_AVX2
   if (kFp4 && a.m < fast::kFastGemmMinRows && a.fp4_planes.plane != nullptr) {
     const size_t kblocks = k / 32;
     for (size_t m0 = 0; m0 < a.m; m0 += kGemvRows) {
@@ -681,16 +702,15 @@ HWY_EXPORT(FastLinearF32);
 namespace fast {
 // values [m, k] + scales [m, k/32], and for GEMV-sized m the FP4 integer planes (Fp4GemvPlanes:
 // plane and residual plane int16 [m, k/32, 32] each, factor and residual blocks [m, k/32], counts [m]).
+// The byte planes of the AVX512-VNNI FP4 kernel (ops/fp4_gemv_x86.h) take 64 bytes per padded block
+// and the corrections 4: 17 floats.
 size_t act_scratch_floats(size_t m, size_t k) {
   const size_t kblocks = k / kFp8ActBlock;
-  return m * k + m * kblocks + (m < kFastGemmMinRows ? m * k + 2 * m * kblocks + m : 0);
+  const size_t planes = m * k + 2 * m * kblocks + m + 17 * m * x86::fp4_vnni_padded_blocks(kblocks);
+  return m * k + m * kblocks + (m < kFastGemmMinRows ? planes : 0);
 }
 
 namespace {
-// Where element j of a block goes in its plane: even elements 0-7, odd 0-7, even 8-15, odd 8-15
-// (element j is the (j % 2) nibble of byte j / 2; see Fp4IntDecoder).
-constexpr size_t fp4_plane_slot(size_t j) { return (j / 16) * 16 + (j % 2) * 8 + (j / 2) % 8; }
-
 // Fills the Fp4GemvPlanes of m rows (layout in linear.h) while quantising them: values and scales as
 // quantize_activations, plus the integer planes.
 Fp4GemvPlanes quantize_fp4_planes(const float* x, size_t m, size_t k, float* values, float* scales, float* storage) {
@@ -700,6 +720,15 @@ Fp4GemvPlanes quantize_fp4_planes(const float* x, size_t m, size_t k, float* val
   float* factor = storage + m * k;
   uint32_t* residual_block = reinterpret_cast<uint32_t*>(factor + m * kblocks);
   uint32_t* residual_count = residual_block + m * kblocks;
+  // The AVX512-VNNI kernel's byte planes replace the int16 plane where that kernel runs.
+  const bool vnni = x86::fp4_gemv_vnni_usable();
+  const size_t padded = x86::fp4_vnni_padded_blocks(kblocks);
+  int8_t* vnni_plane = reinterpret_cast<int8_t*>(residual_count + m);
+  int32_t* vnni_correction = reinterpret_cast<int32_t*>(vnni_plane + m * padded * 64);
+  if (vnni) {
+    std::memset(vnni_plane, 0, m * padded * 64);  // the padding blocks count zero
+    std::memset(vnni_correction, 0, m * padded * sizeof(int32_t));
+  }
   for (size_t r = 0; r < m; ++r) {
     uint32_t count = 0;
     for (size_t kb = 0; kb < kblocks; ++kb) {
@@ -713,9 +742,13 @@ Fp4GemvPlanes quantize_fp4_planes(const float* x, size_t m, size_t k, float* val
       while ((max_abs >> shift) > INT16_MAX) ++shift;  // at most 3: |v| <= 448 · 2^9 < 2^18
       const int32_t low_bits = (1 << shift) - 1;
       int32_t residual = 0;
-      for (size_t j = 0; j < kFp8ActBlock; ++j) {
-        plane[b * 32 + fp4_plane_slot(j)] = static_cast<int16_t>(v[j] >> shift);  // floor(v / 2^shift)
-        residual |= v[j] & low_bits;
+      for (size_t j = 0; j < kFp8ActBlock; ++j) residual |= v[j] & low_bits;
+      if (vnni) {
+        int32_t p[kFp8ActBlock];
+        for (size_t j = 0; j < kFp8ActBlock; ++j) p[j] = v[j] >> shift;  // floor(v / 2^shift)
+        x86::fp4_vnni_pack_block(p, kb, vnni_plane + r * padded * 64, vnni_correction + r * padded);
+      } else {
+        for (size_t j = 0; j < kFp8ActBlock; ++j) plane[b * 32 + fp4_plane_slot(j)] = static_cast<int16_t>(v[j] >> shift);
       }
       factor[b] = std::ldexp(scales[b], shift - 18);
       if (residual != 0) {
@@ -726,6 +759,7 @@ Fp4GemvPlanes quantize_fp4_planes(const float* x, size_t m, size_t k, float* val
     }
     residual_count[r] = count;
   }
+  if (vnni) return {nullptr, factor, residual_count, residual_block, residual_plane, vnni_plane, vnni_correction};
   return {plane, factor, residual_count, residual_block, residual_plane};
 }
 }  // namespace

@@ -18,6 +18,7 @@
 
 #include "core/thread_pool.h"
 #include "ops/formats.h"
+#include "ops/fp4_gemv_x86.h"
 #include "ops/fp8_gemv_x86.h"
 #include "ops/kernel_set.h"
 #include "ops/quant.h"
@@ -30,7 +31,9 @@ namespace {
 using testing::for_each_simd_target;
 
 // Every SIMD target, and on a CPU with AVX512-VBMI and AVX512-BF16 the AVX-512 targets twice: with the
-// FP8 GEMV of fp8_gemv_x86.h and without it (their Highway kernel), so both are tested.
+// FP8 GEMV of fp8_gemv_x86.h and without it (their Highway kernel), so both are tested. Likewise on a
+// CPU with AVX512-VNNI, the AVX2 and AVX-512 targets run with and without the FP4 GEMV of
+// fp4_gemv_x86.h.
 template <typename Fn>
 void for_each_kernel(Fn&& fn) {
   for_each_simd_target([&] {
@@ -40,6 +43,13 @@ void for_each_kernel(Fn&& fn) {
       x86::set_fp8_gemv_bf16_allowed(false);
       fn();
       x86::set_fp8_gemv_bf16_allowed(true);
+    }
+    const std::string target = dispatched_simd_target();
+    if (x86::fp4_gemv_vnni_usable() && (target.rfind("AVX3", 0) == 0 || target == "AVX2")) {
+      SCOPED_TRACE("without the AVX512-VNNI FP4 GEMV");
+      x86::set_fp4_gemv_vnni_allowed(false);
+      fn();
+      x86::set_fp4_gemv_vnni_allowed(true);
     }
   });
 }
@@ -378,6 +388,46 @@ TEST(LinearFast, Fp4GemvResidualBlocksAreExact) {
       std::vector<float> got(m * n);
       run_fast(w, x.data(), m, got.data(), nullptr);
       for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], want[i]) << "m" << m << " @" << i;
+    });
+  }
+}
+
+TEST(LinearFast, Fp4GemvSpecialScalesGiveWhatExactGives) {
+  // E8M0 255 (NaN) and 0 (2^-127) weight scales in a full 8-block group and in a short one: the FP4
+  // GEMV kernels turn most scales into floats by shifting the exponent and must take the table for
+  // these. Integer data keep every sum exact, so fast equals exact (NaN where exact is NaN).
+  std::mt19937 rng(29);
+  std::uniform_int_distribution<int> small(-8, 8);
+  const size_t n = 6, k = 32 * 11;  // one group of 8 blocks and a group of 3
+  for (size_t m : {1, 3}) {
+    std::vector<float> x(m * k);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = i % 32 == 0 ? 448.0f : static_cast<float>(small(rng));
+    BlockWeights w;
+    w.fp4 = true;
+    w.n = n;
+    w.k = k;
+    w.data.resize(n * k / 2);
+    for (auto& b : w.data) b = static_cast<uint8_t>(rng() & 0xFF);
+    w.scales.assign(n * (k / 32), 128);
+    w.scales[0 * 11 + 3] = 255;  // row 0: NaN in the full group
+    w.scales[1 * 11 + 9] = 255;  // row 1: NaN in the short group
+    w.scales[2 * 11 + 5] = 0;    // row 2: 2^-127 in the full group
+    w.scales[3 * 11 + 10] = 0;   // row 3: 2^-127 in the short group
+    std::vector<float> want(m * n);
+    run_exact(w, x.data(), m, want.data());
+    for (size_t r = 0; r < m; ++r) {
+      ASSERT_TRUE(std::isnan(want[r * n + 0]) && std::isnan(want[r * n + 1])) << "exact: a NaN scale gives NaN";
+    }
+    for_each_kernel([&] {
+      std::vector<float> got(m * n);
+      run_fast(w, x.data(), m, got.data(), nullptr);
+      for (size_t i = 0; i < got.size(); ++i) {
+        if (std::isnan(want[i])) {
+          ASSERT_TRUE(std::isnan(got[i])) << "m" << m << " @" << i;
+        } else {
+          ASSERT_EQ(got[i], want[i]) << "m" << m << " @" << i;
+        }
+      }
     });
   }
 }

@@ -1,0 +1,216 @@
+// The AVX512-VNNI FP4 GEMV of fp4_gemv_x86.h. The functions that use the extensions carry them as
+// target attributes, so this file builds for any x86-64 baseline and is only entered after the
+// run-time check.
+#include "ops/fp4_gemv_x86.h"
+
+#include <algorithm>
+#include <atomic>
+
+#include "ops/formats.h"
+#include "ops/linear.h"
+#include "ops/prefetch.h"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define CEDAR_FP4_GEMV_X86 1
+#endif
+
+namespace cedar::ops::x86 {
+namespace {
+std::atomic<bool> g_allowed{true};
+
+// Lane l of an 8-block group's sums holds block kLaneBlock[l] (the order the horizontal adds leave).
+constexpr size_t kLaneBlock[8] = {0, 2, 4, 6, 1, 3, 5, 7};
+constexpr size_t kBlockLane[8] = {0, 4, 1, 5, 2, 6, 3, 7};
+constexpr int kWeightOffset = 12;  // w' = 2·E2M1 + 12
+}  // namespace
+
+void set_fp4_gemv_vnni_allowed(bool allowed) { g_allowed.store(allowed, std::memory_order_relaxed); }
+
+size_t fp4_vnni_padded_blocks(size_t kblocks) { return (kblocks + 7) / 8 * 8; }
+
+void fp4_vnni_pack_block(const int32_t* p, size_t kb, int8_t* row_plane, int32_t* row_correction) {
+  int8_t* pair = row_plane + (kb / 2) * 128 + (kb % 2) * 16;
+  int32_t sum = 0;
+  for (size_t j = 0; j < 32; ++j) {
+    const int32_t hi = (p[j] + 128) >> 8;  // rounds p / 256 to nearest: |hi| <= 120 for |p| <= 30720
+    const int32_t lo = p[j] - 256 * hi;     // -128..127
+    int8_t* slot = pair + (j % 2) * 32 + j / 2;
+    slot[0] = static_cast<int8_t>(hi);
+    slot[64] = static_cast<int8_t>(lo);
+    sum += p[j];
+  }
+  row_correction[kb / 8 * 8 + kBlockLane[kb % 8]] = kWeightOffset * sum;
+}
+
+#ifdef CEDAR_FP4_GEMV_X86
+
+namespace {
+
+bool cpu_has_extensions() {
+  // libgcc's check also asks the OS (XCR0) whether it saves the AVX-512 state.
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+  return has;
+}
+
+// 2·E2M1 + 12 of each 4-bit code (codes 8..15 are the negatives of 0..7).
+alignas(16) constexpr int8_t kE2m1Offset[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
+
+#define CEDAR_X86_TARGET __attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")))
+
+// Σ over each of 8 blocks (lane order kLaneBlock) of w'·p for R activation rows: `blocks` (1..8) of
+// them are present from block g on; the others count zero (their plane bytes are zero padding).
+template <size_t R>
+CEDAR_X86_TARGET inline void group_sums(const uint8_t* wrow, size_t g, size_t blocks, const int8_t* const* plane,
+                                        __m256i* sums) {
+  const __m256i table = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(kE2m1Offset)));
+  const __m256i nibble = _mm256_set1_epi8(0x0F);
+  __m256i pair_sum[R][4];
+  for (size_t j = 0; j < 4; ++j) {
+    const uint8_t* src = wrow + (g + 2 * j) * 16;
+    __m256i packed;
+    if (blocks == 8) {
+      packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
+    } else {
+      // Bytes past the row's last block are not read: codes 0 there meet zero plane bytes.
+      const size_t bytes = std::min<size_t>(32, blocks > 2 * j ? (blocks - 2 * j) * 16 : 0);
+      packed = _mm256_maskz_loadu_epi8(static_cast<__mmask32>((uint64_t{1} << bytes) - 1), src);
+    }
+    const __m256i even = _mm256_shuffle_epi8(table, _mm256_and_si256(packed, nibble));
+    const __m256i odd = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(packed, 4), nibble));
+    for (size_t r = 0; r < R; ++r) {
+      const int8_t* q = plane[r] + (g / 2 + j) * 128;
+      const auto bytes = [q](size_t at) CEDAR_X86_TARGET {
+        return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + at));
+      };
+      // 256·Σ w'·hi, then + Σ w'·lo.
+      __m256i d = _mm256_dpbusd_epi32(_mm256_setzero_si256(), even, bytes(0));
+      d = _mm256_slli_epi32(_mm256_dpbusd_epi32(d, odd, bytes(32)), 8);
+      d = _mm256_dpbusd_epi32(d, even, bytes(64));
+      pair_sum[r][j] = _mm256_dpbusd_epi32(d, odd, bytes(96));
+    }
+  }
+  // pair_sum[j] holds block 2j in its low 4 lanes and 2j+1 in its high 4: three horizontal adds give
+  // one sum per block, blocks 0, 2, 4, 6 | 1, 3, 5, 7. A lane sums at most 8 products below 2^13·2^8
+  // and a block 32: below 2^25, no overflow.
+  for (size_t r = 0; r < R; ++r) {
+    const __m256i low = _mm256_hadd_epi32(pair_sum[r][0], pair_sum[r][1]);
+    const __m256i high = _mm256_hadd_epi32(pair_sum[r][2], pair_sum[r][3]);
+    sums[r] = _mm256_hadd_epi32(low, high);
+  }
+}
+
+// 2·E2M1 of each 4-bit code.
+alignas(16) constexpr int8_t kE2m1Twice[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+// Per-lane sums of 256·2·E2M1 · plane over one block whose int16 plane is in fp4_plane_slot order:
+// the 16 bytes go to both 128-bit lanes, the low lane keeps the low nibbles (even elements) and the
+// high lane the high ones, and interleaving under zero bytes widens to int16 (times 256).
+CEDAR_X86_TARGET inline __m256i residual_block_sum(const uint8_t* block, const int16_t* plane) {
+  const __m256i table = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(kE2m1Twice)));
+  const __m256i packed = _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(block)));
+  const __m256i nibbles =
+      _mm256_and_si256(_mm256_blend_epi32(packed, _mm256_srli_epi16(packed, 4), 0xF0), _mm256_set1_epi8(0x0F));
+  const __m256i twice = _mm256_shuffle_epi8(table, nibbles);
+  const __m256i lo = _mm256_unpacklo_epi8(_mm256_setzero_si256(), twice);
+  const __m256i hi = _mm256_unpackhi_epi8(_mm256_setzero_si256(), twice);
+  const __m256i sum = _mm256_madd_epi16(lo, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(plane)));
+  return _mm256_add_epi32(sum, _mm256_madd_epi16(hi, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(plane + 16))));
+}
+
+// The sum of the 8 lanes.
+CEDAR_X86_TARGET inline float sum_lanes(__m256 v) {
+  __m128 four = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  four = _mm_add_ps(four, _mm_movehl_ps(four, four));
+  return _mm_cvtss_f32(_mm_add_ss(four, _mm_movehdup_ps(four)));
+}
+
+template <size_t R>
+CEDAR_X86_TARGET void gemv_rows(const Fp4GemvPlanes& planes, const float* ascales, const uint8_t* wdata,
+                                const uint8_t* wscales, size_t n_total, size_t k, float* y, size_t n_begin,
+                                size_t n_end) {
+  const size_t kblocks = k / 32;
+  const size_t padded = fp4_vnni_padded_blocks(kblocks);
+  const float* e8m0 = e8m0_table();
+  const __m256i lane_order = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
+  const __m256 unscale = _mm256_set1_ps(256.0f);  // planes.factor is for the Highway kernel's 256·2·E2M1
+  const int8_t* plane[R];
+  for (size_t r = 0; r < R; ++r) plane[r] = planes.vnni_plane + r * padded * 64;
+  for (size_t n = n_begin; n < n_end; ++n) {
+    const uint8_t* wrow = wdata + n * (k / 2);
+    const uint8_t* srow = wscales + n * kblocks;
+    __m256 acc[R];
+    for (size_t r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+    for (size_t g = 0; g < kblocks; g += 8) {
+      const size_t blocks = std::min<size_t>(8, kblocks - g);
+      prefetch_weight_stream(wrow + g * 16);
+      prefetch_weight_stream(wrow + g * 16 + 64);
+      __m256i sums[R];
+      group_sums<R>(wrow, g, blocks, plane, sums);
+      // The weight scales as floats: E8M0 e is the float with exponent field e for 1 <= e <= 254;
+      // 0 (2^-127), 255 (NaN) and a short group take the table.
+      bool general = blocks == 8;
+      __m256 weight_scale = _mm256_setzero_ps();
+      if (general) {
+        const __m256i e = _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(srow + g)));
+        general = (_mm256_cmpeq_epi32_mask(e, _mm256_setzero_si256()) |
+                   _mm256_cmpeq_epi32_mask(e, _mm256_set1_epi32(255))) == 0;
+        weight_scale = _mm256_castsi256_ps(_mm256_slli_epi32(e, 23));
+      }
+      if (!general) {
+        alignas(32) float s[8] = {};
+        for (size_t b = 0; b < blocks; ++b) s[b] = e8m0[srow[g + b]];
+        weight_scale = _mm256_load_ps(s);
+      }
+      for (size_t r = 0; r < R; ++r) {
+        // Factors past the row's blocks are never read: a short group's lanes there get a zero scale.
+        const __m256 factor = blocks == 8 ? _mm256_loadu_ps(planes.factor + r * kblocks + g)
+                                          : _mm256_maskz_loadu_ps(static_cast<__mmask8>((1u << blocks) - 1),
+                                                                  planes.factor + r * kblocks + g);
+        const __m256 scale = _mm256_permutevar8x32_ps(_mm256_mul_ps(weight_scale, _mm256_mul_ps(factor, unscale)),
+                                                      lane_order);
+        const __m256i exact = _mm256_sub_epi32(
+            sums[r], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(planes.vnni_correction + r * padded + g)));
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(exact), scale, acc[r]);
+      }
+    }
+    for (size_t r = 0; r < R; ++r) {
+      // Residual blocks (linear.h): Σ 256·2·E2M1 · (v mod 2^shift) on the int16 residual plane, exact
+      // integers, times 2^-18·s·s_w, as the Highway kernel adds them.
+      for (uint32_t i = 0; i < planes.residual_count[r]; ++i) {
+        const size_t rb = planes.residual_block[r * kblocks + i];
+        const int16_t* rp = planes.residual_plane + (r * kblocks + i) * 32;
+        const float f = e8m0[srow[rb]] * ascales[r * kblocks + rb] * 0x1p-18f;
+        acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(residual_block_sum(wrow + rb * 16, rp)), _mm256_set1_ps(f), acc[r]);
+      }
+      y[r * n_total + n] = round_bf16(sum_lanes(acc[r]));
+    }
+  }
+}
+
+#undef CEDAR_X86_TARGET
+
+}  // namespace
+
+bool fp4_gemv_vnni_usable() { return cpu_has_extensions() && g_allowed.load(std::memory_order_relaxed); }
+
+void fp4_gemv_vnni(const Fp4GemvPlanes& planes, size_t m, const float* ascales, const uint8_t* wdata,
+                   const uint8_t* wscales, size_t n_total, size_t k, float* y, size_t n_begin, size_t n_end) {
+  switch (m) {
+    case 4: return gemv_rows<4>(planes, ascales, wdata, wscales, n_total, k, y, n_begin, n_end);
+    case 3: return gemv_rows<3>(planes, ascales, wdata, wscales, n_total, k, y, n_begin, n_end);
+    case 2: return gemv_rows<2>(planes, ascales, wdata, wscales, n_total, k, y, n_begin, n_end);
+    default: return gemv_rows<1>(planes, ascales, wdata, wscales, n_total, k, y, n_begin, n_end);
+  }
+}
+
+#else  // not x86-64 with GCC or Clang
+
+bool fp4_gemv_vnni_usable() { return false; }
+void fp4_gemv_vnni(const Fp4GemvPlanes&, size_t, const float*, const uint8_t*, const uint8_t*, size_t, size_t, float*,
+                   size_t, size_t) {}
+
+#endif
+
+}  // namespace cedar::ops::x86

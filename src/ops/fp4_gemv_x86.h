@@ -1,0 +1,52 @@
+// The FP4 GEMV for x86 CPUs with AVX512-VNNI (+VL, BW): Ice Lake server and later, Zen 4 and later.
+// The fast kernels take it for GEMV-sized rows (fast::quantize_activations packs its byte planes when
+// the CPU has the extensions); elsewhere the Highway integer kernel (linear_fast.cc) runs.
+//
+// Why a second FP4 kernel: the Highway one widens the decoded weights to int16 (two byte unpacks per
+// 32) and turns every block's partial sums to float alone (convert, broadcast of the scale, FMA): 13
+// vector operations per 32 weights, compute-bound at about 12 GB/s per core where a core reads 30.
+// Here the weights stay bytes and meet the activations in `vpdpbusd` (unsigned x signed bytes, four
+// products per int32 lane):
+//   * weights: the low and high nibbles of 32 packed bytes (two blocks) are looked up as w' = 2·E2M1
+//     + 12, an unsigned byte 0..24, so one byte shuffle per 32 weights decodes them;
+//   * activations: each block's int16 plane value p (Fp4GemvPlanes, |p| <= 15·2^11 = 30720) is split
+//     into signed bytes p = 256·hi + lo (hi in -120..120, lo in -128..127), so Σ w'·p = 256·Σ w'·hi
+//     + Σ w'·lo is two byte dot products; Σ 2·E2M1·p = Σ w'·p - 12·Σ p, the correction 12·Σ p being
+//     per block and computed once with the planes;
+//   * eight blocks' lanes are added to one int32 per block (three horizontal adds), the correction is
+//     subtracted and the eight sums become floats at once, each an exact integer below 2^24
+//     (|Σ 2·E2M1·p| <= 32·12·30720), then one FMA applies the eight blocks' scales.
+// So the only rounding is the fp32 accumulation across blocks, as in the Highway kernel, and the
+// residual blocks of the planes (elements below the int16 plane's precision) are added exactly.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace cedar::ops {
+struct Fp4GemvPlanes;
+}
+
+namespace cedar::ops::x86 {
+
+// Whether this CPU has AVX512-F/BW/VL and AVX512-VNNI and tests have not turned the kernel off.
+bool fp4_gemv_vnni_usable();
+// Tests: false makes fast::quantize_activations pack the Highway kernel's planes instead, so both run.
+void set_fp4_gemv_vnni_allowed(bool allowed);
+
+// Byte-plane layout, per activation row: blocks padded to a multiple of 8 (zeros), in pairs of 128
+// bytes: for blocks 2i and 2i+1 the high bytes of the even elements (block 2i's 16 then block 2i+1's),
+// the high bytes of the odd elements, then the low bytes likewise. The correction 12·Σ p of the
+// row's blocks, [fp4_vnni_padded_blocks], in lane order: per 8 blocks 0, 2, 4, 6, 1, 3, 5, 7.
+size_t fp4_vnni_padded_blocks(size_t kblocks);
+// Writes block kb of one row (p: its 32 plane values in element order) into that row's byte plane
+// and correction array.
+void fp4_vnni_pack_block(const int32_t* p, size_t kb, int8_t* row_plane, int32_t* row_correction);
+
+// y[r * n_total + n] = bf16( Σ_k act[r, k] · w[n, k] ) for rows r < m (1..4) of `planes` (packed for
+// this kernel) and weight rows [n_begin, n_end): wdata [n_total, k/2] packed E2M1 (even element in the
+// low nibble), wscales [n_total, k/32] E8M0. Only callable when fp4_gemv_vnni_usable().
+void fp4_gemv_vnni(const Fp4GemvPlanes& planes, size_t m, const float* ascales, const uint8_t* wdata,
+                   const uint8_t* wscales, size_t n_total, size_t k, float* y, size_t n_begin, size_t n_end);
+
+}  // namespace cedar::ops::x86
