@@ -3,6 +3,8 @@
 // request with an error, and a null mask leaves sampling alone.
 #include <gtest/gtest.h>
 
+#include <functional>
+#include <mutex>
 #include <stdexcept>
 #include <thread>
 #include <vector>
@@ -21,6 +23,7 @@ class ScriptedConstraint final : public TokenConstraint {
   ScriptedConstraint(std::vector<int32_t> script, int vocab, bool reject_at_end = false)
       : script_(std::move(script)), mask_((vocab + 31) / 32), reject_at_end_(reject_at_end) {}
   const uint32_t* next_token_mask() override {
+    if (on_mask) on_mask();
     if (step_ >= script_.size()) return nullptr;
     std::fill(mask_.begin(), mask_.end(), 0u);
     const int32_t id = script_[step_];
@@ -33,6 +36,7 @@ class ScriptedConstraint final : public TokenConstraint {
     return script_[step_++] == token;
   }
   std::vector<int32_t> accepted;
+  std::function<void()> on_mask;  // called first in every next_token_mask
 
  private:
   std::vector<int32_t> script_;
@@ -77,7 +81,9 @@ TEST(TokenConstraint, RejectedTokenEndsTheRequestWithAnError) {
 
 
 // Requests batched together each get their own mask: the masks are computed beside the forward
-// pass (runtime/mask_prefetcher.h) and must land on their request's logits row.
+// pass (runtime/mask_prefetcher.h) and must land on their request's logits row. The first request's
+// first mask waits until the other two are queued, so all three share the following steps; the order
+// of the mask calls shows that they did.
 TEST(TokenConstraint, BatchedRequestsGetTheirOwnMasks) {
   EngineOptions options;
   options.max_batch = 4;
@@ -85,6 +91,8 @@ TEST(TokenConstraint, BatchedRequestsGetTheirOwnMasks) {
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
   const int vocab = (*engine)->info().vocab_size;
   const std::vector<std::vector<int32_t>> scripts = {{5, 77, 1234, 9, 300, 41}, {8, 8, 900, 12, 3, 3}, {}};
+  std::mutex log_mu;
+  std::vector<size_t> mask_calls;  // which request each next_token_mask call was for, in order
   std::vector<std::shared_ptr<ScriptedConstraint>> constraints;
   std::vector<GenerationRequest> requests(scripts.size());
   std::vector<Result<GenerationResult>> results(scripts.size(), internal_error("not run"));
@@ -94,8 +102,23 @@ TEST(TokenConstraint, BatchedRequestsGetTheirOwnMasks) {
     requests[i].sampling.seed = 7 + i;
     requests[i].sampling.max_tokens = 6;
     if (!scripts[i].empty()) {  // the last request is unconstrained
-      constraints.push_back(std::make_shared<ScriptedConstraint>(scripts[i], vocab));
-      requests[i].constraint = constraints.back();
+      auto c = std::make_shared<ScriptedConstraint>(scripts[i], vocab);
+      c->on_mask = [&, i, first = true]() mutable {
+        if (i == 0 && first) {
+          // On the mask thread, during request 0's first step: wait until the other two are queued
+          // (or were admitted with it).
+          const auto all_in = [&] {
+            const EngineStats st = (*engine)->stats();
+            return st.queue_depth + st.active_sequences >= 3;
+          };
+          while (!all_in()) std::this_thread::yield();
+        }
+        first = false;
+        std::lock_guard<std::mutex> lock(log_mu);
+        mask_calls.push_back(i);
+      };
+      constraints.push_back(c);
+      requests[i].constraint = c;
     }
   }
   std::vector<std::thread> threads;
@@ -110,6 +133,12 @@ TEST(TokenConstraint, BatchedRequestsGetTheirOwnMasks) {
     }
   }
   EXPECT_EQ((*engine)->stats().constrained_tokens, 12u);
+  // One batch: after request 0's first step, the calls alternate 0, 1, 0, 1, ... (request 1's
+  // masks come between request 0's), where separate runs would give 0 x6 then 1 x6.
+  ASSERT_EQ(mask_calls.size(), 12u);
+  size_t alternations = 0;
+  for (size_t j = 1; j < mask_calls.size(); ++j) alternations += mask_calls[j] != mask_calls[j - 1];
+  EXPECT_GE(alternations, 9u) << "the two constrained requests did not share their steps";
 }
 
 // Counts the calls and the threads they came from.
