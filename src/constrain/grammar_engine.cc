@@ -198,11 +198,13 @@ Result<std::shared_ptr<const xgrammar::CompiledGrammar>> GrammarEngine::compile(
   try {
     switch (spec.kind) {
       case ConstraintKind::kJson:
-        // "" is any JSON value: the empty schema (xgrammar's builtin JSON grammar has no
-        // white-space bound).
+        // "" (json_object) is a JSON object or array holding any values, as a schema (xgrammar's
+        // builtin JSON grammar has no white-space bound). Not any JSON value: the answer is read
+        // as JSON output (serve/output_assembler.h), which starts only at `{` / `[`, so a top-level
+        // `42` or `"text"` would reach the client as spaces.
         return std::make_shared<const xgrammar::CompiledGrammar>(compiler_->CompileJSONSchema(
-            spec.text.empty() ? "{}" : spec.text, /*any_whitespace=*/true, std::nullopt, std::nullopt,
-            /*strict_mode=*/spec.strict, kMaxWhitespaceRun));
+            spec.text.empty() ? R"({"anyOf": [{"type": "object"}, {"type": "array"}]})" : spec.text,
+            /*any_whitespace=*/true, std::nullopt, std::nullopt, /*strict_mode=*/spec.strict, kMaxWhitespaceRun));
       case ConstraintKind::kRegex:
         return std::make_shared<const xgrammar::CompiledGrammar>(compiler_->CompileRegex(spec.text));
       case ConstraintKind::kToolCall:

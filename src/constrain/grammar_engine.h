@@ -35,7 +35,7 @@ namespace cedar::constrain {
 
 // The kinds of deepseek-recipe's OutputConstraint.
 enum class ConstraintKind {
-  kJson,              // `text`: a JSON schema, or "" for any JSON value (json_object)
+  kJson,              // `text`: a JSON schema, or "" for any JSON object or array (json_object)
   kRegex,             // `text`: a regular expression the whole output matches
   kToolCall,          // `text`: the tools; free text, then optionally one DSML calls block
   kToolCallRequired,  // `text`: the tools; the prompt ends inside "<｜DSML｜ calls>\n": one or more
@@ -45,7 +45,7 @@ const char* constraint_kind_name(ConstraintKind kind);  // "json", "regex", "too
 
 struct ConstraintSpec {
   ConstraintKind kind = ConstraintKind::kJson;
-  // json: the schema text ("" = any JSON value); regex: the pattern; tool kinds: a JSON array of
+  // json: the schema text ("" = any object or array); regex: the pattern; tool kinds: a JSON array of
   // function objects {"name": ..., "parameters": {...}} (parameters absent or null: any arguments).
   std::string text;
   // json only: reject properties the schema does not declare (the schema is already in strict

@@ -101,6 +101,7 @@ std::variant<PreparedGeneration, ApiError> ChatService::prepare_chat(const ChatR
   output.stop = request.sampling.stop;
   output.tool_id_prefix = std::string(tool_id_prefix);
   output.parse_tool_calls = !request.tools.empty();
+  output.parse_json_output = request.parse_json_output;
   if (request.tool_call_required) output.output_prefix = forced_call_prefill();
   auto prepared = finish_prepare(std::move(chat.ids), request.sampling, std::move(output), id_prefix, request.model);
   auto* p = std::get_if<PreparedGeneration>(&prepared);

@@ -60,7 +60,7 @@ struct ReasoningOptions {
 // What constrained decoding enforces on the answer of a request without tools (response_format).
 struct AnswerConstraint {
   bool regex = false;  // false: JSON
-  std::string text;    // JSON: the schema ("" = any JSON value, json_object); regex: the pattern
+  std::string text;    // JSON: the schema ("" = any object or array, json_object); regex: the pattern
   bool strict = false; // JSON: the schema is in strict form (no undeclared properties)
 };
 
@@ -74,6 +74,9 @@ struct ChatRequest {
   std::optional<AnswerConstraint> answer_constraint;
   // What the prompt's "Response Format" section shows: json_object_format() or the JSON schema.
   std::optional<OrderedJson> response_format;
+  // json_object (Chat Completions' response_format, Responses' text.format; not json_schema or
+  // regex): the answer is read as JSON output, as deepseek-recipe sets parse_json_output.
+  bool parse_json_output = false;
   ReasoningOptions reasoning;
   SamplingOptions sampling;
   StreamOptions stream;

@@ -202,6 +202,7 @@ SchemaError parse_response_format(const OrderedJson& body, ChatRequest* out) {
   if (type == "json_object") {
     out->response_format = json_object_format();
     out->answer_constraint = AnswerConstraint{};
+    out->parse_json_output = true;
     return std::nullopt;
   }
   if (!it->contains("json_schema") || !(*it)["json_schema"].is_object())

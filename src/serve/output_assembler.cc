@@ -31,6 +31,7 @@ OutputAssembler::OutputAssembler(const tokenizer::Tokenizer& tokenizer, OutputSe
       parser_(settings_.thinking),
       eos_id_(tokenizer.token_to_id(tokenizer::kEos)) {
   parser_.set_parse_tool_calls(settings_.parse_tool_calls);
+  parser_.set_parse_json_output(settings_.mode == OutputMode::kChat && settings_.parse_json_output);
   // A chat turn's stop sequences are matched by the parser (in the answer, before the DSML opening,
   // never against a special token's text: deepseek-recipe's rules); raw completions match them here.
   if (settings_.mode == OutputMode::kChat) parser_.set_stop_sequences(settings_.stop);
@@ -111,7 +112,7 @@ void OutputAssembler::handle(const tokenizer::ParseEvent& event) {
       turn_.reasoning += event.text;
       if (sink_) sink_->on_reasoning(event.text);
       break;
-    case tokenizer::ParseEvent::Type::kContentDelta: content_text(event.text); break;
+    case tokenizer::ParseEvent::Type::kContentDelta: emit_content(event.text, &event); break;
     case tokenizer::ParseEvent::Type::kToolCall: {
       flush_held_content();  // a stop string cannot span a tool call
       ToolCall call{random_id(settings_.tool_id_prefix), event.tool_call.name, event.tool_call.arguments};
@@ -154,14 +155,16 @@ void OutputAssembler::content_text(std::string_view text) {
   held_content_.erase(0, release);
 }
 
-void OutputAssembler::emit_content(std::string_view text) {
+void OutputAssembler::emit_content(std::string_view text, const tokenizer::ParseEvent* event) {
   if (text.empty()) return;
   const size_t reported = turn_.logprobs.size();
-  if (settings_.logprobs) {
-    // Content is the model's text without markup, in order: each delta is the next occurrence of
-    // its text in decoded_, after the reasoning.
-    if (content_cursor_ == 0 && settings_.thinking == tokenizer::ThinkingMode::kThinking)
-      content_cursor_ = parser_.reasoning_end().value_or(0);  // fed text == decoded_
+  if (settings_.logprobs && event) {
+    // The parser says which fed bytes (== decoded_) the delta shows; a space standing for text
+    // around JSON output shows the tokens of that text, as deepseek-recipe reports them with it.
+    report_tokens(event->source_begin, event->source_end, event->collapsed);
+  } else if (settings_.logprobs) {
+    // Raw mode: the content is the decoded text in order, each delta the next occurrence of its
+    // text in decoded_.
     const size_t at = decoded_.find(text, content_cursor_);
     if (at != std::string::npos) {
       report_tokens(at, at + text.size());
@@ -172,7 +175,7 @@ void OutputAssembler::emit_content(std::string_view text) {
   if (sink_) sink_->on_content(text, std::span<const TokenLogprob>(turn_.logprobs).subspan(reported));
 }
 
-void OutputAssembler::report_tokens(size_t from, size_t to) {
+void OutputAssembler::report_tokens(size_t from, size_t to, bool collapsed) {
   const size_t k = static_cast<size_t>(probs_.k);
   auto spell = [&](int32_t id) {
     if (tokenizer_.has_byte_level_decoder()) return std::string(tokenizer_.token_bytes(id));
@@ -186,7 +189,8 @@ void OutputAssembler::report_tokens(size_t from, size_t to) {
     entry.chosen = {spell(ids_[next_report_]), probs_.logprob[next_report_]};
     for (size_t j = 0; j < k; ++j)
       entry.top.push_back({spell(probs_.top_ids[next_report_ * k + j]), probs_.top_logprobs[next_report_ * k + j]});
-    entry.text_offset = static_cast<int>(turn_.content.size() + (span.start > from ? span.start - from : 0));
+    entry.text_offset =
+        static_cast<int>(turn_.content.size() + (span.start > from && !collapsed ? span.start - from : 0));
     turn_.logprobs.push_back(std::move(entry));
   }
 }

@@ -36,6 +36,9 @@ struct OutputSettings {
   // False when the request declared no tools or chose "none": DSML the model writes anyway stays
   // content, and the turn makes no tool call (as deepseek-recipe parses it).
   bool parse_tool_calls = true;
+  // A json_object response format (Chat Completions, Responses): the answer is read as JSON output,
+  // text around the JSON shown as spaces (deepseek-recipe's parse_json_output; completion_parser.h).
+  bool parse_json_output = false;
   // Report the content tokens' log-probabilities (Completion::logprobs, StreamSink::on_content).
   bool logprobs = false;
   // Text of the answer the prompt already holds (a forced tool call's "\n\n<｜DSML｜ calls>\n",
@@ -72,10 +75,14 @@ class OutputAssembler {
   void feed_parser(int32_t token, std::string_view text);
   void feed_output_prefix();
   void content_text(std::string_view text);
-  void emit_content(std::string_view text);
+  // `event`: the parser's delta, which says what text it shows (raw mode: none, the text is looked
+  // up in decoded_).
+  void emit_content(std::string_view text, const tokenizer::ParseEvent* event = nullptr);
   void flush_held_content();
   // The not yet reported tokens whose text overlaps decoded_[from, to), appended to turn_.logprobs.
-  void report_tokens(size_t from, size_t to);
+  // `collapsed`: the delta is one space standing for that text, so every token of it starts at the
+  // space.
+  void report_tokens(size_t from, size_t to, bool collapsed = false);
 
   const tokenizer::Tokenizer& tokenizer_;
   const OutputSettings settings_;
@@ -106,7 +113,7 @@ class OutputAssembler {
   std::vector<TokenSpan> spans_;
   runtime::TokenLogprobs probs_;
   size_t next_report_ = 0;     // first token not yet reported or skipped
-  size_t content_cursor_ = 0;  // in decoded_: where the next content delta is looked for
+  size_t content_cursor_ = 0;  // raw mode, in decoded_: where the next content delta is looked for
 };
 
 }  // namespace cedar::serve

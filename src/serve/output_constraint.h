@@ -5,7 +5,9 @@
 //                                                whose arguments follow the tools' schemas)
 //   tools, tool_choice required / named       -> tool_call_required (non-thinking only; the prompt
 //                                                ends with "<｜DSML｜ calls>\n")
-//   no tools, response_format json_object     -> json, any JSON value
+//   no tools, response_format json_object     -> json, any JSON object or array (deepseek-recipe:
+//                                                any JSON value, which its JSON output reading
+//                                                would show as spaces unless it opens with { or [)
 //   no tools, json_schema (strict or not)     -> json, the schema (strict: in strict form)
 //   no tools, response_format regex           -> regex
 // Thinking mode: the reasoning is free, the constraint starts after </think>.

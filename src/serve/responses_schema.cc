@@ -135,6 +135,7 @@ SchemaError parse_text_format(const OrderedJson& body, ChatRequest* out) {
   if (type == "json_object") {
     out->response_format = json_object_format();
     out->answer_constraint = AnswerConstraint{};
+    out->parse_json_output = true;
     return std::nullopt;
   }
   if (type != "json_schema")

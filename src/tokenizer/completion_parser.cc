@@ -53,7 +53,7 @@ struct Marker {
 };
 struct Markers {
   Marker dsml_open, dsml_close, calls_close, tool_calls_close, think_end, invoke, quote, parameter, space,
-      string_true, string_false;
+      string_true, string_false, json_fence, plain_fence, json_close, brace, bracket;
 };
 
 const Markers& markers() {
@@ -79,6 +79,14 @@ const Markers& markers() {
     out.space = make({{" ", false}});
     out.string_true = make({{"true\">", false}});
     out.string_false = make({{"false\">", false}});
+    // JSON output: the fence lines a model writes around JSON (the fence line itself is dropped),
+    // the closing fence (with the newline before it, so JSON never ends on a newline of its own),
+    // and the first byte of bare JSON.
+    out.json_fence = make({{"```json\n", false}});
+    out.plain_fence = make({{"```\n", false}});
+    out.json_close = make({{"\n```", false}});
+    out.brace = make({{"{", false}});
+    out.bracket = make({{"[", false}});
     return out;
   }();
   return m;
@@ -118,14 +126,19 @@ void append_json_escaped(std::string_view text, std::string* out) {
   }
 }
 
-// Appends a delta, merged into the previous event when that is a delta of the same type.
-void push_delta(ParseEvent::Type type, std::string_view text, std::vector<ParseEvent>* events) {
+// Appends a delta showing the fed bytes from `source` on, merged into the previous event when that
+// is a delta of the same type that ends right there (so every delta's source range stays exact).
+void push_delta(ParseEvent::Type type, std::string_view text, size_t source, std::vector<ParseEvent>* events) {
   if (text.empty()) return;
-  if (!events->empty() && events->back().type == type) {
+  if (!events->empty() && events->back().type == type && !events->back().collapsed &&
+      events->back().source_end == source) {
     events->back().text.append(text);
   } else {
-    events->push_back({type, std::string(text), {}});
+    ParseEvent delta{type, std::string(text), {}};
+    delta.source_begin = source;
+    events->push_back(std::move(delta));
   }
+  events->back().source_end = source + text.size();
 }
 
 }  // namespace
@@ -138,6 +151,23 @@ CompletionParser::CompletionParser(ThinkingMode mode) {
 void CompletionParser::set_parse_tool_calls(bool on) {
   parse_tool_calls_ = on;
   enter(stage_);  // the stage's markers depend on it
+}
+
+void CompletionParser::set_parse_json_output(bool on) {
+  parse_json_output_ = on;
+  enter(stage_);
+}
+
+void CompletionParser::add_stop_branches() {
+  for (size_t i = 0; i < stop_units_.size(); ++i) {
+    Branch b;
+    b.match = Branch::Match::kMarker;
+    b.pattern = &stop_units_[i];
+    b.failure = &stop_failure_[i];
+    b.next = {Stage::kFinished};
+    b.action = {Action::Kind::kStop, "", i};
+    branches_.push_back(b);
+  }
 }
 
 void CompletionParser::set_stop_sequences(const std::vector<std::string>& stops) {
@@ -179,14 +209,15 @@ void CompletionParser::enter(StageState next) {
   const Action label{Action::Kind::kArgumentsLabel};
   switch (next.stage) {
     case Stage::kContent:
-      for (size_t i = 0; i < stop_units_.size(); ++i) {  // first: a stop wins a tie with any marker
-        Branch b;
-        b.match = Branch::Match::kMarker;
-        b.pattern = &stop_units_[i];
-        b.failure = &stop_failure_[i];
-        b.next = {Stage::kFinished};
-        b.action = {Action::Kind::kStop, "", i};
-        branches_.push_back(b);
+      if (parse_json_output_) {
+        // The JSON begins after a fence line or at its first bracket; stops are matched only in it.
+        // A fence is tried before a bracket, though no fence holds one.
+        marker(m.json_fence, {Stage::kJson}, skip);
+        marker(m.plain_fence, {Stage::kJson}, skip);
+        marker(m.brace, {Stage::kJson}, {Action::Kind::kLabel, "{"});
+        marker(m.bracket, {Stage::kJson}, {Action::Kind::kLabel, "["});
+      } else {
+        add_stop_branches();  // first: a stop wins a tie with any marker
       }
       if (parse_tool_calls_) marker(m.dsml_open, {Stage::kToolCalls}, skip, Branch::Match::kNewlinesAndMarker);
       if (next.strip_leading_newlines) leading_newline({Stage::kContent, true});
@@ -219,12 +250,24 @@ void CompletionParser::enter(StageState next) {
              next.string_value ? Action{label.kind, "\""} : skip);
       break;
     case Stage::kFinished: break;  // everything after the calls block is dropped
+    case Stage::kJson:
+      // Nothing but a stop or the closing fence ends the JSON: DSML and </think> in it are its text,
+      // and bare JSON runs to the end of the answer unless a fence follows it.
+      add_stop_branches();
+      marker(m.json_close, {Stage::kAfterJson}, skip);
+      break;
+    case Stage::kAfterJson:
+      // No newline stripping and no </think> rule here: such text becomes spaces like any other.
+      if (parse_tool_calls_) marker(m.dsml_open, {Stage::kToolCalls}, skip, Branch::Match::kNewlinesAndMarker);
+      break;
   }
 }
 
 Action CompletionParser::unmatched_action() const {
   switch (stage_.stage) {
-    case Stage::kContent: return {Action::Kind::kContent};
+    case Stage::kContent: return {parse_json_output_ ? Action::Kind::kToSpace : Action::Kind::kContent};
+    case Stage::kJson: return {Action::Kind::kContent};
+    case Stage::kAfterJson: return {Action::Kind::kToSpace};
     case Stage::kReasoning: return {Action::Kind::kReasoning};
     case Stage::kToolName: return {Action::Kind::kCallName};
     case Stage::kArgumentName: return {Action::Kind::kArgumentsRaw};
@@ -270,11 +313,41 @@ size_t CompletionParser::matching_length(const Branch& b) {
   return 0;
 }
 
+// JSON output: `length` bytes at the buffer's front become spaces, one for each fed piece they
+// overlap, except the piece a space was already written for when the run of such bytes goes on in
+// it (deepseek-recipe writes a space per piece its stream processor takes, and it takes a run
+// once per fed chunk).
+void CompletionParser::to_spaces(size_t length, std::vector<ParseEvent>* events) {
+  const size_t begin = fed_ - buffer_.size(), end = begin + length;
+  auto next_start = piece_starts_.begin();  // every start is at or after `begin`
+  bool new_piece = !last_was_space_;
+  if (next_start != piece_starts_.end() && *next_start == begin) {
+    new_piece = true;
+    ++next_start;
+  }
+  for (size_t at = begin; at < end;) {
+    const size_t to = next_start != piece_starts_.end() && *next_start < end ? *next_start++ : end;
+    if (new_piece) {
+      ParseEvent space{ParseEvent::Type::kContentDelta, " ", {}};
+      space.source_begin = at;
+      space.source_end = to;
+      space.collapsed = true;
+      events->push_back(std::move(space));
+    }
+    new_piece = true;
+    at = to;
+  }
+}
+
 void CompletionParser::apply(Action action, size_t length, std::vector<ParseEvent>* events) {
   const std::string_view bytes = std::string_view(buffer_).substr(0, length);
+  const size_t begin = fed_ - buffer_.size();
   switch (action.kind) {
-    case Action::Kind::kContent: push_delta(ParseEvent::Type::kContentDelta, bytes, events); break;
-    case Action::Kind::kReasoning: push_delta(ParseEvent::Type::kReasoningDelta, bytes, events); break;
+    case Action::Kind::kContent: push_delta(ParseEvent::Type::kContentDelta, bytes, begin, events); break;
+    case Action::Kind::kToSpace: to_spaces(length, events); break;
+    // The label is the matched byte itself, so the delta shows that byte.
+    case Action::Kind::kLabel: push_delta(ParseEvent::Type::kContentDelta, action.label, begin, events); break;
+    case Action::Kind::kReasoning: push_delta(ParseEvent::Type::kReasoningDelta, bytes, begin, events); break;
     case Action::Kind::kSkip: break;
     case Action::Kind::kCallBegin:
       call_open_ = true;
@@ -296,12 +369,17 @@ void CompletionParser::apply(Action action, size_t length, std::vector<ParseEven
       call_arguments_.clear();
       break;
   }
+  if (length == 0) return;
+  last_was_space_ = action.kind == Action::Kind::kToSpace;
+  const size_t next_begin = begin + length;
+  while (!piece_starts_.empty() && piece_starts_.front() < next_begin) piece_starts_.pop_front();
   buffer_.erase(0, length);
 }
 
 std::vector<ParseEvent> CompletionParser::feed(std::string_view text, ChunkKind kind) {
   std::vector<ParseEvent> events;
   if (done_) return events;
+  if (!text.empty()) piece_starts_.push_back(fed_);
   for (char byte : text) {
     buffer_.push_back(byte);
     ++fed_;

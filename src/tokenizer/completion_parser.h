@@ -29,6 +29,13 @@
 //     deepseek-recipe gives (possibly not JSON), never an error. After an unknown tag such as
 //     `<｜DSML｜ foo>` nothing but those markers is read, so the rest of the turn is dropped.
 //   - A call still open when the text ends is reported with the arguments written so far.
+//   - JSON output (set_parse_json_output: a json_object response format) extracts the JSON from the
+//     answer: it starts after a fence line (```json or ``` and a newline; the line is dropped) or at
+//     the first `{` / `[` (kept), and ends at a newline + ``` (dropped) or with the text. Answer
+//     text outside it becomes one space per fed piece it spans, as deepseek-recipe's stream
+//     processor writes it; leading newlines are dropped, `<｜DSML｜` still opens the tool calls
+//     before the JSON and after its closing fence (never inside it), and stop sequences match only
+//     inside it.
 //
 // Events: reasoning and content deltas (text that may still begin a marker or a stop sequence is
 // held back until it is decided), one ToolCall per call (when it closes, or at finish() if it never
@@ -36,6 +43,7 @@
 // text has a reading. After Done, feed() returns nothing.
 #pragma once
 
+#include <deque>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -64,6 +72,11 @@ struct ParseEvent {
   Type type;
   std::string text;    // the delta, or the stop sequence that matched (kStop: the turn ends there)
   ToolCall tool_call;  // kToolCall only
+  // Deltas: the fed bytes [source_begin, source_end) the delta shows (offsets in all text fed so
+  // far), so a caller can tell which tokens it shows; a delta never spans bytes it does not show.
+  // `collapsed`: JSON output wrote that text (around the JSON, within one piece) as this one space.
+  size_t source_begin = 0, source_end = 0;
+  bool collapsed = false;
 };
 
 class CompletionParser {
@@ -77,6 +90,9 @@ class CompletionParser {
   // text of ordinary tokens, as deepseek-recipe matches them: the first that completes ends the
   // turn with a kStop event (the text before it is content). Set before the first feed().
   void set_stop_sequences(const std::vector<std::string>& stops);
+  // deepseek-recipe's parse_json_output (on for a json_object response format): the answer is read
+  // as JSON output, see the rules above. Set before the first feed().
+  void set_parse_json_output(bool on);
 
   // Consumes the next piece of completion text.
   std::vector<ParseEvent> feed(std::string_view text, ChunkKind kind);
@@ -92,7 +108,9 @@ class CompletionParser {
   struct Action {
     enum class Kind {
       kContent, kReasoning, kSkip, kCallBegin, kCallName, kCallNameEnd, kArgumentsRaw, kArgumentsString,
-      kArgumentsLabel, kArgumentsEnd, kStop
+      kArgumentsLabel, kArgumentsEnd, kStop,
+      kToSpace,  // JSON output: one space per fed piece the bytes span
+      kLabel     // JSON output: write `label` as content (the `{` / `[` that opens bare JSON)
     };
     Kind kind;
     const char* label = "";
@@ -100,7 +118,9 @@ class CompletionParser {
   };
   enum class Stage {
     kContent, kReasoning, kToolCalls, kToolName, kArguments, kArgumentName, kStringAttribute, kArgumentValue,
-    kFinished
+    kFinished,
+    kJson,      // JSON output: inside the JSON
+    kAfterJson  // JSON output: after the JSON's closing fence
   };
   // A stage with its flags (deepseek-recipe's Stage enum values).
   struct StageState {
@@ -134,8 +154,11 @@ class CompletionParser {
   bool advance(Branch& b, char byte, ChunkKind kind) const;
   static size_t matching_length(const Branch& b);
   void apply(Action action, size_t length, std::vector<ParseEvent>* events);
+  void add_stop_branches();
+  void to_spaces(size_t length, std::vector<ParseEvent>* events);
 
   bool parse_tool_calls_ = true;
+  bool parse_json_output_ = false;
   std::vector<std::string> stops_;
   std::vector<std::vector<PatternUnit>> stop_units_;  // branches point into these: set before feeding
   std::vector<std::vector<size_t>> stop_failure_;
@@ -145,6 +168,13 @@ class CompletionParser {
   StageState stage_;
   std::vector<Branch> branches_;  // in priority order: the first that completes at a byte wins
   std::string buffer_;            // fed bytes not yet assigned an action
+  // JSON output: deepseek-recipe writes one space per piece of a run of text-to-space bytes that
+  // lies in one fed piece, so the pieces' boundaries matter: where the fed pieces at or after the
+  // buffer's start begin (offsets in all text fed so far), and whether the last bytes assigned an
+  // action (a non-empty run) were turned into a space, which a run continuing in the same piece
+  // does not repeat.
+  std::deque<size_t> piece_starts_;
+  bool last_was_space_ = false;
 
   // The call being read.
   bool call_open_ = false, call_named_ = false;

@@ -125,12 +125,21 @@ TEST(GrammarEngine, JsonSchemaAcceptsAValidDocumentAndMasksTheRest) {
   EXPECT_TRUE(c->terminated());
 }
 
-TEST(GrammarEngine, AnyJsonValue) {
+TEST(GrammarEngine, AnyJsonObjectOrArray) {
   auto c = start(ConstraintKind::kJson, "");
-  EXPECT_FALSE(allowed(c->next_token_mask(), id_of("x")));
+  const uint32_t* mask = c->next_token_mask();
+  EXPECT_FALSE(allowed(mask, id_of("x")));
+  // A top-level scalar would be text to the JSON output reading (only `{` / `[` open JSON there).
+  EXPECT_FALSE(allowed(mask, id_of("1")));
+  EXPECT_FALSE(allowed(mask, id_of("\"")));
+  EXPECT_FALSE(allowed(mask, id_of("true")));
+  EXPECT_TRUE(allowed(mask, id_of("[")));
   feed(*c, R"({"a": [1, 2.5, true, null, "s"]})");
   EXPECT_TRUE(c->accept_token(eos()));
   EXPECT_TRUE(c->terminated());
+  auto array = start(ConstraintKind::kJson, "");
+  feed(*array, R"([{"b": {}}, "x", 3])");
+  EXPECT_TRUE(array->accept_token(eos()));
 }
 
 TEST(GrammarEngine, ControlTokensAreNeverAllowed) {

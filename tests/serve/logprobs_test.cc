@@ -154,6 +154,20 @@ TEST_F(LogprobsTest, ToolCallTokensAndStopStringsAreLeftOut) {
   EXPECT_EQ(stopped["choices"][0]["logprobs"]["content"], expected_entries("Chec", 0, 0));
 }
 
+TEST_F(LogprobsTest, JsonOutputSpacesCarryTheTokensTheyStandFor) {
+  // json_object: the text around the JSON comes back as one space per token, each with that token's
+  // entry (as deepseek-recipe reports them); the fence tokens (positions 4-11, 19-22) are left out.
+  start("Ok:\n```json\n{\"a\":1}\n```\nBye" + std::string(test::kEos));
+  const json r = post_json(*client_, "/v1/chat/completions",
+                           {{"messages", {user("in json")}}, {"response_format", {{"type", "json_object"}}},
+                            {"logprobs", true}});
+  ASSERT_EQ(r["choices"][0]["message"]["content"], "    {\"a\":1}    ") << r.dump();
+  json expected = expected_entries("Ok:\n", 0, 0);
+  for (const json& e : expected_entries("{\"a\":1}", 12, 0)) expected.push_back(e);
+  for (const json& e : expected_entries("\nBye", 23, 0)) expected.push_back(e);
+  EXPECT_EQ(r["choices"][0]["logprobs"]["content"], expected);
+}
+
 TEST_F(LogprobsTest, LegacyCompletionsGiveTokensOffsetsAndTopMaps) {
   start(" up" + std::string(test::kEos));
   const json r = post_json(*client_, "/v1/completions", {{"prompt", "Once"}, {"logprobs", 2}});

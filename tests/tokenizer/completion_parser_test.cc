@@ -44,6 +44,7 @@ Outcome run_pieces(const Pieces& pieces, ThinkingMode mode, bool parse_tool_call
         case ParseEvent::Type::kContentDelta: o.content += e.text; break;
         case ParseEvent::Type::kToolCall: o.calls.push_back(e.tool_call); break;
         case ParseEvent::Type::kDone: o.done = true; break;
+        case ParseEvent::Type::kStop: break;  // no stop sequences are set here
       }
     }
   };
@@ -366,6 +367,176 @@ TEST(CompletionParser, V4FormatUsesUnspacedTags) {
       ThinkingMode::kChat);
   ASSERT_EQ(r.tool_calls.size(), 1u);
   EXPECT_EQ(r.tool_calls[0].arguments, "{\"n\": 2}");
+}
+
+// ---- JSON output (a json_object response format: deepseek-recipe's parse_json_output). The
+// expected values follow recipe's output parser rules and were confirmed with its StreamProcessor
+// (tests/serve/recipe's venv, text chunks, one per piece below).
+
+struct JsonRun {
+  std::string content, stop;
+  std::vector<ToolCall> calls;
+  std::vector<ParseEvent> events;  // every event, in order
+};
+
+JsonRun run_json(const std::vector<std::string>& pieces, std::vector<std::string> stops = {},
+                 ThinkingMode mode = ThinkingMode::kChat) {
+  CompletionParser p(mode);
+  p.set_parse_tool_calls(true);
+  p.set_parse_json_output(true);
+  p.set_stop_sequences(stops);
+  JsonRun r;
+  auto take = [&](std::vector<ParseEvent> events) {
+    for (ParseEvent& e : events) {
+      if (e.type == ParseEvent::Type::kContentDelta) r.content += e.text;
+      if (e.type == ParseEvent::Type::kStop) r.stop = e.text;
+      if (e.type == ParseEvent::Type::kToolCall) r.calls.push_back(e.tool_call);
+      r.events.push_back(std::move(e));
+    }
+  };
+  for (const std::string& piece : pieces) take(p.feed(piece, ChunkKind::kText));
+  take(p.finish());
+  return r;
+}
+
+std::vector<std::string> bytes_of(const std::string& text) {
+  std::vector<std::string> out;
+  for (char c : text) out.push_back(std::string(1, c));
+  return out;
+}
+
+TEST(CompletionParserJson, FencedJsonIsTheAnswer) {
+  EXPECT_EQ(run_json({"```json\n{\"a\": 1}\n```"}).content, "{\"a\": 1}");
+  EXPECT_EQ(run_json({"```\n[1]\n```"}).content, "[1]");
+  // The closing fence ends the JSON wherever it stands, inside a string too.
+  EXPECT_EQ(run_json({"```json\n{\"k\": \"\n```\"}"}).content, "{\"k\": \" ");
+  // A fence line must end right after its tag: "```python" is text, the JSON then starts at '['.
+  EXPECT_EQ(run_json({"```", "python\nx = [1]\n```"}).content, "  [1]");
+}
+
+TEST(CompletionParserJson, BareJsonStartsAtTheFirstBracketAndRunsToTheEnd) {
+  // The '{' / '[' is kept; nothing but a closing fence ends bare JSON, so the prose after it stays.
+  EXPECT_EQ(run_json({"Here it is: {\"a\": [1, 2]} hope it helps"}).content, " {\"a\": [1, 2]} hope it helps");
+  EXPECT_EQ(run_json({"A: ", "[1,", " 2]", "\n```", "\n", "bye"}).content, " [1, 2]  ");
+  EXPECT_EQ(run_json({"```json{\"x\":1}"}).content, " {\"x\":1}");  // no newline: not a fence
+  EXPECT_EQ(run_json({"no json at all"}).content, " ");
+}
+
+TEST(CompletionParserJson, TextAroundTheJsonIsOneSpacePerPiece) {
+  const std::string text = "Sure, here:\n```json\n{\"a\": 1}\n```\nDone.";
+  EXPECT_EQ(run_json({text}).content, " {\"a\": 1} ");
+  // Byte by byte: "Sure, here:\n" is 12 pieces, "\nDone." after the fence 6.
+  EXPECT_EQ(run_json(bytes_of(text)).content, std::string(12, ' ') + "{\"a\": 1}" + std::string(6, ' '));
+  // Held bytes ("`" might open a fence) join the run of their own piece: "ab`" and "`x" give one
+  // space each.
+  EXPECT_EQ(run_json({"ab`", "`x{}"}).content, "  {}");
+  // After the closing fence nothing is JSON any more, brackets included.
+  EXPECT_EQ(run_json({"{\"a\": 1}\n```\n", "{\"b\": 2}"}).content, "{\"a\": 1}  ");
+  // Leading newlines are dropped, spaces are text.
+  EXPECT_EQ(run_json({"\n\n  [1, 2]"}).content, " [1, 2]");
+  EXPECT_EQ(run_json(bytes_of("\n\n  [1, 2]")).content, "  [1, 2]");
+  // A </think> before the JSON is dropped and splits the run; after the fence it is text.
+  EXPECT_EQ(run_json({"x</think>y{}"}).content, "  {}");
+  EXPECT_EQ(run_json({"```json\n{}\n```</think>z"}).content, "{} ");
+}
+
+TEST(CompletionParserJson, StopSequencesMatchOnlyInsideTheJson) {
+  JsonRun r = run_json({"{\"a\": \"STOP\"}"}, {"STOP"});
+  EXPECT_EQ(r.content, "{\"a\": \"");
+  EXPECT_EQ(r.stop, "STOP");
+  r = run_json({"{\"a\": \"ST", "OP\"}"}, {"STOP"});  // across pieces
+  EXPECT_EQ(r.content, "{\"a\": \"");
+  EXPECT_EQ(r.stop, "STOP");
+  r = run_json({"STOP {\"a\": 1}"}, {"STOP"});
+  EXPECT_EQ(r.content, " {\"a\": 1}");
+  EXPECT_EQ(r.stop, "");
+  r = run_json({"```json\n{}\n```\nSTOP"}, {"STOP"});
+  EXPECT_EQ(r.content, "{} ");
+  EXPECT_EQ(r.stop, "");
+}
+
+TEST(CompletionParserJson, ToolCallsOpenOutsideTheJsonOnly) {
+  const std::string block = "\n\n<｜DSML｜ calls>\n" + kInvokeF + "</｜DSML｜ calls>";
+  JsonRun r = run_json({"```json\n{\"a\": 1}\n```" + block});
+  EXPECT_EQ(r.content, "{\"a\": 1}");
+  ASSERT_EQ(r.calls.size(), 1u);
+  EXPECT_EQ(r.calls[0].name, "f");
+  r = run_json({"Let me call." + block});
+  EXPECT_EQ(r.content, " ");
+  EXPECT_EQ(r.calls.size(), 1u);
+  // Inside bare JSON, DSML is JSON text.
+  r = run_json({"{\"a\": 1} " + block});
+  EXPECT_EQ(r.content, "{\"a\": 1} " + block);
+  EXPECT_TRUE(r.calls.empty());
+}
+
+TEST(CompletionParserJson, ReasoningThenJson) {
+  CompletionParser p(ThinkingMode::kThinking);
+  p.set_parse_json_output(true);
+  std::string content, reasoning;
+  for (const auto& [text, kind] : Pieces{{"Think", ChunkKind::kPlainTokens}, {"</think>", ChunkKind::kSpecialToken},
+                                         {"\n", ChunkKind::kPlainTokens}, {"\n", ChunkKind::kPlainTokens},
+                                         {"Sure", ChunkKind::kPlainTokens}, {":", ChunkKind::kPlainTokens},
+                                         {" ", ChunkKind::kPlainTokens}, {"{}", ChunkKind::kPlainTokens}})
+    for (const ParseEvent& e : p.feed(text, kind)) {
+      if (e.type == ParseEvent::Type::kContentDelta) content += e.text;
+      if (e.type == ParseEvent::Type::kReasoningDelta) reasoning += e.text;
+    }
+  p.finish();
+  EXPECT_EQ(reasoning, "Think");
+  EXPECT_EQ(content, "   {}");
+}
+
+TEST(CompletionParserJson, StreamingHoldsFencesBackAndNamesTheSourceOfEveryDelta) {
+  CompletionParser p(ThinkingMode::kChat);
+  p.set_parse_json_output(true);
+  // "ab" is one space for its piece; "`" is held (it may open a fence).
+  std::vector<ParseEvent> e = p.feed("ab`", ChunkKind::kText);
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0].text, " ");
+  EXPECT_TRUE(e[0].collapsed);
+  EXPECT_EQ(e[0].source_begin, 0u);
+  EXPECT_EQ(e[0].source_end, 2u);
+  // "``json\n" completes the fence: nothing is shown.
+  EXPECT_TRUE(p.feed("``json\n", ChunkKind::kText).empty());
+  // The JSON's text, then "\n``" held as a possible closing fence.
+  e = p.feed("{\"a\": 1}\n``", ChunkKind::kText);
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0].text, "{\"a\": 1}");
+  EXPECT_FALSE(e[0].collapsed);
+  EXPECT_EQ(e[0].source_begin, 10u);
+  EXPECT_EQ(e[0].source_end, 18u);
+  // "`" closes it, "\nok" after it is one space.
+  e = p.feed("`\nok", ChunkKind::kText);
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0].text, " ");
+  EXPECT_EQ(e[0].source_begin, 22u);
+  EXPECT_EQ(e[0].source_end, 25u);
+  e = p.finish();
+  ASSERT_EQ(e.size(), 1u);
+  EXPECT_EQ(e[0].type, ParseEvent::Type::kDone);
+}
+
+TEST(CompletionParserJson, ACutTurnFlushesWhatWasHeld) {
+  // Cut inside a possible closing fence: the held newline is JSON text after all.
+  EXPECT_EQ(run_json({"{\"a\":", " 1}", "\n"}).content, "{\"a\": 1}\n");
+  // Cut inside a possible opening fence: its bytes are text, one space per piece ("se ``" and "`js").
+  EXPECT_EQ(run_json({"pro", "se ``", "`js"}).content, "   ");
+}
+
+TEST(CompletionParserJson, FencedJsonReadsTheSameHoweverItIsSplit) {
+  // Without text around the JSON the pieces decide nothing.
+  const std::string text = "```json\n{\"list\": [1, \"`\", \"\\n\"], \"s\": \"x``y\"}\n```";
+  std::mt19937 rng(99);
+  for (int trial = 0; trial < 200; ++trial) {
+    std::vector<std::string> pieces;
+    for (size_t at = 0; at < text.size();) {
+      const size_t n = 1 + rng() % 6;
+      pieces.push_back(text.substr(at, n));
+      at += n;
+    }
+    EXPECT_EQ(run_json(pieces).content, "{\"list\": [1, \"`\", \"\\n\"], \"s\": \"x``y\"}");
+  }
 }
 
 }  // namespace

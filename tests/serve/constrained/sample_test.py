@@ -19,7 +19,7 @@ at temperature 1 with its own seed, through all three APIs:
 The validator is the `jsonschema` package (Debian python3-jsonschema), independent of cedar. A
 sample that ends by length (max_tokens) counts as a failure: a constrained output must end on its
 own; the schema and pattern here bound every string, array and number, so it can. The other kinds
-have no such bound and may reach max_tokens: json_object (any JSON value: random weights wander
+have no such bound and may reach max_tokens: json_object (any object or array: random weights wander
 into long strings and deep nesting), the tool kinds (a calls block may hold any number of calls)
 and tool_auto's free text. Their truncated samples are counted and reported ("truncated"), not
 validated; every sample that ended must validate. Afterwards /metrics gives the per-token cost of

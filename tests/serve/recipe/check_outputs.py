@@ -9,7 +9,8 @@ without and once with streaming. deepseek-recipe side: the same request body is 
 (`*Request(body).convert(...)`), and its stream processor (`StreamProcessor` over the API's chunk
 generator and the request's parsing options) is fed the completion token by token, ending with
 `finish(Length)` when max_tokens cut it; its non-streaming response is the stream accumulated by
-the API's `*Response.accumulate`.
+the API's `*Response.accumulate`. A case's "format" (json_object, json_schema, regex) becomes the
+request's response_format / text.format; such cases run on Chat Completions and Responses only.
 
 Compared are the semantic fields: content, reasoning, tool call names and arguments, finish / stop
 reasons and stop sequences, output item and block types, and the event sequence (event types in
@@ -89,8 +90,18 @@ TOOL_PARAMS = {"type": "object", "properties": {"city": {"type": "string"}, "day
 TOOL_NAMES = ["get_weather", "search_docs", "run_sql", "now", "a", "b", "x"] + ["tool_%d" % k for k in range(4)]
 
 
+# A case's "format" as each API writes it (json_object: deepseek-recipe's parse_json_output).
+JSON_SCHEMA = {"type": "object", "properties": {"name": {"type": "string"}}}
+CHAT_FORMATS = {"json_object": {"type": "json_object"},
+                "json_schema": {"type": "json_schema", "json_schema": {"name": "answer", "schema": JSON_SCHEMA}},
+                "regex": {"type": "regex", "regex": ".*"}}
+RESPONSES_FORMATS = {"json_object": {"type": "json_object"},
+                     "json_schema": {"type": "json_schema", "name": "answer", "schema": JSON_SCHEMA}}
+
+
 def body_for(api, case):
     user = "case %s" % case["name"]
+    fmt = case.get("format")
     if api == "chat":
         body = {"model": MODEL, "messages": [{"role": "user", "content": user}]}
         if case["tools"]:
@@ -101,6 +112,8 @@ def body_for(api, case):
             body["stop"] = case["stop"]
         if case["max_tokens"]:
             body["max_tokens"] = case["max_tokens"]
+        if fmt:
+            body["response_format"] = CHAT_FORMATS[fmt]
     elif api == "responses":
         body = {"model": MODEL, "input": user}
         if case["tools"]:
@@ -109,6 +122,8 @@ def body_for(api, case):
             body["reasoning"] = {"effort": "high"}
         if case["max_tokens"]:
             body["max_output_tokens"] = case["max_tokens"]
+        if fmt:
+            body["text"] = {"format": RESPONSES_FORMATS[fmt]}
     else:
         body = {"model": MODEL, "max_tokens": case["max_tokens"] or 4096, "messages": [{"role": "user", "content": user}]}
         if case["tools"]:
@@ -121,7 +136,12 @@ def body_for(api, case):
 
 
 def applies(api, case):
-    return not (api == "responses" and case["stop"])  # the Responses API has no stop strings
+    if api == "responses" and case["stop"]:
+        return False  # the Responses API has no stop strings
+    fmt = case.get("format")
+    if fmt and api == "messages":
+        return False  # Messages has no json_object format, and deepseek-recipe reads its answers as usual
+    return not (fmt and api == "responses" and fmt not in RESPONSES_FORMATS)
 
 
 # ---- deepseek-recipe.

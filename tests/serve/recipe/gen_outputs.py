@@ -5,18 +5,25 @@ protocol library, deepseek-recipe 0.2.0 (check_outputs.py).
 
 Deterministic (a fixed seed, no clock, no network): rerunning it rewrites the same file. Each line
 is {"name", "completion", "thinking": bool, "tools": bool, "stop": [str] | null,
-"max_tokens": int | null} and, for some, "plain": [[start, end], ...]: the completion text after
+"max_tokens": int | null} and, for some, "plain": [[start, end], ...] and "format": the completion text after
 the generation header (EOS included when the model ended the turn), whether the request is in
 thinking mode and declares tools, its stop strings and its output budget (in tokens of the
 byte-level test tokenizer: one per byte, one per control marker), and the code point ranges of
 the completion written with ordinary tokens (one per byte) although they spell a control marker:
 a model can write a marker's characters without its token, and both sides must read that as text.
+"format" is the request's response format ("json_object", "json_schema" or "regex"; Chat
+Completions and Responses only, regex Chat only): under json_object both sides read the answer as
+JSON output (deepseek-recipe's parse_json_output), the other two leave it alone.
 
 The completions cover plain answers, reasoning + answer, DSML tool calls (single and parallel,
 string and JSON parameters, nested values, escapes), malformed tool arguments (non-JSON values of
 string="false" parameters), DSML written when no tools were declared, truncation by max_tokens in
 each part of the output, stop strings, and output that breaks the format (markers in the wrong
-place, malformed DSML), each marker once as its token and once spelled with ordinary tokens.
+place, malformed DSML), each marker once as its token and once spelled with ordinary tokens,
+and answers under a json_object response format (bare and fenced JSON, text before and after it,
+leading newlines, stop strings inside and outside the JSON, truncation inside the JSON and inside
+a fence, reasoning and tool calls around it) and, for contrast, the same kind of answers under
+json_schema and regex formats.
 
     python3 tests/serve/recipe/gen_outputs.py            # from the repository root
 """
@@ -215,6 +222,59 @@ def cases():
     add_broken("broken_value_spells_close", [head + "<｜DSML｜ parameter name=\"city\" string=\"true\">a",
                                              ("plain", "</｜DSML｜ parameter>"), "b</｜DSML｜ parameter>\n"
                                              "</｜DSML｜ invoke>\n</｜DSML｜ calls>"], tools=True)
+
+    # JSON output (response_format / text.format json_object). The one-byte tokens of the test
+    # tokenizer make every character of the text around the JSON a piece of its own: one space each.
+    # The names hold "json", which a json_object request must mention.
+    def add_json(name, completion, fmt="json_object", **kw):
+        add(name, completion + EOS, **kw)
+        out[-1]["format"] = fmt
+
+    obj = '{"name": "Ada", "langs": ["en", "fr"], "age": 36, "note": "a `tick` and {braces}"}'
+    add_json("json_bare_object", obj)
+    add_json("json_bare_array", '[1, 2.5, {"k": "v"}, [], "東京"]')
+    add_json("json_fenced", "```json\n" + obj + "\n```")
+    add_json("json_fenced_plain", "```\n" + obj + "\n```")
+    add_json("json_prose_around_fence", "Here is the JSON you asked for:\n\n```json\n" + obj +
+             "\n```\n\nLet me know if you need more. 🙂")
+    add_json("json_bare_after_prose", "Sure! The answer is " + obj + " Hope this helps.")
+    add_json("json_leading_newlines", "\n\n" + obj)
+    add_json("json_leading_newlines_spaces", "\n\n  \n" + obj)
+    add_json("json_leading_newlines_fence", "\n\n```json\n" + obj + "\n```\n")
+    add_json("json_fence_without_newline", "```json" + obj + "```")
+    add_json("json_other_fence", "```python\nprint([1, 2])\n```")
+    add_json("json_fenced_twice", "```json\n[1]\n```\nand\n```json\n[2]\n```")
+    add_json("json_none", "I cannot answer that in JSON, sorry.")
+    add_json("json_empty", "")
+    add_json("json_unicode_prose", "Voilà — 東京: " + obj)
+    add_json("json_stray_think_end", "x</think>y" + obj + "\n```</think>z")
+    add_json("json_spelled_think_end", "x<think>y</think>" + obj)
+    add_json("json_fence_close_in_string", '```json\n{"code": "a\n```\nb"}\n```')
+    # Stop strings are matched inside the JSON only (Chat Completions: Responses has none).
+    add_json("json_stop_inside", obj, stop=["Ada"])
+    add_json("json_stop_inside_fenced", "Okay:\n```json\n" + obj + "\n```", stop=["langs"])
+    add_json("json_stop_outside", "Stop here. ```json\n" + obj + "\n```\nStop there.", stop=["Stop"])
+    add_json("json_stop_is_fence", "```json\n" + obj + "\n```\n", stop=["```"])
+    # Truncation by max_tokens: inside the JSON, inside a possible closing fence, in the prose before
+    # an opening fence and inside it.
+    fenced = "Result:\n```json\n" + obj + "\n```\nDone."
+    add_json("json_cut_in_bare", obj, max_tokens=20)
+    add_json("json_cut_in_fenced", fenced, max_tokens=fenced.index('"age"'))
+    add_json("json_cut_in_closing_fence", fenced, max_tokens=fenced.index("\n```\nDone") + 2)
+    add_json("json_cut_in_opening_fence", fenced, max_tokens=fenced.index("```json") + 2)
+    add_json("json_cut_in_prose", fenced, max_tokens=4)
+    # Reasoning, and tool calls before the JSON or after its closing fence (inside bare JSON, DSML is
+    # JSON text).
+    add_json("json_thinking", "The user wants json.\n\n</think>\n\nSure:\n```json\n" + obj + "\n```", thinking=True)
+    add_json("json_thinking_bare", "Plan: {\"x\": 1}</think>" + obj, thinking=True)
+    add_json("json_calls_after_fence", "```json\n" + obj + "\n```" + calls(invoke("get_weather", [("city", "Paris", True)])),
+             tools=True)
+    add_json("json_calls_after_bare", obj + calls(invoke("get_weather", [("city", "Paris", True)])), tools=True)
+    add_json("json_calls_without_json", "Checking the weather first." + calls(invoke("now", [])), tools=True)
+    # json_schema and regex formats read the answer as usual: the text around the JSON stays.
+    add_json("json_schema_prose_around", "Here:\n```json\n" + obj + "\n```\nBye.", fmt="json_schema")
+    add_json("json_schema_stop_outside", "Stop. " + obj, fmt="json_schema", stop=["Stop"])
+    add_json("regex_prose_around_json", "Here:\n```json\n[1]\n```", fmt="regex")
     return out
 
 
