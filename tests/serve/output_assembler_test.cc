@@ -82,7 +82,9 @@ TEST(OutputAssembler, ReproducesTheOfficialParserTokenByToken) {
         EXPECT_EQ(turn.tool_calls[i].name, want.calls[i].first);
         EXPECT_EQ(turn.tool_calls[i].arguments, want.calls[i].second);
       }
-      if (!has_eos) EXPECT_EQ(turn.finish, FinishKind::kLength);
+      if (!has_eos) {
+        EXPECT_EQ(turn.finish, FinishKind::kLength);
+      }
       continue;
     }
     ASSERT_FALSE(error.has_value()) << error->message;
