@@ -376,12 +376,13 @@ void MessagesStream::on_tool_call(size_t index, const ToolCall& call) {
   open_empty_thinking_block();
   close_open_block();
   event("content_block_start", {{"index", ++block_index_}, {"content_block", tool_use_block(call, false)}});
-  // The arguments as written, also when they are not JSON (the model wrote a non-JSON value for a
-  // string="false" parameter): deepseek-recipe streams them so. The Anthropic SDK's stream
-  // accumulator raises on such text; cedar's tool grammars keep the arguments of calls in the answer
-  // valid, so only calls opened inside the (unconstrained) reasoning, or scripted output, send it.
+  // Arguments that are not a JSON object (the model wrote a non-JSON value for a string="false"
+  // parameter) are streamed as the `input` the message reports, {}: deepseek-recipe streams the
+  // text itself, which the Anthropic SDK's stream accumulator cannot parse (it raises).
+  const std::string partial =
+      is_json_object_text(call.arguments) ? call.arguments : to_wire(arguments_object(call.arguments));
   event("content_block_delta",
-        {{"index", block_index_}, {"delta", {{"type", "input_json_delta"}, {"partial_json", call.arguments}}}});
+        {{"index", block_index_}, {"delta", {{"type", "input_json_delta"}, {"partial_json", partial}}}});
   event("content_block_stop", {{"index", block_index_}});
 }
 
