@@ -357,6 +357,19 @@ TEST(LinearFast, QuantizedActivationsEqualTheScalarE4m3Rounding) {
   }
 }
 
+// FP4 weights of random codes with E8M0 scale 128 (2^1): every weight is an integer (E2M1 values
+// are halves), so sums with integer activations stay exact in any order.
+BlockWeights integer_fp4_weights(size_t n, size_t k, std::mt19937& rng) {
+  BlockWeights w;
+  w.fp4 = true;
+  w.n = n;
+  w.k = k;
+  w.data.resize(n * k / 2);
+  for (auto& b : w.data) b = static_cast<uint8_t>(rng() & 0xFF);
+  w.scales.assign(n * (k / 32), 128);
+  return w;
+}
+
 TEST(LinearFast, Fp4GemvResidualBlocksAreExact) {
   // Blocks with elements far below their largest (E4M3 subnormals next to 448) do not fit one int16
   // plane: their low bits go to the residual list. Integer weights keep every partial sum exact in
@@ -371,13 +384,7 @@ TEST(LinearFast, Fp4GemvResidualBlocksAreExact) {
       const int p = pick(rng);
       x[i] = i % 32 == 0 ? 448.0f : p == 0 ? sub(rng) * 0x1p-9f * (small(rng) < 0 ? -1 : 1) : static_cast<float>(small(rng));
     }
-    BlockWeights w;
-    w.fp4 = true;
-    w.n = n;
-    w.k = k;
-    w.data.resize(n * k / 2);
-    for (auto& b : w.data) b = static_cast<uint8_t>(rng() & 0xFF);
-    w.scales.assign(n * (k / 32), 128);
+    BlockWeights w = integer_fp4_weights(n, k, rng);
     for (size_t i = 0; i < w.scales.size(); i += 11) w.scales[i] = 0;
     std::vector<float> scratch(fast::act_scratch_floats(m, k));
     const Fp8Activations a = fast::quantize_activations(x.data(), m, k, scratch);
@@ -402,13 +409,7 @@ TEST(LinearFast, Fp4GemvSpecialScalesGiveWhatExactGives) {
   for (size_t m : {1, 3}) {
     std::vector<float> x(m * k);
     for (size_t i = 0; i < x.size(); ++i) x[i] = i % 32 == 0 ? 448.0f : static_cast<float>(small(rng));
-    BlockWeights w;
-    w.fp4 = true;
-    w.n = n;
-    w.k = k;
-    w.data.resize(n * k / 2);
-    for (auto& b : w.data) b = static_cast<uint8_t>(rng() & 0xFF);
-    w.scales.assign(n * (k / 32), 128);
+    BlockWeights w = integer_fp4_weights(n, k, rng);
     w.scales[0 * 11 + 3] = 255;  // row 0: NaN in the full group
     w.scales[1 * 11 + 9] = 255;  // row 1: NaN in the short group
     w.scales[2 * 11 + 5] = 0;    // row 2: 2^-127 in the full group
