@@ -1,8 +1,12 @@
 #include "constrain/grammar_engine.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <exception>
 #include <mutex>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
 
 #include <xgrammar/xgrammar.h>
 
@@ -50,11 +54,24 @@ struct SpelledMarkerTokens {
   int32_t marker_id = -1;
 };
 
+// The tokens closing paths are made of, in the order the greedy search tries them: any text a
+// grammar accepts can be spelled in single bytes, so with the DSML marker token these reach every
+// completion. `0` first (the shortest JSON value, and a digit wherever one is owed), then closers
+// (array, object, string and tag ends), the marker, the rest of printable ASCII, white space last.
+struct ClosingAlphabet {
+  std::vector<int32_t> ids;
+  size_t ascii = 0;  // ids[0, ascii): ASCII bytes and the marker; the rest: other bytes (not in DSML grammars)
+  std::vector<std::string> texts;  // texts[k]: the bytes of ids[k]
+  std::vector<int32_t> byte_token = std::vector<int32_t>(256, -1);  // the token of each single byte
+  int32_t marker_id = -1;
+};
+
 struct GrammarConstraint::Impl {
-  Impl(const xgrammar::CompiledGrammar& grammar, int vocab_size, bool gated, int32_t think_end,
-       std::shared_ptr<const SpelledMarkerTokens> spelled)
+  Impl(const xgrammar::CompiledGrammar& grammar, int vocab_size, bool gated, int32_t think_end, int32_t eos,
+       std::shared_ptr<const SpelledMarkerTokens> spelled, std::shared_ptr<const ClosingAlphabet> alphabet)
       : matcher(grammar), words(static_cast<size_t>(xgrammar::GetBitmaskSize(vocab_size))), mask(words),
-        gated_at_start(gated), waiting_for_think_end(gated), think_end_id(think_end), spelled_marker(std::move(spelled)) {
+        gated_at_start(gated), waiting_for_think_end(gated), think_end_id(think_end), spelled_marker(std::move(spelled)),
+        narrowed(words), eos_id(eos), closing(std::move(alphabet)) {
     shape = static_cast<int64_t>(words);
     tensor.data = mask.data();
     tensor.device = DLDevice{kDLCPU, 0};
@@ -75,17 +92,211 @@ struct GrammarConstraint::Impl {
   std::shared_ptr<const SpelledMarkerTokens> spelled_marker;  // DSML grammars only
   bool after_tag_open = false;  // the accepted text ends in "<" or "</" (DSML grammars)
   bool after_less = false;      // ... in "<"
+
+  // Budget-aware closing (mask_to_finish_within).
+  std::vector<uint32_t> narrowed;               // the narrower mask it returns
+  bool last_mask_all = true;                    // the last next_token_mask() allowed every token
+  int32_t eos_id;
+  std::shared_ptr<const ClosingAlphabet> closing;
+  std::vector<int32_t> path;                    // a closing path from the matcher's state, from path_pos on,
+  size_t path_pos = 0;                          //   when path_current
+  bool path_current = false;
+  int32_t approved_token = -1;                  // the token last approved, and the closing path after it
+  std::vector<int32_t> approved_path;
+  int start_closing = -2;                       // closing length from the grammar's start; -2: not computed
+  std::unordered_set<std::string> seen;         // grammar states on the path being searched
+  std::unordered_set<std::string> seen_shapes;  // ... and their shapes (shape_of)
+  std::unordered_map<std::string, int> lengths; // closing length by state, while narrowing
+
+  bool allowed(int32_t id) const {
+    if (last_mask_all) return true;
+    const uint32_t* m = reinterpret_cast<const uint32_t*>(mask.data());
+    return id >= 0 && static_cast<size_t>(id) < words * 32 && ((m[id / 32] >> (id % 32)) & 1u);
+  }
+
+  // The matcher's state as text: the parser states of its last step, each rule's start written as
+  // the distance back from the current position. Equal keys on one path of accepted tokens are the
+  // same point of the grammar: a loop (a rule that repeats by recursion restarts at each character,
+  // so only relative starts show that it came back to where it was).
+  std::string state_key() const {
+    const std::string text = matcher._DebugPrintInternalState();
+    // "There are N steps in history. Last step: [ ... rule_start_pos=P, ... ]"
+    static constexpr std::string_view kSteps = "There are ", kField = "rule_start_pos=";
+    const long now = text.starts_with(kSteps) ? std::strtol(text.c_str() + kSteps.size(), nullptr, 10) : 0;
+    const size_t body = text.find("Last step");
+    std::string key;
+    key.reserve(text.size());
+    size_t from = body == std::string::npos ? 0 : body;
+    for (size_t at = text.find(kField, from); at != std::string::npos; at = text.find(kField, from)) {
+      at += kField.size();
+      key.append(text, from, at - from);
+      char* end = nullptr;
+      const long pos = std::strtol(text.c_str() + at, &end, 10);
+      key += std::to_string(pos < 0 ? pos : now - pos);
+      from = static_cast<size_t>(end - text.c_str());
+    }
+    key.append(text, from, std::string::npos);
+    return key;
+  }
+
+  // How far back the oldest rule of a state key began (its largest relative start; a rule of the
+  // root, start -1, counts as the oldest of all). A step that makes it grow by more than the bytes
+  // it took has closed a rule (a string, an array, a tag): the state is back in a rule that began
+  // earlier than those it left.
+  static long oldest_rule_age(const std::string& key) {
+    static constexpr std::string_view kField = "rule_start_pos=";
+    static constexpr long kRoot = 1L << 40;
+    long oldest = -1;
+    for (size_t at = key.find(kField); at != std::string::npos; at = key.find(kField, at + 1)) {
+      const long age = std::strtol(key.c_str() + at + kField.size(), nullptr, 10);
+      oldest = std::max(oldest, age < 0 ? kRoot : age);
+    }
+    return oldest;
+  }
+
+  // The key without the rules' starts: where in the grammar the state is, not since when. Steps
+  // that come back to a shape (characters of a string or of free text) make no progress.
+  static std::string shape_of(const std::string& key) {
+    static constexpr std::string_view kField = "rule_start_pos=";
+    std::string shape;
+    size_t from = 0;
+    for (size_t at = key.find(kField); at != std::string::npos; at = key.find(kField, from)) {
+      shape.append(key, from, at - from);
+      from = key.find(',', at);
+      if (from == std::string::npos) from = key.size();
+    }
+    shape.append(key, from, std::string::npos);
+    return shape;
+  }
+
+  // A closing path from the matcher's state (token ids; the matcher takes their text). Forced text
+  // is taken whole. Otherwise each step tries the alphabet in order and takes the first token that
+  // completes the output or closes a rule (oldest_rule_age grows by more than the token's bytes);
+  // when none does, the first that leads to a shape not yet on the path (so two characters of a
+  // string never alternate for ever), else to a state not yet on it of another shape than this
+  // one, else to any state not yet on it. Leaves the matcher as it was. false when the output
+  // cannot be completed this way within kMaxClosingTokens.
+  bool find_closing(std::vector<int32_t>* out) {
+    out->clear();
+    seen.clear();
+    seen_shapes.clear();
+    std::string key = state_key();
+    seen.insert(key);
+    const size_t n = spelled_marker ? closing->ascii : closing->ids.size();
+    bool found = true;
+    while (!matcher.IsCompleted()) {
+      if (out->size() >= static_cast<size_t>(kMaxClosingTokens)) {
+        found = false;
+        break;
+      }
+      if (take_forced_text(out)) {
+        key = state_key();
+        continue;
+      }
+      const long age = oldest_rule_age(key);
+      const std::string shape = shape_of(key);
+      seen_shapes.insert(shape);
+      size_t fallback = n, elsewhere = n, self_loop = n;
+      bool closed = false;
+      for (size_t k = 0; k < n && !closed; ++k) {
+        // AcceptString: the same step for these tokens, without AcceptToken's search of the special ids.
+        if (!matcher.AcceptString(closing->texts[k])) continue;
+        std::string next = state_key();
+        if (!seen.contains(next)) {
+          // A token that closes a rule only with the text it forces (the marker of a closing tag,
+          // then " parameter>") is a closer too: look through that text.
+          const std::string forced = matcher.IsCompleted() ? std::string() : matcher.FindJumpForwardString();
+          const bool through = !forced.empty() && matcher.AcceptString(forced);
+          const long grew = static_cast<long>(closing->texts[k].size() + (through ? forced.size() : 0));
+          const bool closes = matcher.IsCompleted() || (age >= 0 && oldest_rule_age(through ? state_key() : next) > age + grew);
+          if (through) matcher.Rollback(1);
+          if (closes) {
+            closed = true;
+            out->push_back(closing->ids[k]);
+            seen.insert(next);
+            key = std::move(next);
+            break;
+          }
+          const std::string next_shape = shape_of(next);
+          if (fallback == n && !seen_shapes.contains(next_shape)) fallback = k;
+          if (elsewhere == n && next_shape != shape) elsewhere = k;
+          if (self_loop == n) self_loop = k;
+        }
+        matcher.Rollback(1);
+      }
+      if (closed) continue;
+      if (fallback == n) fallback = elsewhere != n ? elsewhere : self_loop;
+      if (fallback == n || !matcher.AcceptString(closing->texts[fallback])) {
+        found = false;
+        break;
+      }
+      out->push_back(closing->ids[fallback]);
+      key = state_key();
+      seen.insert(key);
+    }
+    if (!out->empty()) matcher.Rollback(static_cast<int>(out->size()));
+    return found;
+  }
+
+  // Takes the text the grammar forces next (xgrammar's jump-forward string) as single-byte tokens
+  // and the marker token where it spells the marker. false when nothing is forced.
+  bool take_forced_text(std::vector<int32_t>* out) {
+    const std::string forced = matcher.FindJumpForwardString();
+    const std::string_view marker = tokenizer::kDsml;
+    size_t taken = 0;
+    for (size_t i = 0; i < forced.size() && out->size() < static_cast<size_t>(kMaxClosingTokens);) {
+      const bool is_marker = closing->marker_id >= 0 && std::string_view(forced).substr(i).starts_with(marker);
+      const int32_t id = is_marker ? closing->marker_id : closing->byte_token[static_cast<uint8_t>(forced[i])];
+      if (id < 0 || !matcher.AcceptString(is_marker ? std::string(marker) : forced.substr(i, 1))) break;
+      out->push_back(id);
+      ++taken;
+      i += is_marker ? marker.size() : 1;
+    }
+    return taken > 0;
+  }
+
+  // The tokens of the alphabet the last mask allowed after which the output can be completed
+  // within `left_after` tokens (and the end of sentence where the output is complete already).
+  const uint32_t* narrow_to_closable(int left_after) {
+    std::fill(narrowed.begin(), narrowed.end(), 0u);
+    bool any = false;
+    auto set = [&](int32_t id) {
+      narrowed[static_cast<size_t>(id) / 32] |= 1u << (id % 32);
+      any = true;
+    };
+    if (matcher.IsCompleted() && allowed(eos_id)) set(eos_id);
+    lengths.clear();
+    const size_t n = spelled_marker ? closing->ascii : closing->ids.size();
+    std::vector<int32_t> scratch;
+    for (size_t k = 0; k < n; ++k) {
+      const int32_t id = closing->ids[k];
+      if (!allowed(id) || !matcher.AcceptString(closing->texts[k])) continue;
+      auto [it, inserted] = lengths.try_emplace(state_key(), -1);
+      if (inserted) it->second = find_closing(&scratch) ? static_cast<int>(scratch.size()) : -1;
+      matcher.Rollback(1);
+      // The first token of the closing path from here leaves the rest of it, whatever a search
+      // from after that token finds.
+      if (path_current && path_pos < path.size() && path[path_pos] == id) {
+        const int rest = static_cast<int>(path.size() - path_pos) - 1;
+        if (it->second < 0 || rest < it->second) it->second = rest;
+      }
+      if (it->second >= 0 && it->second <= left_after) set(id);
+    }
+    return any ? narrowed.data() : nullptr;
+  }
 };
 
 GrammarConstraint::GrammarConstraint(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 GrammarConstraint::~GrammarConstraint() = default;
 
 const uint32_t* GrammarConstraint::next_token_mask() {
+  impl_->last_mask_all = true;
   if (impl_->waiting_for_think_end) return nullptr;
   // Fills in place: no allocation per token. false = every token allowed.
   const bool masked = impl_->matcher.FillNextTokenBitmask(&impl_->tensor);
   uint32_t* mask = reinterpret_cast<uint32_t*>(impl_->mask.data());
   const SpelledMarkerTokens* spelled = impl_->spelled_marker.get();
+  impl_->last_mask_all = !masked && !spelled;
   if (!spelled) return masked ? mask : nullptr;
   if (!masked) std::fill(impl_->mask.begin(), impl_->mask.end(), -1);
   const int64_t m = spelled->marker_id;
@@ -99,6 +310,13 @@ const uint32_t* GrammarConstraint::next_token_mask() {
 }
 
 bool GrammarConstraint::accept_token(int32_t token) {
+  // The closing path approved with this token (mask_to_finish_within) now starts at the new state.
+  impl_->path_current = token == impl_->approved_token;
+  if (impl_->path_current) {
+    impl_->path.swap(impl_->approved_path);
+    impl_->path_pos = 0;
+  }
+  impl_->approved_token = -1;
   if (impl_->waiting_for_think_end) {
     if (token == impl_->think_end_id) impl_->waiting_for_think_end = false;
     return true;
@@ -118,12 +336,70 @@ bool GrammarConstraint::accept_token(int32_t token) {
   return true;
 }
 
+const uint32_t* GrammarConstraint::mask_to_finish_within(int32_t token, int tokens_left_after) {
+  Impl& s = *impl_;
+  s.approved_token = -1;
+  // Far from the end no closing path the search could find is too long.
+  if (tokens_left_after >= kMaxClosingTokens || token == s.eos_id) return nullptr;
+  if (s.waiting_for_think_end) {
+    // The reasoning is free, but must leave the answer room: `</think>`, then a closing path from
+    // the grammar's start.
+    if (s.start_closing == -2) {
+      std::vector<int32_t> scratch;
+      s.start_closing = s.find_closing(&scratch) ? static_cast<int>(scratch.size()) : -1;
+    }
+    if (s.start_closing < 0 || token == s.think_end_id || s.think_end_id < 0 ||
+        s.start_closing + 1 <= tokens_left_after)
+      return nullptr;
+    std::fill(s.narrowed.begin(), s.narrowed.end(), 0u);
+    s.narrowed[static_cast<size_t>(s.think_end_id) / 32] |= 1u << (s.think_end_id % 32);
+    return s.narrowed.data();
+  }
+  if (s.matcher.IsTerminated()) return nullptr;
+  int after = -1;
+  if (s.path_current && s.path_pos < s.path.size() && s.path[s.path_pos] == token) {
+    // The token starts the closing path already known: the rest of it follows.
+    s.approved_path.assign(s.path.begin() + static_cast<std::ptrdiff_t>(s.path_pos) + 1, s.path.end());
+    after = static_cast<int>(s.approved_path.size());
+  } else {
+    if (!s.matcher.AcceptToken(token)) return nullptr;  // accept_token() reports it
+    if (s.find_closing(&s.approved_path)) after = static_cast<int>(s.approved_path.size());
+    s.matcher.Rollback(1);
+  }
+  if (after >= 0 && after <= tokens_left_after) {
+    s.approved_token = token;
+    return nullptr;
+  }
+  // Narrowing helps only when the closing path from here, less its first token, still fits; else
+  // (max_tokens below the shortest output the grammar allows, or a path too long to find) the
+  // output is cut as it would be without closing, and the search over the alphabet is spared.
+  int current = -1;
+  if (s.path_current) {
+    current = static_cast<int>(s.path.size() - s.path_pos);
+  } else if (s.find_closing(&s.path)) {
+    s.path_current = true;
+    s.path_pos = 0;
+    current = static_cast<int>(s.path.size());
+  }
+  if (current < 0 || current - 1 > tokens_left_after) return nullptr;
+  const uint32_t* narrowed = s.narrow_to_closable(tokens_left_after);
+  // Should the engine pick the closing path's first token, the rest of the path goes on with it
+  // (a search from after that token alone may find a longer one).
+  if (s.path_pos < s.path.size()) {
+    s.approved_token = s.path[s.path_pos];
+    s.approved_path.assign(s.path.begin() + static_cast<std::ptrdiff_t>(s.path_pos) + 1, s.path.end());
+  }
+  return narrowed;
+}
+
 bool GrammarConstraint::terminated() const { return !impl_->waiting_for_think_end && impl_->matcher.IsTerminated(); }
 
 void GrammarConstraint::reset() {
   impl_->matcher.Reset();
   impl_->waiting_for_think_end = impl_->gated_at_start;
   impl_->after_tag_open = impl_->after_less = false;
+  impl_->path_current = false;
+  impl_->approved_token = -1;
 }
 
 Result<std::unique_ptr<GrammarEngine>> GrammarEngine::create(const tokenizer::Tokenizer& tokenizer, int vocab_size) {
@@ -171,6 +447,35 @@ Result<std::unique_ptr<GrammarEngine>> GrammarEngine::create(const tokenizer::To
       }
     }
     engine->spelled_marker_ = std::move(spelled);
+  }
+  {
+    // The closing alphabet: the single-byte tokens in ClosingAlphabet's order, and the marker.
+    std::vector<int32_t> byte_token(256, -1);
+    for (int id = 0; id < n; ++id) {
+      const std::string& bytes = vocab[static_cast<size_t>(id)];
+      if (bytes.size() == 1 && byte_token[static_cast<uint8_t>(bytes[0])] < 0) byte_token[static_cast<uint8_t>(bytes[0])] = id;
+    }
+    auto alphabet = std::make_shared<ClosingAlphabet>();
+    alphabet->byte_token = byte_token;
+    std::vector<bool> placed(256, false);
+    auto add = [&](unsigned char c) {
+      if (placed[c] || byte_token[c] < 0) return;
+      placed[c] = true;
+      alphabet->ids.push_back(byte_token[c]);
+      alphabet->texts.push_back(std::string(1, static_cast<char>(c)));
+    };
+    add('0');
+    for (unsigned char c : std::string_view("]}\"></")) add(c);
+    if (const std::optional<tokenizer::TokenId> marker = tokenizer.token_to_id(tokenizer::kDsml); marker && *marker < n) {
+      alphabet->ids.push_back(*marker);
+      alphabet->texts.push_back(std::string(tokenizer::kDsml));
+      alphabet->marker_id = *marker;
+    }
+    for (int c = 0x21; c < 0x7f; ++c) add(static_cast<unsigned char>(c));
+    for (unsigned char c : std::string_view("\n \t\r")) add(c);
+    alphabet->ascii = alphabet->ids.size();
+    for (int c = 0; c < 256; ++c) add(static_cast<unsigned char>(c));
+    engine->closing_ = std::move(alphabet);
   }
   engine->vocab_size_ = vocab_size;
   engine->eos_id_ = *eos;
@@ -222,8 +527,8 @@ Result<std::shared_ptr<GrammarConstraint>> GrammarEngine::start(const Constraint
   const bool gated = spec.after_think_end && think_end_id_ >= 0;
   try {
     const bool dsml = spec.kind == ConstraintKind::kToolCall || spec.kind == ConstraintKind::kToolCallRequired;
-    auto impl = std::make_unique<GrammarConstraint::Impl>(*grammar, vocab_size_, gated, think_end_id_,
-                                                          dsml ? spelled_marker_ : nullptr);
+    auto impl = std::make_unique<GrammarConstraint::Impl>(*grammar, vocab_size_, gated, think_end_id_, eos_id_,
+                                                          dsml ? spelled_marker_ : nullptr, closing_);
     return std::shared_ptr<GrammarConstraint>(new GrammarConstraint(std::move(impl)));
   } catch (const std::exception& e) {
     return internal_error(std::string("constrained decoding: ") + e.what());

@@ -57,6 +57,11 @@ struct ConstraintSpec {
 
 class GrammarEngine;
 struct SpelledMarkerTokens;
+struct ClosingAlphabet;
+
+// How far before max_tokens budget-aware closing looks, and the longest closing path it searches
+// for: an output whose shortest completion is longer is cut by max_tokens as without it.
+inline constexpr int kMaxClosingTokens = 512;
 
 // One request's matcher: the runtime::TokenConstraint of constrained decoding.
 class GrammarConstraint final : public runtime::TokenConstraint {
@@ -64,6 +69,14 @@ class GrammarConstraint final : public runtime::TokenConstraint {
   ~GrammarConstraint() override;
   const uint32_t* next_token_mask() override;
   bool accept_token(int32_t token) override;
+  // Budget-aware closing (runtime::TokenConstraint): within the last kMaxClosingTokens of the
+  // budget, a token is approved when a closing path of at most `tokens_left_after` tokens follows
+  // it. A closing path is found by a greedy search over the single-byte tokens and the DSML marker
+  // (closers such as `"` `}` `]` `</` first, never revisiting a grammar state), so it bounds the
+  // shortest completion from above. A token that fails gets the mask of the single-byte tokens (and
+  // the marker, and the end of sentence once complete) that pass; under a `</think>` gate, `</think>`
+  // itself once the reasoning would leave the answer no room.
+  const uint32_t* mask_to_finish_within(int32_t token, int tokens_left_after) override;
   // The grammar is complete and took the stop token.
   bool terminated() const;
   // Back to the state start() gave (the grammar not begun; before `</think>` when gated).
@@ -101,6 +114,7 @@ class GrammarEngine {
   int32_t think_end_id_ = -1;
   // DSML grammars: the ordinary tokens kept from spelling the DSML marker (grammar_engine.cc).
   std::shared_ptr<const SpelledMarkerTokens> spelled_marker_;
+  std::shared_ptr<const ClosingAlphabet> closing_;  // the tokens closing paths are made of
 };
 
 // The xgrammar structural tag (JSON text) of a tool-call constraint: DeepSeek-V4.1's DSML calls

@@ -71,6 +71,16 @@ class TokenConstraint {
   // The token sampled; false when the constraint cannot take it (the engine ends the request with
   // an error: a masked sampler never picks such a token).
   virtual bool accept_token(int32_t token) = 0;
+  // Budget-aware closing, asked before accept_token() with the token just sampled from the last
+  // mask and the number of tokens the output may still hold after it. nullptr: the constraint can
+  // still be completed within that budget after `token` (or nothing would help). Else a narrower
+  // mask, a subset of the last one, of the tokens after which it can: the engine samples again
+  // from it, so an output that max_tokens cuts still ends complete (valid JSON, closed tool calls).
+  virtual const uint32_t* mask_to_finish_within(int32_t token, int tokens_left_after) {
+    (void)token;
+    (void)tokens_left_after;
+    return nullptr;
+  }
 };
 
 struct GenerationRequest {
@@ -123,6 +133,9 @@ struct EngineStats {             // cumulative, for /metrics
   uint64_t constrained_tokens = 0;
   double constraint_seconds = 0;
   double constraint_mask_seconds = 0;
+  // Tokens sampled again from a narrower mask so that the constraint completes within max_tokens
+  // (TokenConstraint::mask_to_finish_within).
+  uint64_t constraint_budget_resamples = 0;
   uint64_t kv_bytes_memory = 0, kv_bytes_disk = 0;  // prefix cache
   uint64_t sequence_bytes = 0;   // working state reserved by running sequences
   int queue_depth = 0, active_sequences = 0;

@@ -275,7 +275,20 @@ class LocalEngine final : public Engine {
         if (req.constraint)
           if (const uint32_t* mask = prefetch_.masks()[i]) apply_token_mask(mask, row, model_->sampleable_vocab());
         double constraint_seconds = req.constraint ? constraint_timer.seconds() : 0.0;
-        const int32_t next = ops::sample_token(row, model_->sampleable_vocab(), req.sampling.temperature, *j->rng);
+        int32_t next = ops::sample_token(row, model_->sampleable_vocab(), req.sampling.temperature, *j->rng);
+        bool resampled = false;
+        if (req.constraint) {
+          Timer closing_timer;
+          // Near max_tokens: a token after which the output could no longer be completed in time is
+          // sampled again from the narrower mask (a subset of the applied one) the constraint gives.
+          const int left_after = req.sampling.max_tokens - static_cast<int>(j->result.output_ids.size()) - 1;
+          if (const uint32_t* narrower = req.constraint->mask_to_finish_within(next, left_after)) {
+            apply_token_mask(narrower, row, model_->sampleable_vocab());
+            next = ops::sample_token(row, model_->sampleable_vocab(), req.sampling.temperature, *j->rng);
+            resampled = true;
+          }
+          constraint_seconds += closing_timer.seconds();
+        }
         j->result.output_ids.push_back(next);
         if (req.constraint) {
           Timer accept_timer;
@@ -285,6 +298,7 @@ class LocalEngine final : public Engine {
             std::lock_guard<std::mutex> lock(mu_);
             stats_.constrained_tokens++;
             stats_.constraint_seconds += constraint_seconds;
+            stats_.constraint_budget_resamples += resampled ? 1 : 0;
           }
           if (!accepted) {
             finish(j, FinishReason::kError,

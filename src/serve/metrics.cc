@@ -117,6 +117,10 @@ std::string ServerMetrics::render(const runtime::EngineStats& engine, const Queu
          "Seconds spent computing token masks, on a thread beside the forward pass (hidden unless the masks "
          "take longer than the forward pass).");
   sample(out, "cedar_constraint_mask_seconds_total", "", engine.constraint_mask_seconds);
+  metric(out, "cedar_constraint_budget_resamples_total", "counter",
+         "Constrained tokens sampled again from a narrower mask so that the output completes (closed JSON, "
+         "closed tool calls) within max_tokens.");
+  sample(out, "cedar_constraint_budget_resamples_total", "", static_cast<double>(engine.constraint_budget_resamples));
   metric(out, "cedar_decode_seconds_total", "counter", "Seconds of decode work (forward steps), since start.");
   sample(out, "cedar_decode_seconds_total", "", engine.decode_seconds);
   metric(out, "cedar_prefix_cache_lookups_total", "counter", "Prefix-cache lookups by result.");

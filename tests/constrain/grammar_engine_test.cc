@@ -7,8 +7,12 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <random>
+#include <regex>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_files.h"
@@ -213,6 +217,127 @@ TEST(GrammarEngine, AutoToolCallAllowsTextThenOneCallsBlock) {
   feed(*text_only, "No tool needed.");
   EXPECT_TRUE(text_only->accept_token(eos()));
   EXPECT_FALSE(accepts(*start(ConstraintKind::kToolCall, kTools), "<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"rm\">"));
+}
+
+// Budget-aware closing (GrammarConstraint::mask_to_finish_within). Lengths are counted in the
+// single-byte tokens a closing path is made of.
+TEST(GrammarEngine, ClosingNarrowsToTheTokensAfterWhichTheOutputStillFits) {
+  auto c = start(ConstraintKind::kJson, "");
+  feed(*c, "{\"a\": [[");
+  ASSERT_NE(c->next_token_mask(), nullptr);
+  // Open: "]]}" (3) closes. Another "[" needs "]]]}" (4).
+  EXPECT_EQ(c->mask_to_finish_within(id_of("["), 4), nullptr);
+  EXPECT_EQ(c->mask_to_finish_within(id_of("["), kMaxClosingTokens), nullptr) << "far from the end: no check";
+  const uint32_t* narrowed = c->mask_to_finish_within(id_of("["), 3);
+  ASSERT_NE(narrowed, nullptr);
+  EXPECT_TRUE(allowed(narrowed, id_of("]"))) << "then \"]}\" (2)";
+  EXPECT_TRUE(allowed(narrowed, id_of("0"))) << "then \"]]}\" (3)";
+  EXPECT_FALSE(allowed(narrowed, id_of("[")));
+  EXPECT_FALSE(allowed(narrowed, id_of("\""))) << "a string needs \"\\\"]]}\" (4)";
+  EXPECT_FALSE(allowed(narrowed, id_of("]]"))) << "only single-byte tokens are offered";
+  narrowed = c->mask_to_finish_within(id_of("["), 2);
+  ASSERT_NE(narrowed, nullptr);
+  EXPECT_TRUE(allowed(narrowed, id_of("]")));
+  EXPECT_FALSE(allowed(narrowed, id_of("0")));
+  // When even the closing path from here does not fit, nothing helps: no narrowing.
+  EXPECT_EQ(c->mask_to_finish_within(id_of("["), 1), nullptr);
+  EXPECT_TRUE(c->accept_token(id_of("]")));
+  EXPECT_TRUE(c->accept_token(id_of("]")));
+  ASSERT_NE(c->next_token_mask(), nullptr);
+  // Complete after "}": the end of sentence fits any budget.
+  narrowed = c->mask_to_finish_within(id_of("}"), 0);
+  EXPECT_EQ(narrowed, nullptr);
+  EXPECT_TRUE(c->accept_token(id_of("}")));
+  ASSERT_NE(c->next_token_mask(), nullptr);
+  EXPECT_EQ(c->mask_to_finish_within(eos(), 0), nullptr);
+}
+
+TEST(GrammarEngine, ClosingEndsReasoningWhenTheAnswerWouldNotFit) {
+  auto c = start(ConstraintKind::kRegex, "yes|no", /*after_think_end=*/true);
+  EXPECT_EQ(c->next_token_mask(), nullptr);
+  // After "</think>" the answer needs "no" (2); one more reasoning token leaves 2 only with 3 left.
+  EXPECT_EQ(c->mask_to_finish_within(id_of("Whatever"), 3), nullptr);
+  const uint32_t* narrowed = c->mask_to_finish_within(id_of("Whatever"), 2);
+  ASSERT_NE(narrowed, nullptr);
+  EXPECT_EQ(count_allowed(narrowed), 1);
+  EXPECT_TRUE(allowed(narrowed, id_of("</think>")));
+  EXPECT_EQ(c->mask_to_finish_within(id_of("</think>"), 2), nullptr);
+}
+
+// A random sampler that prefers opening tokens, under budgets from tight to loose: whatever it picks,
+// asking mask_to_finish_within before each token leaves a complete output when the budget runs out.
+struct ClosingRun {
+  std::string text;
+  bool complete = false;
+};
+
+ClosingRun run_to_budget(ConstraintKind kind, const std::string& spec_text, int budget, uint32_t seed) {
+  auto c = start(kind, spec_text);
+  std::mt19937 rng(seed);
+  const std::vector<std::string_view> openers = {"{", "[", "{\"", "[[", "\"", ",", ":", "\\", "-", "<", "[{\"", "\":\""};
+  std::vector<int32_t> ids, choices;
+  auto pick = [&](const uint32_t* mask) {
+    choices.clear();
+    for (std::string_view o : openers)
+      if (auto id = tok().token_to_id(o); id && allowed(mask, *id)) choices.push_back(*id);
+    if (choices.empty() || rng() % 4 == 0) {
+      choices.clear();
+      for (int32_t id = 0; id < kVocab; ++id)
+        if (allowed(mask, id) && id != eos()) choices.push_back(id);
+    }
+    if (choices.empty()) return eos();
+    return choices[rng() % choices.size()];
+  };
+  for (int n = 0; n < budget && !c->terminated(); ++n) {
+    const uint32_t* mask = c->next_token_mask();
+    int32_t token = pick(mask);
+    if (const uint32_t* narrowed = c->mask_to_finish_within(token, budget - n - 1)) {
+      choices.clear();
+      for (int32_t id = 0; id < kVocab; ++id)
+        if (allowed(narrowed, id)) choices.push_back(id);
+      if (choices.empty()) ADD_FAILURE() << "an empty narrowed mask";
+      token = choices.empty() ? token : choices[rng() % choices.size()];
+    }
+    if (!c->accept_token(token)) {
+      ADD_FAILURE() << "token " << token << " refused";
+      break;
+    }
+    if (token != eos()) ids.push_back(token);
+  }
+  ClosingRun run;
+  run.complete = c->terminated() || allowed(c->next_token_mask(), eos());
+  run.text = *tok().decode(ids);
+  return run;
+}
+
+TEST(GrammarEngine, ClosingCompletesJsonObjectsUnderEveryBudget) {
+  for (uint32_t seed = 1; seed <= 12; ++seed) {
+    const int budget = 3 + static_cast<int>(seed * 7 % 60);
+    const ClosingRun run = run_to_budget(ConstraintKind::kJson, "", budget, seed);
+    EXPECT_TRUE(run.complete) << "seed " << seed << ": " << run.text;
+    // accept(): the syntax only (a number such as -171e519 is valid JSON that parse() refuses as a double).
+    EXPECT_TRUE(nlohmann::json::accept(run.text)) << "seed " << seed << ": " << run.text;
+  }
+}
+
+TEST(GrammarEngine, ClosingCompletesSchemasRegexesAndToolCalls) {
+  const std::string schema =
+      R"({"type":"object","properties":{"name":{"type":"string"},"tags":{"type":"array","items":{"type":"string"}},)"
+      R"("n":{"type":"integer"}},"required":["name","tags","n"],"additionalProperties":false})";
+  const std::string regex = R"((yes|no): [a-z]+( [a-z]+)* [0-9]+\.)";
+  for (uint32_t seed = 1; seed <= 6; ++seed) {
+    ClosingRun run = run_to_budget(ConstraintKind::kJson, schema, 40 + static_cast<int>(seed * 11 % 50), seed);
+    EXPECT_TRUE(run.complete) << "schema, seed " << seed << ": " << run.text;
+    nlohmann::json value;
+    EXPECT_NO_THROW(value = nlohmann::json::parse(run.text)) << run.text;
+    EXPECT_TRUE(value.is_object() && value.contains("name") && value.contains("tags") && value.contains("n")) << run.text;
+    run = run_to_budget(ConstraintKind::kRegex, regex, 12 + static_cast<int>(seed * 5 % 30), seed);
+    EXPECT_TRUE(run.complete) << "regex, seed " << seed << ": " << run.text;
+    EXPECT_TRUE(std::regex_match(run.text, std::regex(regex))) << run.text;
+    run = run_to_budget(ConstraintKind::kToolCallRequired, kTools, 110 + static_cast<int>(seed * 13 % 60), seed);
+    EXPECT_TRUE(run.complete) << "tool call, seed " << seed << ": " << run.text;
+    EXPECT_TRUE(run.text.ends_with("</｜DSML｜ calls>")) << run.text;
+  }
 }
 
 TEST(GrammarEngine, BadPatternsAndSchemasAreInvalidArgument) {

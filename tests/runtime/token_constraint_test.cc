@@ -80,6 +80,56 @@ TEST(TokenConstraint, RejectedTokenEndsTheRequestWithAnError) {
 }
 
 
+// Leaves sampling free (no mask) but, once fewer than `closing` tokens would be left after the
+// sampled one, narrows to `closer`: the engine must then sample again from that mask. Records the
+// budgets it was asked about.
+class ClosingConstraint final : public TokenConstraint {
+ public:
+  ClosingConstraint(int32_t closer, int closing, int vocab) : closer_(closer), closing_(closing), mask_((vocab + 31) / 32) {
+    mask_[closer / 32] |= 1u << (closer % 32);
+  }
+  const uint32_t* next_token_mask() override { return nullptr; }
+  const uint32_t* mask_to_finish_within(int32_t token, int tokens_left_after) override {
+    asked.push_back(tokens_left_after);
+    return token != closer_ && tokens_left_after < closing_ ? mask_.data() : nullptr;
+  }
+  bool accept_token(int32_t token) override {
+    accepted.push_back(token);
+    return true;
+  }
+  std::vector<int> asked;
+  std::vector<int32_t> accepted;
+
+ private:
+  int32_t closer_;
+  int closing_;
+  std::vector<uint32_t> mask_;
+};
+
+TEST(TokenConstraint, ANarrowerMaskNearMaxTokensIsSampledAgain) {
+  auto engine = make_engine(model::testing::tiny_checkpoint(2), EngineOptions{});
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  constexpr int32_t kCloser = 77;
+  auto constraint = std::make_shared<ClosingConstraint>(kCloser, /*closing=*/3, (*engine)->info().vocab_size);
+  GenerationRequest r;
+  r.prompt_ids = model::testing::test_prompt(12, 1);
+  r.sampling.temperature = 1.0f;
+  r.sampling.seed = 3;
+  r.sampling.max_tokens = 8;
+  r.constraint = constraint;
+  auto out = (*engine)->generate(r);
+  ASSERT_TRUE(out.ok()) << out.status().to_string();
+  ASSERT_EQ(out->output_ids.size(), 8u);
+  // Asked with the tokens left after each one: 7, 6, ..., 0.
+  EXPECT_EQ(constraint->asked, (std::vector<int>{7, 6, 5, 4, 3, 2, 1, 0}));
+  // The last three (left 2, 1, 0 < 3) came from the narrower mask; random weights over 129,280 ids
+  // did not pick 77 on their own before.
+  for (size_t i = 5; i < 8; ++i) EXPECT_EQ(out->output_ids[i], kCloser) << "token " << i;
+  for (size_t i = 0; i < 5; ++i) EXPECT_NE(out->output_ids[i], kCloser) << "token " << i;
+  EXPECT_EQ(constraint->accepted, out->output_ids) << "the resampled token is the one accepted";
+  EXPECT_EQ((*engine)->stats().constraint_budget_resamples, 3u);
+}
+
 // Requests batched together each get their own mask: the masks are computed beside the forward
 // pass (runtime/mask_prefetcher.h) and must land on their request's logits row. The first request's
 // first mask waits until the other two are queued, so all three share the following steps; the order

@@ -16,13 +16,13 @@ at temperature 1 with its own seed, through all three APIs:
   named_tool        Anthropic Messages, tool_choice {type: tool, name}    -> that tool, valid input
   tool_auto         Chat Completions, tools with tool_choice auto         -> any call made is valid
 
-The validator is the `jsonschema` package (Debian python3-jsonschema), independent of cedar. A
-sample that ends by length (max_tokens) counts as a failure: a constrained output must end on its
-own; the schema and pattern here bound every string, array and number, so it can. The other kinds
-have no such bound and may reach max_tokens: json_object (any object or array: random weights wander
-into long strings and deep nesting), the tool kinds (a calls block may hold any number of calls)
-and tool_auto's free text. Their truncated samples are counted and reported ("truncated"), not
-validated; every sample that ended must validate. Afterwards /metrics gives the per-token cost of
+The validator is the `jsonschema` package (Debian python3-jsonschema), independent of cedar. Every
+sample must parse and validate, also those that max_tokens ended: near the end of the budget cedar
+closes a constrained output (TokenConstraint::mask_to_finish_within), so a cut JSON value or tool
+call is still complete. Random weights wander (json_object's any object or array into long strings
+and deep nesting, the tool kinds into more calls, tool_auto into free text), so many samples reach
+max_tokens; they are counted ("cut") beside those that ended by themselves ("ended"), with the
+tokens the engine sampled again to close in time. Afterwards /metrics gives the per-token cost of
 constrained decoding beside the decode time per token: what it adds to the engine's steps (waiting
 for masks not ready when the forward pass ends, masking the logits, advancing the matchers) and
 the masks' own computing time, which runs beside the forward pass. The same number of
@@ -110,21 +110,16 @@ def json_object_request(seed):
                                     "max_tokens": MAX_TOKENS, "response_format": {"type": "json_object"}}
 
 
-class Truncated(Exception):
-    """An output of an unbounded kind that reached max_tokens (reported, not validated)."""
-
-
+# A checker returns (completion tokens, whether max_tokens ended the output).
 def check_chat_json(status, data, schema=None):
     body = json.loads(data)
     assert status == 200, f"status {status}: {data[:300]!r}"
     choice = body["choices"][0]
-    if choice["finish_reason"] == "length":
-        raise Truncated()
-    assert choice["finish_reason"] == "stop", f"finish_reason {choice['finish_reason']}"
+    assert choice["finish_reason"] in ("stop", "length"), f"finish_reason {choice['finish_reason']}"
     value = json.loads(choice["message"]["content"])
     if schema is not None:
         validate(value, schema)
-    return body["usage"]["completion_tokens"]
+    return body["usage"]["completion_tokens"], choice["finish_reason"] == "length"
 
 
 def json_schema_request(seed):
@@ -149,14 +144,15 @@ def check_json_schema(status, data):
                 finish = choice.get("finish_reason") or finish
             if event.get("usage"):
                 tokens = event["usage"]["completion_tokens"]
-        assert finish == "stop", f"finish_reason {finish}"
+        assert finish in ("stop", "length"), f"finish_reason {finish}"
         validate(json.loads(text), ANSWER_SCHEMA)
-        return tokens
+        return tokens, finish == "length"
     body = json.loads(data)
-    assert body["status"] == "completed", f"status {body['status']} {body.get('incomplete_details')}"
+    cut = body["status"] == "incomplete" and body["incomplete_details"]["reason"] == "max_output_tokens"
+    assert body["status"] == "completed" or cut, f"status {body['status']} {body.get('incomplete_details')}"
     texts = [c["text"] for item in body["output"] if item["type"] == "message" for c in item["content"]]
     validate(json.loads("".join(texts)), ANSWER_SCHEMA)
-    return body["usage"]["output_tokens"]
+    return body["usage"]["output_tokens"], cut
 
 
 def regex_request(seed):
@@ -168,9 +164,9 @@ def check_regex(status, data):
     body = json.loads(data)
     assert status == 200, f"status {status}: {data[:300]!r}"
     choice = body["choices"][0]
-    assert choice["finish_reason"] == "stop", f"finish_reason {choice['finish_reason']}"
+    assert choice["finish_reason"] in ("stop", "length"), f"finish_reason {choice['finish_reason']}"
     assert re.fullmatch(REGEX, choice["message"]["content"]), repr(choice["message"]["content"])
-    return body["usage"]["completion_tokens"]
+    return body["usage"]["completion_tokens"], choice["finish_reason"] == "length"
 
 
 def tool_required_request(seed):
@@ -182,15 +178,14 @@ def tool_required_request(seed):
 def check_tool_required(status, data):
     body = json.loads(data)
     assert status == 200, f"status {status}: {data[:300]!r}"
-    if body["status"] == "incomplete":  # max_output_tokens: the number of calls is unbounded
-        raise Truncated()
-    assert body["status"] == "completed", f"status {body['status']} {body.get('incomplete_details')}"
+    cut = body["status"] == "incomplete" and body["incomplete_details"]["reason"] == "max_output_tokens"
+    assert body["status"] == "completed" or cut, f"status {body['status']} {body.get('incomplete_details')}"
     calls = [item for item in body["output"] if item["type"] == "function_call"]
     assert calls, "no function call"
     for call in calls:
         assert call["name"] in TOOLS, call["name"]
         validate(json.loads(call["arguments"]), TOOLS[call["name"]])
-    return body["usage"]["output_tokens"]
+    return body["usage"]["output_tokens"], cut
 
 
 def named_tool_request(seed):
@@ -202,15 +197,13 @@ def named_tool_request(seed):
 def check_named_tool(status, data):
     body = json.loads(data)
     assert status == 200, f"status {status}: {data[:300]!r}"
-    if body["stop_reason"] == "max_tokens":  # the number of calls is unbounded
-        raise Truncated()
-    assert body["stop_reason"] == "tool_use", body["stop_reason"]
+    assert body["stop_reason"] in ("tool_use", "max_tokens"), body["stop_reason"]
     uses = [block for block in body["content"] if block["type"] == "tool_use"]
     assert uses, "no tool_use block"
     for use in uses:
         assert use["name"] == "search_docs", use["name"]
         validate(use["input"], SEARCH)
-    return body["usage"]["output_tokens"]
+    return body["usage"]["output_tokens"], body["stop_reason"] == "max_tokens"
 
 
 def tool_auto_request(seed):
@@ -227,11 +220,9 @@ def check_tool_auto(status, data):
         name = call["function"]["name"]
         assert name in TOOLS, name
         validate(json.loads(call["function"]["arguments"]), TOOLS[name])
-    # Free text may run to max_tokens (reported as truncated); a call, once made, was valid above.
-    if choice["finish_reason"] == "length":
-        raise Truncated()
-    assert choice["finish_reason"] in ("stop", "tool_calls"), choice["finish_reason"]
-    return body["usage"]["completion_tokens"]
+    # Free text may run to max_tokens; a call, once made, was valid above.
+    assert choice["finish_reason"] in ("stop", "tool_calls", "length"), choice["finish_reason"]
+    return body["usage"]["completion_tokens"], choice["finish_reason"] == "length"
 
 
 def unconstrained_request(seed):
@@ -241,7 +232,7 @@ def unconstrained_request(seed):
 
 def check_unconstrained(status, data):
     assert status == 200, f"status {status}: {data[:300]!r}"
-    return json.loads(data)["usage"]["completion_tokens"]
+    return json.loads(data)["usage"]["completion_tokens"], False
 
 
 KINDS = {
@@ -259,7 +250,7 @@ def metrics(server):
     out = {}
     for line in data.decode().splitlines():
         m = re.match(r'(cedar_constrained_tokens_total|cedar_constraint_seconds_total|cedar_constraint_mask_seconds_total'
-                     r'|cedar_decode_seconds_total) (\S+)', line)
+                     r'|cedar_constraint_budget_resamples_total|cedar_decode_seconds_total) (\S+)', line)
         if m:
             out[m.group(1)] = float(m.group(2))
         m = re.match(r'cedar_engine_tokens_total\{kind="decode"\} (\S+)', line)
@@ -270,7 +261,7 @@ def metrics(server):
 
 def run_kind(server, name, build, check, samples, workers):
     before = metrics(server)
-    failures, tokens, truncated = [], 0, 0
+    failures, tokens, cut_count = [], 0, 0
     t0 = time.monotonic()
 
     def one(seed):
@@ -278,24 +269,21 @@ def run_kind(server, name, build, check, samples, workers):
         status, data = server.request("POST", path, body)
         try:
             return check(status, data), None
-        except Truncated:
-            return 0, "truncated"
         except Exception as e:  # noqa: BLE001  (any failure of any check is reported with its seed)
-            return 0, f"seed {seed}: {type(e).__name__}: {str(e)[:300]}"
+            return (0, False), f"seed {seed}: {type(e).__name__}: {str(e)[:300]}"
 
     with concurrent.futures.ThreadPoolExecutor(workers) as pool:
-        for n, error in pool.map(one, range(1, samples + 1)):
+        for (n, cut), error in pool.map(one, range(1, samples + 1)):
             tokens += n
-            if error == "truncated":
-                truncated += 1
-            elif error:
+            cut_count += 1 if cut else 0
+            if error:
                 failures.append(error)
     wall = time.monotonic() - t0
     after = metrics(server)
     d = {k: after.get(k, 0) - before.get(k, 0) for k in after}
-    row = {"kind": name, "samples": samples, "ended": samples - truncated, "valid": samples - truncated - len(failures),
-           "truncated": truncated, "output_tokens_of_valid": tokens,
-           "wall_s": round(wall, 2)}
+    row = {"kind": name, "samples": samples, "valid": samples - len(failures), "cut_by_max_tokens": cut_count,
+           "output_tokens_of_valid": tokens, "wall_s": round(wall, 2),
+           "budget_resamples": int(d.get("cedar_constraint_budget_resamples_total", 0))}
     if d.get("decode_tokens"):
         row["decode_us_per_token"] = round(1e6 * d["cedar_decode_seconds_total"] / d["decode_tokens"], 1)
     if d.get("cedar_constrained_tokens_total"):
