@@ -14,6 +14,7 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define CEDAR_FP8_GEMV_X86 1
+#include "ops/x86_lane_sum.h"
 #endif
 
 namespace cedar::ops::x86 {
@@ -104,15 +105,6 @@ CEDAR_X86_TARGET bool prescale_group(const float* act, size_t m, size_t k, const
   return bad == 0;
 }
 
-// The sum of the 16 lanes (GCC 12's _mm512_reduce_add_ps trips -Wmaybe-uninitialized in its header).
-CEDAR_X86_TARGET inline float sum_lanes(__m512 v) {
-  const __m512 halves = _mm512_add_ps(v, _mm512_shuffle_f32x4(v, v, 0x4E));  // lanes i and i + 8
-  const __m256 eight = _mm512_castps512_ps256(halves);
-  __m128 four = _mm_add_ps(_mm256_castps256_ps128(eight), _mm256_extractf128_ps(eight, 1));
-  four = _mm_add_ps(four, _mm_movehl_ps(four, four));
-  return _mm_cvtss_f32(_mm_add_ss(four, _mm_movehdup_ps(four)));
-}
-
 // Weight rows [n_begin, n_end) of one group against its prescaled activations, R rows of them.
 template <size_t R>
 CEDAR_X86_TARGET void group_rows(const uint16_t* prescaled, const uint8_t* codes, size_t n_total, size_t k, float* y,
@@ -163,7 +155,7 @@ CEDAR_X86_TARGET void group_rows(const uint16_t* prescaled, const uint8_t* codes
     for (size_t r = 0; r < R; ++r) {
       __m512 sum = acc[r][0];
       for (size_t j = 1; j < C; ++j) sum = _mm512_add_ps(sum, acc[r][j]);
-      y[r * n_total + n] = round_bf16(sum_lanes(sum));
+      y[r * n_total + n] = round_bf16(sum_lanes_avx512(sum));
     }
   }
 }

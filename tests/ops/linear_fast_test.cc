@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "ops/bf16_gemv_x86.h"
 #include "ops/formats.h"
 #include "ops/fp4_gemv_x86.h"
 #include "ops/fp8_gemv_x86.h"
@@ -31,7 +32,8 @@ namespace {
 using testing::for_each_simd_target;
 
 // Every SIMD target, and on a CPU with AVX512-VBMI and AVX512-BF16 the AVX-512 targets twice: with the
-// FP8 GEMV of fp8_gemv_x86.h and without it (their Highway kernel), so both are tested. Likewise on a
+// FP8 GEMV of fp8_gemv_x86.h and without it (their Highway kernel), so both are tested; the same for
+// the bf16 GEMV of bf16_gemv_x86.h. Likewise on a
 // CPU with AVX512-VNNI, the AVX2 and AVX-512 targets run with and without the FP4 GEMV of
 // fp4_gemv_x86.h.
 template <typename Fn>
@@ -43,6 +45,12 @@ void for_each_kernel(Fn&& fn) {
       x86::set_fp8_gemv_bf16_allowed(false);
       fn();
       x86::set_fp8_gemv_bf16_allowed(true);
+    }
+    if (x86::bf16_gemv_dot_usable() && dispatched_simd_target().rfind("AVX3", 0) == 0) {
+      SCOPED_TRACE("without the AVX512-BF16 bf16 GEMV");
+      x86::set_bf16_gemv_dot_allowed(false);
+      fn();
+      x86::set_bf16_gemv_dot_allowed(true);
     }
     const std::string target = dispatched_simd_target();
     if (x86::fp4_gemv_vnni_usable() && (target.rfind("AVX3", 0) == 0 || target == "AVX2")) {
@@ -197,6 +205,36 @@ TEST(LinearFast, BlockGemmsEqualExactWhenEverySumIsExact) {
           ASSERT_EQ(got[i], want[i]) << (fp4 ? "fp4" : "fp8") << " m" << s.m << " n" << s.n << " k" << s.k << " @" << i;
       });
     }
+  }
+}
+
+// Activations that are not bf16 values (the bf16 GEMV of bf16_gemv_x86.h declines them: truncated to
+// bf16 they would be off by up to 2^-8) still give the fp32-accumulation bound of the exact dot.
+TEST(LinearFast, Bf16WeightsWithFp32ActivationsStayWithinTheBound) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  // k small, so the derived bound (proportional to k) is far below what truncating them would cost.
+  for (const Shape& s : {Shape{2, 300, 64}, Shape{1, 200, 100}}) {
+    std::vector<float> x(s.m * s.k);
+    for (auto& v : x) v = normal(rng);  // full fp32 mantissas
+    const auto wf = random_bf16(s.n * s.k, rng, 0.05f);
+    std::vector<uint16_t> wb(wf.size());
+    for (size_t i = 0; i < wf.size(); ++i) wb[i] = f32_to_bf16_bits(wf[i]);
+    const Bf16Weight w16{wb.data(), s.n, s.k};
+    std::vector<double> exact(s.m * s.n, 0.0), abs_sum(s.m * s.n, 0.0);
+    for (size_t i = 0; i < s.m; ++i)
+      for (size_t j = 0; j < s.n; ++j)
+        for (size_t c = 0; c < s.k; ++c) {
+          const double p = static_cast<double>(x[i * s.k + c]) * wf[j * s.k + c];
+          exact[i * s.n + j] += p;
+          abs_sum[i * s.n + j] += std::fabs(p);
+        }
+    for_each_kernel([&] {
+      std::vector<float> got(s.m * s.n);
+      fast::linear_bf16(x.data(), s.m, w16, got.data(), LinearOut::kF32, nullptr);
+      for (size_t i = 0; i < got.size(); ++i)
+        ASSERT_LE(std::fabs(got[i] - exact[i]), 1.01 * (s.k + 1.0) * kU32 * abs_sum[i]) << "k" << s.k << " @" << i;
+    });
   }
 }
 
