@@ -64,6 +64,8 @@ struct ClosingAlphabet {
   std::vector<std::string> texts;  // texts[k]: the bytes of ids[k]
   std::vector<int32_t> byte_token = std::vector<int32_t>(256, -1);  // the token of each single byte
   int32_t marker_id = -1;
+  size_t preferred = 0;  // ids[0, preferred): `0`, the closers and the marker, all tried at every step
+  std::vector<uint16_t> token_bytes;  // [vocab]: how many bytes each token's text has
 };
 
 struct GrammarConstraint::Impl {
@@ -154,6 +156,27 @@ struct GrammarConstraint::Impl {
     return oldest;
   }
 
+  // Whether `after` is the state `before` moved on by `bytes` bytes inside the same rules: the same
+  // parser states, each begun `bytes` earlier relative to the new position (the root's -1 as it
+  // was). Then nothing was opened or closed (characters of a string or of free text) and the same
+  // closing path completes the output.
+  static bool same_rules_aged(const std::string& before, const std::string& after, long bytes) {
+    static constexpr std::string_view kField = "rule_start_pos=";
+    size_t a = 0, b = 0;
+    for (;;) {
+      const size_t fa = before.find(kField, a), fb = after.find(kField, b);
+      if ((fa == std::string::npos) != (fb == std::string::npos)) return false;
+      if (fa == std::string::npos) return before.compare(a, std::string::npos, after, b, std::string::npos) == 0;
+      if (fa - a != fb - b || before.compare(a, fa - a, after, b, fb - b) != 0) return false;
+      char *ea = nullptr, *eb = nullptr;
+      const long pa = std::strtol(before.c_str() + fa + kField.size(), &ea, 10);
+      const long pb = std::strtol(after.c_str() + fb + kField.size(), &eb, 10);
+      if (pa < 0 ? pb != pa : pb != pa + bytes) return false;
+      a = static_cast<size_t>(ea - before.c_str());
+      b = static_cast<size_t>(eb - after.c_str());
+    }
+  }
+
   // The key without the rules' starts: where in the grammar the state is, not since when. Steps
   // that come back to a shape (characters of a string or of free text) make no progress.
   static std::string shape_of(const std::string& key) {
@@ -174,7 +197,8 @@ struct GrammarConstraint::Impl {
   // completes the output or closes a rule (oldest_rule_age grows by more than the token's bytes);
   // when none does, the first that leads to a shape not yet on the path (so two characters of a
   // string never alternate for ever), else to a state not yet on it of another shape than this
-  // one, else to any state not yet on it. Leaves the matcher as it was. false when the output
+  // one, else to any state not yet on it. Beyond the preferred tokens the scan stops at the first
+  // step to a new shape (a closer among letters is rare; trying them all was most of the cost). Leaves the matcher as it was. false when the output
   // cannot be completed this way within kMaxClosingTokens.
   bool find_closing(std::vector<int32_t>* out) {
     out->clear();
@@ -184,12 +208,14 @@ struct GrammarConstraint::Impl {
     seen.insert(key);
     const size_t n = spelled_marker ? closing->ascii : closing->ids.size();
     bool found = true;
+    int steps = 0;  // matcher steps taken (forced text is one step for many tokens)
     while (!matcher.IsCompleted()) {
       if (out->size() >= static_cast<size_t>(kMaxClosingTokens)) {
         found = false;
         break;
       }
       if (take_forced_text(out)) {
+        ++steps;
         key = state_key();
         continue;
       }
@@ -212,6 +238,7 @@ struct GrammarConstraint::Impl {
           if (through) matcher.Rollback(1);
           if (closes) {
             closed = true;
+            ++steps;
             out->push_back(closing->ids[k]);
             seen.insert(next);
             key = std::move(next);
@@ -223,6 +250,8 @@ struct GrammarConstraint::Impl {
           if (self_loop == n) self_loop = k;
         }
         matcher.Rollback(1);
+        // Past the preferred tokens (closers first), the first step to a new shape is taken.
+        if (k + 1 >= closing->preferred && fallback != n) break;
       }
       if (closed) continue;
       if (fallback == n) fallback = elsewhere != n ? elsewhere : self_loop;
@@ -230,29 +259,38 @@ struct GrammarConstraint::Impl {
         found = false;
         break;
       }
+      ++steps;
       out->push_back(closing->ids[fallback]);
       key = state_key();
       seen.insert(key);
     }
-    if (!out->empty()) matcher.Rollback(static_cast<int>(out->size()));
+    if (steps > 0) matcher.Rollback(steps);
     return found;
   }
 
-  // Takes the text the grammar forces next (xgrammar's jump-forward string) as single-byte tokens
-  // and the marker token where it spells the marker. false when nothing is forced.
+  // Takes the text the grammar forces next (xgrammar's jump-forward string) in one matcher step,
+  // appending it as single-byte tokens and the marker token where it spells the marker. false when
+  // nothing is forced (or it would pass kMaxClosingTokens).
   bool take_forced_text(std::vector<int32_t>* out) {
     const std::string forced = matcher.FindJumpForwardString();
+    if (forced.empty()) return false;
     const std::string_view marker = tokenizer::kDsml;
-    size_t taken = 0;
-    for (size_t i = 0; i < forced.size() && out->size() < static_cast<size_t>(kMaxClosingTokens);) {
+    const size_t start = out->size();
+    for (size_t i = 0; i < forced.size();) {
       const bool is_marker = closing->marker_id >= 0 && std::string_view(forced).substr(i).starts_with(marker);
       const int32_t id = is_marker ? closing->marker_id : closing->byte_token[static_cast<uint8_t>(forced[i])];
-      if (id < 0 || !matcher.AcceptString(is_marker ? std::string(marker) : forced.substr(i, 1))) break;
+      if (id < 0 || out->size() >= static_cast<size_t>(kMaxClosingTokens)) {
+        out->resize(start);
+        return false;
+      }
       out->push_back(id);
-      ++taken;
       i += is_marker ? marker.size() : 1;
     }
-    return taken > 0;
+    if (!matcher.AcceptString(forced)) {
+      out->resize(start);
+      return false;
+    }
+    return true;
   }
 
   // The tokens of the alphabet the last mask allowed after which the output can be completed
@@ -362,8 +400,17 @@ const uint32_t* GrammarConstraint::mask_to_finish_within(int32_t token, int toke
     s.approved_path.assign(s.path.begin() + static_cast<std::ptrdiff_t>(s.path_pos) + 1, s.path.end());
     after = static_cast<int>(s.approved_path.size());
   } else {
+    const std::string before = s.path_current ? s.state_key() : std::string();
     if (!s.matcher.AcceptToken(token)) return nullptr;  // accept_token() reports it
-    if (s.find_closing(&s.approved_path)) after = static_cast<int>(s.approved_path.size());
+    const size_t bytes = static_cast<size_t>(token) < s.closing->token_bytes.size() ? s.closing->token_bytes[token] : 0;
+    if (s.path_current && bytes > 0 && s.same_rules_aged(before, s.state_key(), static_cast<long>(bytes))) {
+      // Content inside the rules of the known closing path (most tokens of a string value): the path
+      // holds, without a search.
+      s.approved_path.assign(s.path.begin() + static_cast<std::ptrdiff_t>(s.path_pos), s.path.end());
+      after = static_cast<int>(s.approved_path.size());
+    } else if (s.find_closing(&s.approved_path)) {
+      after = static_cast<int>(s.approved_path.size());
+    }
     s.matcher.Rollback(1);
   }
   if (after >= 0 && after <= tokens_left_after) {
@@ -457,6 +504,10 @@ Result<std::unique_ptr<GrammarEngine>> GrammarEngine::create(const tokenizer::To
     }
     auto alphabet = std::make_shared<ClosingAlphabet>();
     alphabet->byte_token = byte_token;
+    alphabet->token_bytes.resize(static_cast<size_t>(n));
+    for (int id = 0; id < n; ++id)
+      alphabet->token_bytes[static_cast<size_t>(id)] =
+          static_cast<uint16_t>(std::min<size_t>(vocab[static_cast<size_t>(id)].size(), 0xFFFF));
     std::vector<bool> placed(256, false);
     auto add = [&](unsigned char c) {
       if (placed[c] || byte_token[c] < 0) return;
@@ -471,6 +522,7 @@ Result<std::unique_ptr<GrammarEngine>> GrammarEngine::create(const tokenizer::To
       alphabet->texts.push_back(std::string(tokenizer::kDsml));
       alphabet->marker_id = *marker;
     }
+    alphabet->preferred = alphabet->ids.size();
     for (int c = 0x21; c < 0x7f; ++c) add(static_cast<unsigned char>(c));
     for (unsigned char c : std::string_view("\n \t\r")) add(c);
     alphabet->ascii = alphabet->ids.size();
