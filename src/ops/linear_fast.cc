@@ -19,7 +19,6 @@
 #include "core/check.h"
 #include "core/thread_pool.h"
 #include "ops/formats.h"
-#include "ops/bf16_gemv_x86.h"
 #include "ops/fp4_gemv_x86.h"
 #include "ops/fp8_gemv_x86.h"
 #include "ops/linear_internal.h"
@@ -651,20 +650,6 @@ template <typename W>
 void DenseGemm(const float* x, size_t m, size_t k, const W* w, size_t n_total, float* y, bool bf16_out,
                size_t n_begin, size_t n_end) {
   if (m < fast::kFastGemmMinRows) {
-#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-    // AVX512-BF16 CPUs: bf16 activations and `vdpbf16ps` (bf16_gemv_x86.h); a call whose activations are
-    // not bf16 values is declined and takes the kernel below (which then writes every row).
-    if constexpr (std::is_same_v<W, uint16_t>) {
-      if (x86::bf16_gemv_dot_usable()) {
-        bool done = true;
-        for (size_t m0 = 0; m0 < m && done; m0 += kGemvRows) {
-          const size_t rows = std::min(kGemvRows, m - m0);
-          done = x86::bf16_gemv_dot(x + m0 * k, rows, k, w, n_total, y + m0 * n_total, bf16_out, n_begin, n_end);
-        }
-        if (done) return;
-      }
-    }
-#endif
     size_t m0 = 0;
     for (; m0 + kGemvRows <= m; m0 += kGemvRows)
       DenseGemvTile<kGemvRows>(x + m0 * k, k, w, n_total, y + m0 * n_total, bf16_out, n_begin, n_end);

@@ -1,5 +1,5 @@
-// The sum of a zmm's 16 fp32 lanes, for the AVX-512 kernels written outside Highway (fp8_gemv_x86.cc,
-// bf16_gemv_x86.cc), in a fixed tree: lanes i and i + 8, then i and i + 4, i and i + 2, i and i + 1.
+// The sum of a zmm's 16 fp32 lanes, for the AVX-512 kernels written outside Highway (fp8_gemv_x86.cc),
+// in a fixed tree: lanes i and i + 8, then i and i + 4, i and i + 2, i and i + 1.
 // Through memory rather than shuffles: GCC 12's shuffle and cast intrinsics start from an undefined
 // vector and trip -Wmaybe-uninitialized, and this runs once per output, not per weight.
 // Include only after <immintrin.h>, in x86-64 builds.

@@ -17,7 +17,6 @@
 #include <vector>
 
 #include "core/thread_pool.h"
-#include "ops/bf16_gemv_x86.h"
 #include "ops/formats.h"
 #include "ops/fp4_gemv_x86.h"
 #include "ops/fp8_gemv_x86.h"
@@ -32,8 +31,7 @@ namespace {
 using testing::for_each_simd_target;
 
 // Every SIMD target, and on a CPU with AVX512-VBMI and AVX512-BF16 the AVX-512 targets twice: with the
-// FP8 GEMV of fp8_gemv_x86.h and without it (their Highway kernel), so both are tested; the same for
-// the bf16 GEMV of bf16_gemv_x86.h. Likewise on a
+// FP8 GEMV of fp8_gemv_x86.h and without it (their Highway kernel), so both are tested. Likewise on a
 // CPU with AVX512-VNNI, the AVX2 and AVX-512 targets run with and without the FP4 GEMV of
 // fp4_gemv_x86.h.
 template <typename Fn>
@@ -45,12 +43,6 @@ void for_each_kernel(Fn&& fn) {
       x86::set_fp8_gemv_bf16_allowed(false);
       fn();
       x86::set_fp8_gemv_bf16_allowed(true);
-    }
-    if (x86::bf16_gemv_dot_usable() && dispatched_simd_target().rfind("AVX3", 0) == 0) {
-      SCOPED_TRACE("without the AVX512-BF16 bf16 GEMV");
-      x86::set_bf16_gemv_dot_allowed(false);
-      fn();
-      x86::set_bf16_gemv_dot_allowed(true);
     }
     const std::string target = dispatched_simd_target();
     if (x86::fp4_gemv_vnni_usable() && (target.rfind("AVX3", 0) == 0 || target == "AVX2")) {
@@ -208,8 +200,8 @@ TEST(LinearFast, BlockGemmsEqualExactWhenEverySumIsExact) {
   }
 }
 
-// Activations that are not bf16 values (the bf16 GEMV of bf16_gemv_x86.h declines them: truncated to
-// bf16 they would be off by up to 2^-8) still give the fp32-accumulation bound of the exact dot.
+// Activations that are not bf16 values (full fp32 mantissas; a kernel that truncated them to bf16
+// would be off by up to 2^-8) still give the fp32-accumulation bound of the exact dot.
 TEST(LinearFast, Bf16WeightsWithFp32ActivationsStayWithinTheBound) {
   std::mt19937 rng(11);
   std::normal_distribution<float> normal(0.0f, 1.0f);
