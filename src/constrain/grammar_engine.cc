@@ -100,8 +100,7 @@ struct GrammarConstraint::Impl {
   bool last_mask_all = true;                    // the last next_token_mask() allowed every token
   int32_t eos_id;
   std::shared_ptr<const ClosingAlphabet> closing;
-  std::vector<int32_t> path;                    // a closing path from the matcher's state, from path_pos on,
-  size_t path_pos = 0;                          //   when path_current
+  std::vector<int32_t> path;                    // a closing path from the matcher's state, when path_current
   bool path_current = false;
   int32_t approved_token = -1;                  // the token last approved, and the closing path after it
   std::vector<int32_t> approved_path;
@@ -314,8 +313,8 @@ struct GrammarConstraint::Impl {
       matcher.Rollback(1);
       // The first token of the closing path from here leaves the rest of it, whatever a search
       // from after that token finds.
-      if (path_current && path_pos < path.size() && path[path_pos] == id) {
-        const int rest = static_cast<int>(path.size() - path_pos) - 1;
+      if (path_current && !path.empty() && path.front() == id) {
+        const int rest = static_cast<int>(path.size()) - 1;
         if (it->second < 0 || rest < it->second) it->second = rest;
       }
       if (it->second >= 0 && it->second <= left_after) set(id);
@@ -352,7 +351,6 @@ bool GrammarConstraint::accept_token(int32_t token) {
   impl_->path_current = token == impl_->approved_token;
   if (impl_->path_current) {
     impl_->path.swap(impl_->approved_path);
-    impl_->path_pos = 0;
   }
   impl_->approved_token = -1;
   if (impl_->waiting_for_think_end) {
@@ -395,9 +393,9 @@ const uint32_t* GrammarConstraint::mask_to_finish_within(int32_t token, int toke
   }
   if (s.matcher.IsTerminated()) return nullptr;
   int after = -1;
-  if (s.path_current && s.path_pos < s.path.size() && s.path[s.path_pos] == token) {
+  if (s.path_current && !s.path.empty() && s.path.front() == token) {
     // The token starts the closing path already known: the rest of it follows.
-    s.approved_path.assign(s.path.begin() + static_cast<std::ptrdiff_t>(s.path_pos) + 1, s.path.end());
+    s.approved_path.assign(s.path.begin() + 1, s.path.end());
     after = static_cast<int>(s.approved_path.size());
   } else {
     const std::string before = s.path_current ? s.state_key() : std::string();
@@ -406,7 +404,7 @@ const uint32_t* GrammarConstraint::mask_to_finish_within(int32_t token, int toke
     if (s.path_current && bytes > 0 && s.same_rules_aged(before, s.state_key(), static_cast<long>(bytes))) {
       // Content inside the rules of the known closing path (most tokens of a string value): the path
       // holds, without a search.
-      s.approved_path.assign(s.path.begin() + static_cast<std::ptrdiff_t>(s.path_pos), s.path.end());
+      s.approved_path.assign(s.path.begin(), s.path.end());
       after = static_cast<int>(s.approved_path.size());
     } else if (s.find_closing(&s.approved_path)) {
       after = static_cast<int>(s.approved_path.size());
@@ -422,19 +420,18 @@ const uint32_t* GrammarConstraint::mask_to_finish_within(int32_t token, int toke
   // output is cut as it would be without closing, and the search over the alphabet is spared.
   int current = -1;
   if (s.path_current) {
-    current = static_cast<int>(s.path.size() - s.path_pos);
+    current = static_cast<int>(s.path.size());
   } else if (s.find_closing(&s.path)) {
     s.path_current = true;
-    s.path_pos = 0;
     current = static_cast<int>(s.path.size());
   }
   if (current < 0 || current - 1 > tokens_left_after) return nullptr;
   const uint32_t* narrowed = s.narrow_to_closable(tokens_left_after);
   // Should the engine pick the closing path's first token, the rest of the path goes on with it
   // (a search from after that token alone may find a longer one).
-  if (s.path_pos < s.path.size()) {
-    s.approved_token = s.path[s.path_pos];
-    s.approved_path.assign(s.path.begin() + static_cast<std::ptrdiff_t>(s.path_pos) + 1, s.path.end());
+  if (!s.path.empty()) {
+    s.approved_token = s.path.front();
+    s.approved_path.assign(s.path.begin() + 1, s.path.end());
   }
   return narrowed;
 }

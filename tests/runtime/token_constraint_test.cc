@@ -45,19 +45,24 @@ class ScriptedConstraint final : public TokenConstraint {
   bool reject_at_end_;
 };
 
+// A request for the tiny engine's test prompt under `constraint`, sampled at temperature 1.
+GenerationRequest constrained_request(std::shared_ptr<TokenConstraint> constraint, uint64_t seed, int max_tokens) {
+  GenerationRequest r;
+  r.prompt_ids = model::testing::test_prompt(12, 1);
+  r.sampling.temperature = 1.0f;
+  r.sampling.seed = seed;
+  r.sampling.max_tokens = max_tokens;
+  r.constraint = std::move(constraint);
+  return r;
+}
+
 TEST(TokenConstraint, MaskDecidesEveryTokenAndSeesThemAll) {
   auto engine = make_engine(model::testing::tiny_checkpoint(2), EngineOptions{});
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
   const int vocab = (*engine)->info().vocab_size;
   const std::vector<int32_t> script = {5, 77, 1234, 9, 300};
   auto constraint = std::make_shared<ScriptedConstraint>(script, vocab);
-  GenerationRequest r;
-  r.prompt_ids = model::testing::test_prompt(12, 1);
-  r.sampling.temperature = 1.0f;
-  r.sampling.seed = 42;
-  r.sampling.max_tokens = 5;
-  r.constraint = constraint;
-  auto out = (*engine)->generate(r);
+  auto out = (*engine)->generate(constrained_request(constraint, 42, 5));
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   EXPECT_EQ(out->output_ids, script) << "a masked sampler can only pick the allowed token";
   EXPECT_EQ(constraint->accepted, script);
@@ -111,13 +116,7 @@ TEST(TokenConstraint, ANarrowerMaskNearMaxTokensIsSampledAgain) {
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
   constexpr int32_t kCloser = 77;
   auto constraint = std::make_shared<ClosingConstraint>(kCloser, /*closing=*/3, (*engine)->info().vocab_size);
-  GenerationRequest r;
-  r.prompt_ids = model::testing::test_prompt(12, 1);
-  r.sampling.temperature = 1.0f;
-  r.sampling.seed = 3;
-  r.sampling.max_tokens = 8;
-  r.constraint = constraint;
-  auto out = (*engine)->generate(r);
+  auto out = (*engine)->generate(constrained_request(constraint, 3, 8));
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   ASSERT_EQ(out->output_ids.size(), 8u);
   // Asked with the tokens left after each one: 7, 6, ..., 0.
