@@ -70,10 +70,11 @@ struct ClosingAlphabet {
 
 struct GrammarConstraint::Impl {
   Impl(const xgrammar::CompiledGrammar& grammar, int vocab_size, bool gated, int32_t think_end, int32_t eos,
-       std::shared_ptr<const SpelledMarkerTokens> spelled, std::shared_ptr<const ClosingAlphabet> alphabet)
+       std::shared_ptr<const std::vector<uint32_t>> reasoning, std::shared_ptr<const SpelledMarkerTokens> spelled,
+       std::shared_ptr<const ClosingAlphabet> alphabet)
       : matcher(grammar), words(static_cast<size_t>(xgrammar::GetBitmaskSize(vocab_size))), mask(words),
-        gated_at_start(gated), waiting_for_think_end(gated), think_end_id(think_end), spelled_marker(std::move(spelled)),
-        narrowed(words), eos_id(eos), closing(std::move(alphabet)) {
+        gated_at_start(gated), waiting_for_think_end(gated), think_end_id(think_end), reasoning_mask(std::move(reasoning)),
+        spelled_marker(std::move(spelled)), narrowed(words), eos_id(eos), closing(std::move(alphabet)) {
     shape = static_cast<int64_t>(words);
     tensor.data = mask.data();
     tensor.device = DLDevice{kDLCPU, 0};
@@ -91,6 +92,8 @@ struct GrammarConstraint::Impl {
   bool gated_at_start;
   bool waiting_for_think_end;  // thinking mode: the reasoning before </think> is free
   int32_t think_end_id;
+  // The reasoning's mask: every token but the end of sentence and, in DSML grammars, the marker.
+  std::shared_ptr<const std::vector<uint32_t>> reasoning_mask;
   std::shared_ptr<const SpelledMarkerTokens> spelled_marker;  // DSML grammars only
   bool after_tag_open = false;  // the accepted text ends in "<" or "</" (DSML grammars)
   bool after_less = false;      // ... in "<"
@@ -328,7 +331,7 @@ GrammarConstraint::~GrammarConstraint() = default;
 
 const uint32_t* GrammarConstraint::next_token_mask() {
   impl_->last_mask_all = true;
-  if (impl_->waiting_for_think_end) return nullptr;
+  if (impl_->waiting_for_think_end) return impl_->reasoning_mask->data();
   // Fills in place: no allocation per token. false = every token allowed.
   const bool masked = impl_->matcher.FillNextTokenBitmask(&impl_->tensor);
   uint32_t* mask = reinterpret_cast<uint32_t*>(impl_->mask.data());
@@ -355,7 +358,9 @@ bool GrammarConstraint::accept_token(int32_t token) {
   impl_->approved_token = -1;
   if (impl_->waiting_for_think_end) {
     if (token == impl_->think_end_id) impl_->waiting_for_think_end = false;
-    return true;
+    const std::vector<uint32_t>& reasoning = *impl_->reasoning_mask;
+    return token >= 0 && static_cast<size_t>(token) / 32 < reasoning.size() &&
+           ((reasoning[static_cast<size_t>(token) / 32] >> (token % 32)) & 1u);
   }
   if (!impl_->matcher.AcceptToken(token)) return false;
   if (const SpelledMarkerTokens* spelled = impl_->spelled_marker.get();
@@ -529,6 +534,22 @@ Result<std::unique_ptr<GrammarEngine>> GrammarEngine::create(const tokenizer::To
   engine->vocab_size_ = vocab_size;
   engine->eos_id_ = *eos;
   engine->think_end_id_ = tokenizer.token_to_id(tokenizer::kThinkEnd).value_or(-1);
+  {
+    // The reasoning before `</think>` is free, but it cannot end the turn (the answer the grammar
+    // constrains must follow) and, under a tool grammar, cannot open a calls block: deepseek-recipe
+    // reads a `<｜DSML｜` in the reasoning as the start of the calls, which would bypass the tools'
+    // schemas. xgrammar's own reasoning tags allow neither (its text excludes stop and added tokens).
+    const size_t words = static_cast<size_t>(xgrammar::GetBitmaskSize(vocab_size));
+    auto clear = [](std::vector<uint32_t>& mask, int32_t id) {
+      if (id >= 0 && static_cast<size_t>(id) / 32 < mask.size()) mask[static_cast<size_t>(id) / 32] &= ~(1u << (id % 32));
+    };
+    std::vector<uint32_t> reasoning(words, 0xFFFFFFFFu);
+    clear(reasoning, *eos);
+    std::vector<uint32_t> reasoning_dsml = reasoning;
+    clear(reasoning_dsml, tokenizer.token_to_id(tokenizer::kDsml).value_or(-1));
+    engine->reasoning_mask_ = std::make_shared<const std::vector<uint32_t>>(std::move(reasoning));
+    engine->reasoning_mask_dsml_ = std::make_shared<const std::vector<uint32_t>>(std::move(reasoning_dsml));
+  }
   try {
     engine->info_ = std::make_unique<xgrammar::TokenizerInfo>(vocab, xgrammar::VocabType::RAW, vocab_size,
                                                               std::vector<int32_t>{*eos});
@@ -577,6 +598,7 @@ Result<std::shared_ptr<GrammarConstraint>> GrammarEngine::start(const Constraint
   try {
     const bool dsml = spec.kind == ConstraintKind::kToolCall || spec.kind == ConstraintKind::kToolCallRequired;
     auto impl = std::make_unique<GrammarConstraint::Impl>(*grammar, vocab_size_, gated, think_end_id_, eos_id_,
+                                                          dsml ? reasoning_mask_dsml_ : reasoning_mask_,
                                                           dsml ? spelled_marker_ : nullptr, closing_);
     return std::shared_ptr<GrammarConstraint>(new GrammarConstraint(std::move(impl)));
   } catch (const std::exception& e) {

@@ -12,8 +12,10 @@
 // writes inside its tool-call blocks (it matches its own bytes, "｜DSML｜", where the grammar wants
 // them).
 //
-// Thinking mode: the reasoning is free; the grammar starts after the `</think>` token
-// (ConstraintSpec::after_think_end), as xgrammar's own DeepSeek structural tag does.
+// Thinking mode: the grammar starts after the `</think>` token (ConstraintSpec::after_think_end), as
+// xgrammar's own DeepSeek structural tag does. The reasoning before it is free text: any token but
+// the end of sentence (the constrained answer must follow) and, under a tool grammar, the DSML marker
+// (a calls block opened in the reasoning would escape the tools' schemas).
 #pragma once
 
 #include <cstdint>
@@ -51,7 +53,8 @@ struct ConstraintSpec {
   // json only: reject properties the schema does not declare (the schema is already in strict
   // form; xgrammar's strict_mode). Off: unknown properties are allowed, as JSON Schema says.
   bool strict = false;
-  // The grammar applies after the `</think>` token; before it every token is allowed.
+  // The grammar applies after the `</think>` token; before it every token is allowed but the end of
+  // sentence and, for the tool kinds, the DSML marker.
   bool after_think_end = false;
 };
 
@@ -112,6 +115,9 @@ class GrammarEngine {
   int vocab_size_ = 0;
   int32_t eos_id_ = -1;
   int32_t think_end_id_ = -1;
+  // The masks of the reasoning under a `</think>` gate: every token but the end of sentence (and,
+  // for tool grammars, the DSML marker).
+  std::shared_ptr<const std::vector<uint32_t>> reasoning_mask_, reasoning_mask_dsml_;
   // DSML grammars: the ordinary tokens kept from spelling the DSML marker (grammar_engine.cc).
   std::shared_ptr<const SpelledMarkerTokens> spelled_marker_;
   std::shared_ptr<const ClosingAlphabet> closing_;  // the tokens closing paths are made of

@@ -376,13 +376,12 @@ void MessagesStream::on_tool_call(size_t index, const ToolCall& call) {
   open_empty_thinking_block();
   close_open_block();
   event("content_block_start", {{"index", ++block_index_}, {"content_block", tool_use_block(call, false)}});
-  // Arguments that are not a JSON object (the model wrote a non-JSON value for a string="false"
-  // parameter) are streamed as the `input` the message reports, {}: deepseek-recipe streams the
-  // text itself, which the Anthropic SDK's stream accumulator cannot parse (it raises).
-  const std::string partial =
-      is_json_object_text(call.arguments) ? call.arguments : to_wire(arguments_object(call.arguments));
+  // The arguments as written, also when they are not JSON (the model wrote a non-JSON value for a
+  // string="false" parameter): deepseek-recipe streams them so. The Anthropic SDK's stream
+  // accumulator raises on such text, but only scripted output holds it: cedar's tool grammars keep
+  // a served model's arguments valid JSON, in the answer and (the marker masked) never in reasoning.
   event("content_block_delta",
-        {{"index", block_index_}, {"delta", {{"type", "input_json_delta"}, {"partial_json", partial}}}});
+        {{"index", block_index_}, {"delta", {{"type", "input_json_delta"}, {"partial_json", call.arguments}}}});
   event("content_block_stop", {{"index", block_index_}});
 }
 

@@ -10,7 +10,8 @@
 //                                                would show as spaces unless it opens with { or [)
 //   no tools, json_schema (strict or not)     -> json, the schema (strict: in strict form)
 //   no tools, response_format regex           -> regex
-// Thinking mode: the reasoning is free, the constraint starts after </think>.
+// Thinking mode: the constraint starts after </think>; the reasoning is free text that cannot end the
+// turn or, under the tool kinds, open a calls block (constrain/grammar_engine.h).
 #pragma once
 
 #include <optional>

@@ -82,9 +82,4 @@ OrderedJson arguments_object(const std::string& arguments) {
   return parsed.is_object() ? parsed : OrderedJson::object();
 }
 
-bool is_json_object_text(const std::string& text) {
-  if (json_nesting_depth(text) > kMaxJsonDepth) return false;
-  return OrderedJson::parse(text, nullptr, false).is_object();
-}
-
 }  // namespace cedar::serve

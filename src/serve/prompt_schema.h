@@ -19,9 +19,7 @@ OrderedJson encoder_messages(const std::vector<Message>& messages, const std::ve
 bool same_arguments(const std::string& a, const std::string& b);
 
 // The parsed argument object of a tool call (for Anthropic's tool_use.input); an empty object when
-// the text is not a JSON object (never the case for what the parser produces).
+// the text is not a JSON object (malformed arguments: deepseek-recipe's message has {} too).
 OrderedJson arguments_object(const std::string& arguments);
-// True when `text` is a JSON object (within the nesting limit).
-bool is_json_object_text(const std::string& text);
 
 }  // namespace cedar::serve

@@ -158,7 +158,10 @@ TEST(GrammarEngine, ControlTokensAreNeverAllowed) {
 
 TEST(GrammarEngine, ThinkingIsFreeUntilThinkEnd) {
   auto c = start(ConstraintKind::kRegex, "yes|no", /*after_think_end=*/true);
-  EXPECT_EQ(c->next_token_mask(), nullptr) << "reasoning is not constrained";
+  // The reasoning is free text: everything but the end of the turn, since the answer must follow.
+  EXPECT_EQ(count_allowed(c->next_token_mask()), kVocab - 1);
+  EXPECT_FALSE(allowed(c->next_token_mask(), eos()));
+  EXPECT_TRUE(allowed(c->next_token_mask(), id_of("｜DSML｜"))) << "no tools: a marker in the reasoning is text";
   EXPECT_TRUE(c->accept_token(id_of("Whatever")));
   EXPECT_TRUE(c->accept_token(id_of("<think>")));
   EXPECT_TRUE(c->accept_token(id_of("</think>")));
@@ -167,11 +170,28 @@ TEST(GrammarEngine, ThinkingIsFreeUntilThinkEnd) {
   EXPECT_TRUE(allowed(mask, id_of("yes")));
   EXPECT_FALSE(allowed(mask, id_of("Whatever")));
   c->reset();
-  EXPECT_EQ(c->next_token_mask(), nullptr) << "reset goes back before </think>";
+  EXPECT_TRUE(allowed(c->next_token_mask(), id_of("Whatever"))) << "reset goes back before </think>";
+  EXPECT_FALSE(c->accept_token(eos())) << "the reasoning cannot end the turn";
 }
 
 const std::string kTools =
     R"([{"name":"get_weather","parameters":{"type":"object","properties":{"city":{"type":"string"},"days":{"type":"integer"}},"required":["city"]}},{"name":"ping"}])";
+
+TEST(GrammarEngine, ToolCallsCannotOpenInsideTheReasoning) {
+  // deepseek-recipe reads a DSML marker in the reasoning as the start of the calls block; under a
+  // tool grammar the calls must come after </think>, where their arguments are checked.
+  auto c = start(ConstraintKind::kToolCall, kTools, /*after_think_end=*/true);
+  const uint32_t* reasoning = c->next_token_mask();
+  EXPECT_EQ(count_allowed(reasoning), kVocab - 2);
+  EXPECT_FALSE(allowed(reasoning, id_of("｜DSML｜")));
+  EXPECT_FALSE(allowed(reasoning, eos()));
+  EXPECT_TRUE(allowed(reasoning, id_of("<")));
+  EXPECT_FALSE(c->accept_token(id_of("｜DSML｜")));
+  c->reset();
+  feed(*c, "Let me look.</think>\n\n<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"ping\">\n</｜DSML｜ invoke>\n</｜DSML｜ calls>");
+  EXPECT_TRUE(c->accept_token(eos()));
+  EXPECT_TRUE(c->terminated());
+}
 
 TEST(GrammarEngine, RequiredToolCallFollowsTheSchema) {
   auto c = start(ConstraintKind::kToolCallRequired, kTools);
@@ -254,7 +274,7 @@ TEST(GrammarEngine, ClosingNarrowsToTheTokensAfterWhichTheOutputStillFits) {
 
 TEST(GrammarEngine, ClosingEndsReasoningWhenTheAnswerWouldNotFit) {
   auto c = start(ConstraintKind::kRegex, "yes|no", /*after_think_end=*/true);
-  EXPECT_EQ(c->next_token_mask(), nullptr);
+  EXPECT_TRUE(allowed(c->next_token_mask(), id_of("Whatever")));
   // After "</think>" the answer needs "no" (2); one more reasoning token leaves 2 only with 3 left.
   EXPECT_EQ(c->mask_to_finish_within(id_of("Whatever"), 3), nullptr);
   const uint32_t* narrowed = c->mask_to_finish_within(id_of("Whatever"), 2);

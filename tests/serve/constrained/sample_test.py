@@ -225,6 +225,23 @@ def check_tool_auto(status, data):
     return body["usage"]["completion_tokens"], choice["finish_reason"] == "length"
 
 
+def thinking_json_schema_request(seed):
+    # Thinking mode: the reasoning is free until `</think>` (which closing forces when the answer
+    # would not fit otherwise); it can neither end the turn nor open tool calls.
+    return "/v1/chat/completions", {"model": MODEL, "messages": USER, "temperature": 1, "seed": seed,
+                                    "max_tokens": 256, "reasoning_effort": "high",
+                                    "response_format": {"type": "json_schema", "json_schema": {
+                                        "name": "answer", "schema": ANSWER_SCHEMA, "strict": True}}}
+
+
+def check_thinking_json_schema(status, data):
+    tokens, cut = check_chat_json(status, data, ANSWER_SCHEMA)
+    message = json.loads(data)["choices"][0]["message"]
+    assert "reasoning_content" in message, "thinking mode gives reasoning_content"
+    assert not message.get("tool_calls"), "no tools were declared"
+    return tokens, cut
+
+
 def unconstrained_request(seed):
     return "/v1/chat/completions", {"model": MODEL, "messages": USER, "temperature": 1, "seed": seed,
                                     "max_tokens": 64}
@@ -242,6 +259,7 @@ KINDS = {
     "tool_required": (tool_required_request, check_tool_required),
     "named_tool": (named_tool_request, check_named_tool),
     "tool_auto": (tool_auto_request, check_tool_auto),
+    "thinking_json_schema": (thinking_json_schema_request, check_thinking_json_schema),
 }
 
 

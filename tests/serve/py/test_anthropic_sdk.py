@@ -81,13 +81,37 @@ def test_errors(server_url, client):
     assert "messages" in str(e.value)
 
 
-def test_non_json_tool_arguments_do_not_break_the_stream_helper(client):
-    """A call whose DSML value is not JSON ("3 days" for a string="false" parameter): input is {}, in
-    the message and in the stream, which the SDK's accumulator must be able to parse."""
+def test_non_json_tool_arguments_are_streamed_as_written(client):
+    """A call whose DSML value is not JSON ("3 days" for a string="false" parameter), which only
+    scripted output holds (a served model's tool grammar keeps arguments JSON): the message's input
+    is {} and the stream carries the text as written, both as deepseek-recipe gives them. The SDK's
+    stream accumulator would raise on that text, so the raw events are read."""
     messages = [{"role": "user", "content": "broken-args please"}]
     m = client.messages.create(model="cedar-test", max_tokens=200, tools=TOOLS, messages=messages)
     assert m.stop_reason == "tool_use"
     assert m.content[-1].type == "tool_use" and m.content[-1].input == {}
-    with client.messages.stream(model="cedar-test", max_tokens=200, tools=TOOLS, messages=messages) as stream:
-        final = stream.get_final_message()
-    assert final.content[-1].type == "tool_use" and final.content[-1].input == {}
+    events = list(client.messages.create(model="cedar-test", max_tokens=200, tools=TOOLS, messages=messages,
+                                         stream=True))
+    deltas = [e.delta.partial_json for e in events
+              if e.type == "content_block_delta" and e.delta.type == "input_json_delta"]
+    assert deltas == ['{"city": "Paris", "days": 3 days}']
+
+
+def test_calls_cut_by_max_tokens_stream_partial_json_the_helper_reads(client):
+    """A call max_tokens cuts (a served model's calls are closed in time unless the budget is below
+    the shortest call) streams the JSON written so far; the SDK's accumulator reads it as partial
+    JSON, as it reads Anthropic's own cut calls. Every cut point of the scripted call is tried."""
+    messages = [{"role": "user", "content": "What is the weather in Paris?"}]
+    full = client.messages.create(model="cedar-test", max_tokens=200, tools=TOOLS, messages=messages)
+    cut_calls = 0
+    for budget in range(1, full.usage.output_tokens):
+        with client.messages.stream(model="cedar-test", max_tokens=budget, tools=TOOLS, messages=messages) as stream:
+            final = stream.get_final_message()
+        assert final.stop_reason == "max_tokens"
+        calls = [b for b in final.content if b.type == "tool_use"]
+        if calls:
+            cut_calls += 1
+            assert calls[0].name == "get_weather"
+            # What was read is part of the complete call's input.
+            assert calls[0].input.items() <= {"city": "Paris", "days": 3}.items()
+    assert cut_calls > 0

@@ -354,19 +354,9 @@ FORMS = {"chat": (chat_response, chat_events), "responses": (responses_response,
          "messages": (messages_response, messages_events)}
 
 
-# Differences cedar keeps on purpose (docs/SERVER.md, "Responses and stream events"): a predicate on
-# (api, mode, case, cedar form, recipe form) and why.
-def anthropic_stream_keeps_json_valid(api, mode, case, ours, theirs):
-    """Messages stream, a tool call whose arguments are not JSON: deepseek-recipe streams the text
-    as input_json_delta (which the Anthropic SDK cannot parse), cedar streams the `input` that the
-    message reports, {} (deepseek-recipe's own accumulated message has {} too)."""
-    if api != "messages" or mode != "stream" or not case["name"].startswith(("malformed", "broken")):
-        return False
-    strip = lambda seq: [e for e in seq if not (e[0] == "delta" and e[1].startswith("input_json_delta"))]
-    return strip(ours) == strip(theirs)
-
-
-KNOWN = [anthropic_stream_keeps_json_valid]
+# Differences cedar keeps on purpose (docs/SERVER.md, "Responses and stream events"): predicates on
+# (api, mode, case, cedar form, recipe form), each with a docstring saying why. None at present.
+KNOWN = []
 
 
 def main():
