@@ -70,7 +70,7 @@ void ForwardPass::moe(int l, const float* x, float* out) {
   ws_.fp8_jobs.push_back({ops::Fp8LinearJob::Kind::kGemm, xs, bw.shared.w1, sg});
   ws_.fp8_jobs.push_back({ops::Fp8LinearJob::Kind::kGemm, xs, bw.shared.w3, su});
   ops::fp8_linear_batch(k_, ws_.fp8_jobs, pool_);
-  for (size_t t = 0; t < T_; ++t) ops::swiglu_clamped(sg + t * inter, su + t * inter, inter, limit, 1.0f, sg + t * inter);
+  for (size_t t = 0; t < T_; ++t) k_.swiglu_clamped(sg + t * inter, su + t * inter, inter, limit, 1.0f, sg + t * inter);
   k_.linear_fp8(sg, T_, bw.shared.w2, sy, act_span, pool_);
 
   float* xe = scratch(ws_.expert_x, R * dim);     // [R, dim]
@@ -103,7 +103,7 @@ void ForwardPass::moe(int l, const float* x, float* out) {
     ops::gemm_fp4_batch(k_, ws_.fp4_jobs, pool_);
     const size_t r0 = ws_.moe_experts[g0].row0, r1 = ws_.moe_experts[g1 - 1].row0 + ws_.moe_experts[g1 - 1].rows;
     for (size_t i = r0; i < r1; ++i)
-      ops::swiglu_clamped(g + i * inter, u + i * inter, inter, limit, weights[tokens[i] * K + slots[i]], g + i * inter);
+      k_.swiglu_clamped(g + i * inter, u + i * inter, inter, limit, weights[tokens[i] * K + slots[i]], g + i * inter);
     ws_.fp4_jobs.clear();
     for (size_t j = g0; j < g1; ++j) {
       const auto& ae = ws_.moe_experts[j];

@@ -1,5 +1,7 @@
-// mHC helpers (hc.h). hc_mixes is the only heavy part (24 dot products of length 20480 per token);
-// it uses the canonical float64 dot with Highway. The rest is a few dozen f32 operations per token.
+// mHC helpers (hc.h). hc_mixes is the heavy part (24 dot products of length 20480 per token); it uses
+// the canonical float64 dot with Highway. hc_pre and hc_post are element-wise over dim: Highway
+// vectors doing the scalar reference's operations in its order (no fused multiply-add), so every
+// target gives its bits. Sinkhorn is a few dozen f32 operations per token.
 #include "ops/hc.h"
 
 #include <algorithm>
@@ -16,6 +18,7 @@
 #define HWY_TARGET_INCLUDE "ops/hc.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "ops/bf16_round-inl.h"
 #include "ops/dot-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -27,6 +30,46 @@ void HcDots(const float* x, size_t hc_dim, const float* fn, float* mixes, size_t
   for (size_t j = j_begin; j < j_end; ++j) mixes[j] = DotCanonical(x, fn + j * hc_dim, hc_dim);
 }
 
+namespace hn = hwy::HWY_NAMESPACE;
+
+// One token of hc_pre: out[d] = bf16(0 + a_0 x_0[d] + a_1 x_1[d] + ...), d in [0, dim).
+void HcPreToken(const float* x, const float* a, size_t hc, size_t dim, float* out) {
+  const hn::ScalableTag<float> df;
+  const size_t N = hn::Lanes(df);
+  size_t d = 0;
+  for (; d + N <= dim; d += N) {
+    auto sum = hn::Zero(df);
+    for (size_t j = 0; j < hc; ++j) sum = hn::Add(sum, hn::Mul(hn::Set(df, a[j]), hn::LoadU(df, x + j * dim + d)));
+    hn::StoreU(RoundBf16(df, sum), df, out + d);
+  }
+  for (; d < dim; ++d) {
+    float sum = 0.0f;
+    for (size_t j = 0; j < hc; ++j) sum += a[j] * x[j * dim + d];
+    out[d] = round_bf16(sum);
+  }
+}
+
+// One token of hc_post: out[k][d] = bf16(post[k] y[d] + (0 + comb[0][k] r_0[d] + comb[1][k] r_1[d] + ...)).
+void HcPostToken(const float* y, const float* r, const float* post, const float* comb, size_t hc, size_t dim,
+                 float* out) {
+  const hn::ScalableTag<float> df;
+  const size_t N = hn::Lanes(df);
+  for (size_t k = 0; k < hc; ++k) {
+    const auto p = hn::Set(df, post[k]);
+    size_t d = 0;
+    for (; d + N <= dim; d += N) {
+      auto mix = hn::Zero(df);
+      for (size_t j = 0; j < hc; ++j) mix = hn::Add(mix, hn::Mul(hn::Set(df, comb[j * hc + k]), hn::LoadU(df, r + j * dim + d)));
+      hn::StoreU(RoundBf16(df, hn::Add(hn::Mul(p, hn::LoadU(df, y + d)), mix)), df, out + k * dim + d);
+    }
+    for (; d < dim; ++d) {
+      float mix = 0.0f;
+      for (size_t j = 0; j < hc; ++j) mix += comb[j * hc + k] * r[j * dim + d];
+      out[k * dim + d] = round_bf16(post[k] * y[d] + mix);
+    }
+  }
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace cedar::ops
 HWY_AFTER_NAMESPACE();
@@ -34,6 +77,8 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace cedar::ops {
 HWY_EXPORT(HcDots);
+HWY_EXPORT(HcPreToken);
+HWY_EXPORT(HcPostToken);
 
 void hc_mixes(const float* x, size_t n_tokens, size_t hc_dim, const float* fn, size_t n_mix, float norm_eps,
               float* mixes, ThreadPool* pool) {
@@ -104,6 +149,21 @@ void hc_split_sinkhorn(const float* mixes, const float* scale, const float* base
 }
 
 void hc_pre(const float* x, const float* a, size_t n_tokens, int hc_mult, size_t dim, float* out) {
+  const size_t hc = static_cast<size_t>(hc_mult);
+  for (size_t t = 0; t < n_tokens; ++t)
+    HWY_DYNAMIC_DISPATCH(HcPreToken)(x + t * hc * dim, a + t * hc, hc, dim, out + t * dim);
+}
+
+void hc_post(const float* y, const float* residual, const float* post, const float* comb, size_t n_tokens,
+             int hc_mult, size_t dim, float* out) {
+  const size_t hc = static_cast<size_t>(hc_mult);
+  for (size_t t = 0; t < n_tokens; ++t)
+    HWY_DYNAMIC_DISPATCH(HcPostToken)(y + t * dim, residual + t * hc * dim, post + t * hc, comb + t * hc * hc, hc,
+                                      dim, out + t * hc * dim);
+}
+
+namespace ref {
+void hc_pre(const float* x, const float* a, size_t n_tokens, int hc_mult, size_t dim, float* out) {
   for (size_t t = 0; t < n_tokens; ++t) {
     const float* xt = x + t * hc_mult * dim;  // [hc, dim]
     const float* at = a + t * hc_mult;        // [hc]
@@ -135,7 +195,6 @@ void hc_post(const float* y, const float* residual, const float* post, const flo
   }
 }
 
-namespace ref {
 void hc_mixes(const float* x, size_t n_tokens, size_t hc_dim, const float* fn, size_t n_mix, float norm_eps,
               float* mixes) {
   for (size_t t = 0; t < n_tokens; ++t) {

@@ -51,9 +51,13 @@ void hc_pre(const float* x, const float* a, size_t n_tokens, int hc_mult, size_t
 void hc_post(const float* y, const float* residual, const float* post, const float* comb, size_t n_tokens,
              int hc_mult, size_t dim, float* out);
 
+// The plain scalar references of hc_mixes, hc_pre and hc_post (the ops above must equal them bit for bit).
 namespace ref {
 void hc_mixes(const float* x, size_t n_tokens, size_t hc_dim, const float* fn, size_t n_mix, float norm_eps,
               float* mixes);
+void hc_pre(const float* x, const float* a, size_t n_tokens, int hc_mult, size_t dim, float* out);
+void hc_post(const float* y, const float* residual, const float* post, const float* comb, size_t n_tokens,
+             int hc_mult, size_t dim, float* out);
 }  // namespace ref
 
 }  // namespace cedar::ops

@@ -4,6 +4,7 @@
 
 #include "core/thread_pool.h"
 #include "ops/linear_fast.h"
+#include "ops/moe.h"
 
 namespace cedar::ops {
 
@@ -29,7 +30,8 @@ const KernelSet& kernel_set(Numerics n) {
                                .linear_bf16 = linear_bf16,
                                .linear_f32 = linear_f32,
                                .linear_fp8_bf16 = linear_fp8_bf16,
-                               .linear_fp8_bf16_rows = linear_fp8_bf16_rows};
+                               .linear_fp8_bf16_rows = linear_fp8_bf16_rows,
+                               .swiglu_clamped = swiglu_clamped};
   static const KernelSet fast{.numerics = Numerics::kFast,
                               .act_scratch_floats = fast::act_scratch_floats,
                               .quantize_activations = fast::quantize_activations,
@@ -43,7 +45,8 @@ const KernelSet& kernel_set(Numerics n) {
                               .linear_bf16 = fast::linear_bf16,
                               .linear_f32 = fast::linear_f32,
                               .linear_fp8_bf16 = fast::linear_fp8_bf16,
-                              .linear_fp8_bf16_rows = fast::linear_fp8_bf16_rows};
+                              .linear_fp8_bf16_rows = fast::linear_fp8_bf16_rows,
+                              .swiglu_clamped = fast::swiglu_clamped};
   return n == Numerics::kExact ? exact : fast;
 }
 

@@ -42,6 +42,8 @@ struct KernelSet {
   void (*linear_fp8_bf16)(const float* x, size_t m, const Fp8Weight& w, float* y, LinearOut out, ThreadPool* pool);
   void (*linear_fp8_bf16_rows)(const float* x, size_t m, const Fp8Weight& w, float* y, LinearOut out, size_t n_begin,
                                size_t n_end);
+  // The experts' clamped SwiGLU (moe.h): silu in double (exact) or in f32 vectors (fast).
+  void (*swiglu_clamped)(const float* g, const float* u, size_t n, float limit, float weight, float* out);
 };
 
 // The process-wide kernel set of a mode (static storage).

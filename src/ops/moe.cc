@@ -1,4 +1,6 @@
-// MoE router and clamped SwiGLU (moe.h), scalar: a few hundred values per token.
+// MoE router and clamped SwiGLU (moe.h). The router is scalar (a few hundred values per token); the
+// exact SwiGLU is scalar with silu in double, the fast one Highway vectors in f32 (the SwiGLU of every
+// selected expert: thousands of values per token and layer).
 #include "ops/moe.h"
 
 #include <algorithm>
@@ -8,7 +10,63 @@
 #include "ops/exact_math.h"
 #include "ops/formats.h"
 
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/moe.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "hwy/contrib/math/math-inl.h"
+#include "ops/bf16_round-inl.h"
+
+HWY_BEFORE_NAMESPACE();
 namespace cedar::ops {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// fast::swiglu_clamped on one vector. The clamps are written as std::min / std::max evaluate them
+// ((b < a) ? b : a), so a NaN g or u stays NaN as in the exact op.
+template <class DF, class VF = hn::Vec<DF>>
+HWY_INLINE VF SwigluVec(DF df, VF g, VF u, float limit, VF weight) {
+  if (limit > 0.0f) {
+    const VF hi = hn::Set(df, limit), lo = hn::Set(df, -limit);
+    u = hn::IfThenElse(hn::Lt(u, lo), lo, u);
+    u = hn::IfThenElse(hn::Lt(hi, u), hi, u);
+    g = hn::IfThenElse(hn::Lt(hi, g), hi, g);
+  }
+  const VF one = hn::Set(df, 1.0f);
+  const VF e = hn::Exp(df, hn::Neg(hn::Abs(g)));  // in (0, 1]: no overflow
+  const VF den = hn::Add(one, e);
+  const VF sigmoid = hn::IfThenElse(hn::Ge(g, hn::Zero(df)), hn::Div(one, den), hn::Div(e, den));
+  return RoundBf16(df, hn::Mul(weight, hn::Mul(hn::Mul(g, sigmoid), u)));
+}
+
+void SwigluClampedFast(const float* g, const float* u, size_t n, float limit, float weight, float* out) {
+  const hn::ScalableTag<float> df;
+  const size_t N = hn::Lanes(df);
+  const auto w = hn::Set(df, weight);
+  size_t i = 0;
+  for (; i + N <= n; i += N) hn::StoreU(SwigluVec(df, hn::LoadU(df, g + i), hn::LoadU(df, u + i), limit, w), df, out + i);
+  if (i < n) {  // the tail through a padded vector, so every element takes the same arithmetic
+    HWY_ALIGN float gt[HWY_MAX_BYTES / sizeof(float)] = {}, ut[HWY_MAX_BYTES / sizeof(float)] = {},
+                                                              ot[HWY_MAX_BYTES / sizeof(float)];
+    std::copy(g + i, g + n, gt);
+    std::copy(u + i, u + n, ut);
+    hn::Store(SwigluVec(df, hn::Load(df, gt), hn::Load(df, ut), limit, w), df, ot);
+    std::copy(ot, ot + (n - i), out + i);
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace cedar::ops
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace cedar::ops {
+
+HWY_EXPORT(SwigluClampedFast);
+
+void fast::swiglu_clamped(const float* g, const float* u, size_t n, float limit, float weight, float* out) {
+  HWY_DYNAMIC_DISPATCH(SwigluClampedFast)(g, u, n, limit, weight, out);
+}
 
 float sqrt_softplus(float x) {
   // torch.nn.functional.softplus(beta=1, threshold=20), in double below the threshold; f32 sqrt
@@ -65,3 +123,4 @@ void swiglu_clamped(const float* g, const float* u, size_t n, float limit, float
 }
 
 }  // namespace cedar::ops
+#endif  // HWY_ONCE

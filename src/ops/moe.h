@@ -34,4 +34,13 @@ void route_sqrt_softplus(const float* logits, const float* bias, size_t n_expert
 // swiglu_limit > 0 check). out may alias g or u.
 void swiglu_clamped(const float* g, const float* u, size_t n, float limit, float weight, float* out);
 
+namespace fast {
+// swiglu_clamped of `--numerics fast`: the same clamps and f32 products, with silu in f32 vectors,
+// g · sigmoid(g) where sigmoid(g) = 1 / (1 + e) for g >= 0 and e / (1 + e) below, e = exp(-|g|) by
+// Highway's Exp (at most 1 ulp; never overflows). Before the final bf16 rounding the result is within
+// a few f32 ulps of the exact op's, so the outputs are equal or adjacent bf16 values (values below
+// 2^-100, where Exp's results are subnormal, within 2^-100). NaN and infinities as in the exact op.
+void swiglu_clamped(const float* g, const float* u, size_t n, float limit, float weight, float* out);
+}  // namespace fast
+
 }  // namespace cedar::ops

@@ -114,7 +114,7 @@ void act_qdq_fp8_inplace(float* x, size_t n) {
   }
 }
 
-void fp8_dequant_e8m0(const uint8_t* codes, const uint8_t* scales_e8m0, size_t n, float* x, size_t block) {
+void ref::fp8_dequant_e8m0(const uint8_t* codes, const uint8_t* scales_e8m0, size_t n, float* x, size_t block) {
   check_blocks(n, block, "fp8_dequant_e8m0");
   const float* table = e4m3_table();
   for (size_t b = 0; b < n / block; ++b) {  // one scale lookup per block (KV entries per step)

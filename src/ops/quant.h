@@ -60,8 +60,15 @@ void fp4_dequant_e8m0(const uint8_t* packed, const uint8_t* scales_e8m0, size_t 
                       size_t block = kFp4E8M0Block);
 void fp4_dequant_e4m3(const uint8_t* packed, const uint8_t* scales_e4m3, size_t n, float* x,
                       size_t block = kFp4E4M3Block);
+// The window KV's decoder, which every decode step runs over the whole window of every layer: Highway
+// vectors that look the codes up with a gather in the same table and multiply as the scalar reference
+// below does, so the bits are the reference's on every target (dequant_simd.cc).
 void fp8_dequant_e8m0(const uint8_t* codes, const uint8_t* scales_e8m0, size_t n, float* x,
                       size_t block = kFp8ActBlock);
+namespace ref {
+void fp8_dequant_e8m0(const uint8_t* codes, const uint8_t* scales_e8m0, size_t n, float* x,
+                      size_t block = kFp8ActBlock);
+}  // namespace ref
 
 // ---- Packed KV-cache entries (spec §5.1). Layout: codes first, then scales, no padding. ----------
 //

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -156,6 +157,48 @@ TEST(HcPrePost, HandWorked) {
   EXPECT_EQ(o2[0], 1.0f);
 }
 
+// Values that stress the bf16 rounding and the order of operations: bf16-valued normals, exact ties,
+// subnormals, signed zeros, infinities and NaN.
+std::vector<float> hard_values(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 3.0f);
+  std::uniform_int_distribution<int> pick(0, 19);
+  const float specials[] = {0.0f, -0.0f, 0x1p-130f, -0x1p-140f, 1.0f + 0x1p-8f, 1.0f + 0x1p-9f, 3.0f + 0x1p-7f,
+                            std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
+                            std::numeric_limits<float>::quiet_NaN(), 0x1.fffffep127f};
+  std::vector<float> v(n);
+  for (auto& x : v) {
+    const int k = pick(rng);
+    x = k < 11 && k % 3 == 0 ? specials[k] : (k < 15 ? round_bf16(normal(rng)) : normal(rng));
+  }
+  return v;
+}
+
+// hc_pre and hc_post are Highway vectors over dim with the scalar reference's operations in its
+// order: bit for bit the reference on every target, tails (dims not a multiple of the lanes) included.
+TEST(HcPrePost, EqualTheScalarReferenceOnEveryTarget) {
+  for (int hc : {1, 2, 4, 7}) {
+    for (size_t dim : {1, 5, 16, 37, 1024}) {
+      SCOPED_TRACE("hc " + std::to_string(hc) + " dim " + std::to_string(dim));
+      const size_t tokens = 3, h = static_cast<size_t>(hc);
+      const auto x = hard_values(tokens * h * dim, 10 + hc), y = hard_values(tokens * dim, 20 + hc);
+      const auto a = hard_values(tokens * h, 30 + hc), post = hard_values(tokens * h, 40 + hc);
+      const auto comb = hard_values(tokens * h * h, 50 + hc);
+      std::vector<float> want_pre(tokens * dim), want_post(tokens * h * dim);
+      ref::hc_pre(x.data(), a.data(), tokens, hc, dim, want_pre.data());
+      ref::hc_post(y.data(), x.data(), post.data(), comb.data(), tokens, hc, dim, want_post.data());
+      for_each_simd_target([&] {
+        std::vector<float> got_pre(tokens * dim), got_post(tokens * h * dim);
+        hc_pre(x.data(), a.data(), tokens, hc, dim, got_pre.data());
+        hc_post(y.data(), x.data(), post.data(), comb.data(), tokens, hc, dim, got_post.data());
+        for (size_t i = 0; i < got_pre.size(); ++i) ASSERT_EQ(bits_of(got_pre[i]), bits_of(want_pre[i])) << "pre " << i;
+        for (size_t i = 0; i < got_post.size(); ++i)
+          ASSERT_EQ(bits_of(got_post[i]), bits_of(want_post[i])) << "post " << i;
+      });
+    }
+  }
+}
+
 // The contract restated: each X·fn_j is the exact dot (bf16 x f32 products are exact in long double,
 // and with fn on a 2^-30 grid of 20-bit values the 2560-term sums are exact there too) rounded once;
 // the statistic is the exact sum of squares over hc_dim rounded once, the rsqrt rounded once; then an
@@ -267,6 +310,67 @@ TEST(Moe, SwigluClampsAndWeights) {
   EXPECT_EQ(out[3], 0.0f);
   swiglu_clamped(g, u, 4, 0.0f, 1.0f, out);  // limit 0: no clamps
   EXPECT_EQ(out[0], round_bf16(silu(20.0f) * -50.0f));
+}
+
+// The fast SwiGLU against the exact one. Before the final bf16 rounding the two differ by a few f32
+// ulps (Exp: 1 ulp; 1 + e, the division and g·sigmoid: half an ulp each, the rest the same f32
+// operations), so the bf16 results are equal or adjacent, and equal unless the exact pre-rounding
+// value lies within those few ulps of a rounding boundary (a few in 2^16). Below 2^-100 Exp's
+// results are subnormal and only the absolute difference is bounded.
+TEST(Moe, FastSwigluIsWithinOneBf16StepOfExactOnEveryTarget) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 4.0f);
+  std::uniform_real_distribution<float> wide(-120.0f, 120.0f);
+  const size_t n = 20000 + 13;  // a tail for every vector width
+  std::vector<float> g(n), u(n);
+  for (size_t i = 0; i < n; ++i) {
+    g[i] = round_bf16(i % 4 == 0 ? wide(rng) : normal(rng));
+    u[i] = round_bf16(normal(rng));
+  }
+  const float specials[][2] = {{0.0f, 1.0f}, {-0.0f, 1.0f}, {std::numeric_limits<float>::infinity(), 1.0f},
+                               {-std::numeric_limits<float>::infinity(), 1.0f},
+                               {std::numeric_limits<float>::quiet_NaN(), 1.0f},
+                               {1.0f, std::numeric_limits<float>::quiet_NaN()}, {-300.0f, 2.0f}, {88.7f, -3.0f}};
+  for (size_t i = 0; i < std::size(specials); ++i) g[i] = specials[i][0], u[i] = specials[i][1];
+  // Ordered bf16 steps between two values of the same sign.
+  const auto steps = [](float a, float b) {
+    const auto key = [](float v) {
+      const int32_t h = static_cast<int32_t>(bits_of(v) >> 16);
+      return h & 0x8000 ? -(h & 0x7FFF) : h;
+    };
+    return std::abs(key(a) - key(b));
+  };
+  for (float limit : {10.0f, 0.0f}) {
+    for (float weight : {1.0f, 0.37f}) {
+      std::vector<float> want(n);
+      swiglu_clamped(g.data(), u.data(), n, limit, weight, want.data());
+      for_each_simd_target([&] {
+        std::vector<float> got(n);
+        fast::swiglu_clamped(g.data(), u.data(), n, limit, weight, got.data());
+        size_t equal = 0;
+        for (size_t i = 0; i < n; ++i) {
+          SCOPED_TRACE("g " + std::to_string(g[i]) + " u " + std::to_string(u[i]));
+          if (std::isnan(want[i])) {
+            ASSERT_TRUE(std::isnan(got[i])) << i;
+            ++equal;
+            continue;
+          }
+          equal += bits_of(got[i]) == bits_of(want[i]);
+          if (std::fabs(want[i]) < 0x1p-100f) {
+            ASSERT_LE(std::fabs(got[i] - want[i]), 0x1p-100f) << i;
+          } else {
+            ASSERT_LE(steps(got[i], want[i]), 1) << i << ": " << got[i] << " vs " << want[i];
+          }
+        }
+        EXPECT_GE(equal, n - n / 100) << "more than 1% of the outputs differ";
+      });
+    }
+  }
+  // The fast op in place (out aliasing g), as the forward pass calls it.
+  std::vector<float> inplace = g, want(n);
+  fast::swiglu_clamped(g.data(), u.data(), n, 10.0f, 1.0f, want.data());
+  fast::swiglu_clamped(inplace.data(), u.data(), n, 10.0f, 1.0f, inplace.data());
+  for (size_t i = 0; i < n; ++i) ASSERT_EQ(bits_of(inplace[i]), bits_of(want[i])) << i;
 }
 
 // ---- sampling ----

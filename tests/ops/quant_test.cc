@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ops/formats.h"
+#include "simd_targets.h"
 
 namespace cedar::ops {
 namespace {
@@ -237,6 +238,30 @@ TEST(KvEntries, PackUnpackEqualsReferenceQdq) {
       for (size_t i = 0; i < 128; ++i) ASSERT_EQ(bits_of(got[i]), bits_of(want[i])) << i;
     }
   }
+}
+
+// The window KV's SIMD decoder against the scalar reference: every one of the 256 codes (NaN codes
+// included) under every scale byte, block lengths that leave tails for every vector width.
+TEST(Fp8Dequant, SimdDecoderEqualsTheReferenceOnEveryTarget) {
+  for (size_t block : {size_t{32}, size_t{128}, size_t{7}}) {
+    const size_t n = 256 * block;
+    std::vector<uint8_t> codes(n), scales(n / block);
+    for (size_t i = 0; i < n; ++i) codes[i] = static_cast<uint8_t>((i * 37 + i / 256) % 256);
+    for (size_t b = 0; b < scales.size(); ++b) scales[b] = static_cast<uint8_t>(b);  // 2^-127 .. NaN (0xFF)
+    std::vector<float> want(n);
+    ref::fp8_dequant_e8m0(codes.data(), scales.data(), n, want.data(), block);
+    testing::for_each_simd_target([&] {
+      std::vector<float> got(n);
+      fp8_dequant_e8m0(codes.data(), scales.data(), n, got.data(), block);
+      for (size_t i = 0; i < n; ++i) ASSERT_EQ(bits_of(got[i]), bits_of(want[i])) << "block " << block << " i " << i;
+    });
+  }
+  // And the reference itself, from the per-value functions: code value times scale, in f32.
+  const uint8_t code[2] = {0x38, 0xB9}, scale[1] = {126};  // 1.0, -1.125; scale 2^-1
+  float out[2];
+  ref::fp8_dequant_e8m0(code, scale, 2, out, 2);
+  EXPECT_EQ(out[0], 0.5f);
+  EXPECT_EQ(out[1], -0.5625f);
 }
 
 TEST(KvEntries, LayoutCodesThenScales) {
