@@ -29,7 +29,7 @@ void set_fp4_gemv_vnni_allowed(bool allowed) { g_allowed.store(allowed, std::mem
 
 size_t fp4_vnni_padded_blocks(size_t kblocks) { return (kblocks + 7) / 8 * 8; }
 
-void fp4_vnni_pack_block(const int32_t* p, size_t kb, int8_t* row_plane, int32_t* row_correction) {
+void fp4_vnni_pack_block_scalar(const int32_t* p, size_t kb, int8_t* row_plane, int32_t* row_correction) {
   int8_t* pair = row_plane + (kb / 2) * 128 + (kb % 2) * 16;
   int32_t sum = 0;
   for (size_t j = 0; j < 32; ++j) {
@@ -189,9 +189,34 @@ CEDAR_X86_TARGET void gemv_rows(const Fp4GemvPlanes& planes, const float* ascale
   }
 }
 
+// fp4_vnni_pack_block in zmm registers: the even and odd elements gathered by two permutes, split
+// into high and low bytes as the scalar code does ((p + 128) >> 8 and p - 256·high, both within int8),
+// narrowed with vpmovdb and stored to their four 16-byte slots.
+CEDAR_X86_TARGET void pack_block_avx512(const int32_t* p, size_t kb, int8_t* row_plane, int32_t* row_correction) {
+  const __m512i first = _mm512_loadu_si512(p), second = _mm512_loadu_si512(p + 16);
+  const __m512i even_index = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+  const __m512i odd_index = _mm512_add_epi32(even_index, _mm512_set1_epi32(1));
+  int8_t* pair = row_plane + (kb / 2) * 128 + (kb % 2) * 16;
+  const auto store_split = [&](__m512i v, int8_t* high_slot) CEDAR_X86_TARGET {
+    const __m512i high = _mm512_srai_epi32(_mm512_add_epi32(v, _mm512_set1_epi32(128)), 8);
+    const __m512i low = _mm512_sub_epi32(v, _mm512_slli_epi32(high, 8));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(high_slot), _mm512_cvtepi32_epi8(high));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(high_slot + 64), _mm512_cvtepi32_epi8(low));
+  };
+  store_split(_mm512_permutex2var_epi32(first, even_index, second), pair);
+  store_split(_mm512_permutex2var_epi32(first, odd_index, second), pair + 32);
+  row_correction[kb / 8 * 8 + kBlockLane[kb % 8]] =
+      kWeightOffset * _mm512_reduce_add_epi32(_mm512_add_epi32(first, second));
+}
+
 #undef CEDAR_X86_TARGET
 
 }  // namespace
+
+void fp4_vnni_pack_block(const int32_t* p, size_t kb, int8_t* row_plane, int32_t* row_correction) {
+  if (cpu_has_extensions()) return pack_block_avx512(p, kb, row_plane, row_correction);
+  fp4_vnni_pack_block_scalar(p, kb, row_plane, row_correction);
+}
 
 bool fp4_gemv_vnni_usable() { return cpu_has_extensions() && g_allowed.load(std::memory_order_relaxed); }
 
@@ -207,6 +232,9 @@ void fp4_gemv_vnni(const Fp4GemvPlanes& planes, size_t m, const float* ascales, 
 
 #else  // not x86-64 with GCC or Clang
 
+void fp4_vnni_pack_block(const int32_t* p, size_t kb, int8_t* row_plane, int32_t* row_correction) {
+  fp4_vnni_pack_block_scalar(p, kb, row_plane, row_correction);
+}
 bool fp4_gemv_vnni_usable() { return false; }
 void fp4_gemv_vnni(const Fp4GemvPlanes&, size_t, const float*, const uint8_t*, const uint8_t*, size_t, size_t, float*,
                    size_t, size_t) {}

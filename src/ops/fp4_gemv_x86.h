@@ -39,9 +39,11 @@ void set_fp4_gemv_vnni_allowed(bool allowed);
 // the high bytes of the odd elements, then the low bytes likewise. The correction 12·Σ p of the
 // row's blocks, [fp4_vnni_padded_blocks], in lane order: per 8 blocks 0, 2, 4, 6, 1, 3, 5, 7.
 size_t fp4_vnni_padded_blocks(size_t kblocks);
-// Writes block kb of one row (p: its 32 plane values in element order) into that row's byte plane
-// and correction array.
+// Writes block kb of one row (p: its 32 plane values in element order, |p| <= 30720) into that row's
+// byte plane and correction array: AVX-512 where the CPU has it, else the scalar reference below,
+// which it equals byte for byte.
 void fp4_vnni_pack_block(const int32_t* p, size_t kb, int8_t* row_plane, int32_t* row_correction);
+void fp4_vnni_pack_block_scalar(const int32_t* p, size_t kb, int8_t* row_plane, int32_t* row_correction);
 
 // y[r * n_total + n] = bf16( Σ_k act[r, k] · w[n, k] ) for rows r < m (1..4) of `planes` (packed for
 // this kernel) and weight rows [n_begin, n_end): wdata [n_total, k/2] packed E2M1 (even element in the

@@ -323,6 +323,22 @@ HWY_NOINLINE void Fp4GemvIntTile(const Fp4GemvPlanes& planes, const float* ascal
 // adding and subtracting 2^14 (whose f32 ulp is 2^-9). Both equal f32_to_e4m3 (tested for every
 // f32 below 448 in magnitude); a block with a NaN, an infinity or a value at 448 takes the scalar
 // conversion instead.
+// fp8_block_scale of one block of 32 with the max |x| taken in vectors (a max is exact, so the scale
+// is the scalar one's bits); a block holding a NaN takes the scalar path, which propagates it.
+HWY_NOINLINE float FastActBlockScale(const float* x) {
+  const hn::CappedTag<float, kFp8ActBlock> df;
+  const size_t lanes = hn::Lanes(df);
+  auto amax = hn::Zero(df);
+  bool nan = false;
+  for (size_t j = 0; j < kFp8ActBlock; j += lanes) {
+    const auto v = hn::LoadU(df, x + j);
+    nan |= !hn::AllFalse(df, hn::IsNaN(v));
+    amax = hn::Max(amax, hn::Abs(v));
+  }
+  if (nan) return fp8_block_scale(x);
+  return fp8_block_scale_of_amax(hn::GetLane(hn::MaxOfLanes(df, amax)));
+}
+
 HWY_NOINLINE void FastQuantBlock(const float* x, float s, float* values, int32_t* ints) {
   const hn::ScalableTag<float> df;
   const hn::RebindToSigned<decltype(df)> di;
@@ -694,6 +710,7 @@ HWY_AFTER_NAMESPACE();
 namespace cedar::ops {
 
 HWY_EXPORT(FastQuantBlock);
+HWY_EXPORT(FastActBlockScale);
 HWY_EXPORT(FastGemmFp8);
 HWY_EXPORT(FastGemmFp4);
 HWY_EXPORT(FastLinearBf16);
@@ -733,7 +750,7 @@ Fp4GemvPlanes quantize_fp4_planes(const float* x, size_t m, size_t k, float* val
     uint32_t count = 0;
     for (size_t kb = 0; kb < kblocks; ++kb) {
       const size_t b = r * kblocks + kb;
-      scales[b] = fp8_block_scale(x + b * kFp8ActBlock);
+      scales[b] = HWY_DYNAMIC_DISPATCH(FastActBlockScale)(x + b * kFp8ActBlock);
       int32_t v[kFp8ActBlock];  // q · 2^9, exact integers
       HWY_DYNAMIC_DISPATCH(FastQuantBlock)(x + b * kFp8ActBlock, scales[b], values + b * kFp8ActBlock, v);
       int32_t max_abs = 0;
@@ -780,7 +797,7 @@ Fp8Activations quantize(const float* x, size_t m, size_t k, std::span<float> scr
     return a;
   }
   for (size_t b = 0; b < m * k / kFp8ActBlock; ++b) {
-    scales[b] = fp8_block_scale(x + b * kFp8ActBlock);
+    scales[b] = HWY_DYNAMIC_DISPATCH(FastActBlockScale)(x + b * kFp8ActBlock);
     HWY_DYNAMIC_DISPATCH(FastQuantBlock)(x + b * kFp8ActBlock, scales[b], values + b * kFp8ActBlock, nullptr);
   }
   return a;

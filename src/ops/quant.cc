@@ -38,8 +38,10 @@ float clamp_e2m1_range(float v) {
 
 }  // namespace
 
-float fp8_block_scale(const float* x) {
-  return pow2_round_up_scale(clamp_min_nan(block_amax(x, kFp8ActBlock), kFp8AmaxFloor), kFp8MaxInv);
+float fp8_block_scale(const float* x) { return fp8_block_scale_of_amax(block_amax(x, kFp8ActBlock)); }
+
+float fp8_block_scale_of_amax(float amax) {
+  return pow2_round_up_scale(clamp_min_nan(amax, kFp8AmaxFloor), kFp8MaxInv);
 }
 
 namespace {

@@ -34,8 +34,11 @@ float pow2_round_up_scale(float amax, float max_inv);
 
 // ---- FP8 activations (block 32, E8M0 scales) ----------------------------------------------------
 
-// The power-of-two scale act_quant gives one block of 32 (NaN when the block holds a NaN).
+// The power-of-two scale act_quant gives one block of 32. A block holding a NaN gets what the
+// exponent arithmetic of pow2_round_up_scale makes of it (-0: its values decode to NaN or infinities).
 float fp8_block_scale(const float* x);
+// The same from the block's max |x| (no NaN in the block): what fp8_block_scale does after the max.
+float fp8_block_scale_of_amax(float amax);
 // x[n] (n % 32 == 0) -> codes[n] E4M3 and scales[n/32] E8M0 (one per block, in order).
 void act_quant_fp8(const float* x, size_t n, uint8_t* codes, uint8_t* scales_e8m0);
 // Same, with the scale returned as f32 (the 2^e value) instead of E8M0.

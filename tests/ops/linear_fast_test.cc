@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -384,6 +385,54 @@ TEST(LinearFast, QuantizedActivationsEqualTheScalarE4m3Rounding) {
         }
       }
     });
+  }
+}
+
+// The fast quantiser's block scales (max |x| in vectors) are fp8_block_scale's bits: random blocks of
+// every magnitude, zero blocks, subnormal blocks, infinities and NaN blocks, in both forms.
+TEST(LinearFast, QuantizedActivationScalesEqualTheScalarBlockScale) {
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> exponent(-140, 120);
+  const size_t k = 32 * 24;
+  std::vector<float> x(fast::kFastGemmMinRows * k);
+  for (size_t b = 0; b < x.size() / 32; ++b) {
+    const float scale = std::ldexp(1.0f, exponent(rng));
+    for (size_t j = 0; j < 32; ++j) x[b * 32 + j] = b % 7 == 0 ? 0.0f : normal(rng) * scale;
+    if (b % 11 == 3) x[b * 32 + b % 32] = std::numeric_limits<float>::quiet_NaN();
+    if (b % 13 == 5) x[b * 32 + (b + 7) % 32] = -std::numeric_limits<float>::infinity();
+  }
+  for (size_t m : {size_t{1}, fast::kFastGemmMinRows}) {
+    for_each_kernel([&] {
+      std::vector<float> scratch(fast::act_scratch_floats(m, k));
+      const Fp8Activations a = fast::quantize_activations(x.data(), m, k, scratch);
+      for (size_t b = 0; b < m * k / 32; ++b) {
+        const float want = fp8_block_scale(x.data() + b * 32);
+        ASSERT_EQ(std::memcmp(&a.scales[b], &want, 4), 0) << "block " << b << ": " << a.scales[b] << " vs " << want;
+      }
+    });
+  }
+}
+
+// The AVX512-VNNI kernel's byte planes: the vector packer writes the scalar reference's bytes and
+// corrections, for plane values across their whole range and every block position in a row.
+TEST(Fp4VnniPlanes, PackedBlocksEqualTheScalarPacker) {
+  std::mt19937 rng(12);
+  std::uniform_int_distribution<int32_t> value(-30720, 30720);
+  const size_t kblocks = 19, padded = x86::fp4_vnni_padded_blocks(kblocks);
+  std::vector<int8_t> want_plane(padded * 64), got_plane(padded * 64);
+  std::vector<int32_t> want_corr(padded), got_corr(padded);
+  for (int round = 0; round < 50; ++round) {
+    for (size_t kb = 0; kb < kblocks; ++kb) {
+      int32_t p[32];
+      for (int32_t& v : p) v = value(rng);
+      if (round == 0) p[kb % 32] = kb % 2 ? 30720 : -30720;  // the extremes
+      if (round == 1) std::fill(p, p + 32, static_cast<int32_t>(kb % 2 ? 127 : -128));  // byte edges
+      x86::fp4_vnni_pack_block_scalar(p, kb, want_plane.data(), want_corr.data());
+      x86::fp4_vnni_pack_block(p, kb, got_plane.data(), got_corr.data());
+    }
+    ASSERT_EQ(got_plane, want_plane) << "round " << round;
+    ASSERT_EQ(got_corr, want_corr) << "round " << round;
   }
 }
 
