@@ -570,8 +570,8 @@ void ForwardPass::attend(int l, const ChunkSpan& ch, size_t row, const float* wi
   }
   ops::KvRows kv{window_rows, n_window_rows, gathered, n_gathered};
   const float scale = static_cast<float>(std::pow(static_cast<double>(hd), -0.5));
-  ops::sparse_attn(ws_.q.data() + row * H * hd, H, hd, kv, w_.blocks[l].attn.attn_sink, idx, n_window_idx + n_comp,
-                   scale, ws_.o.data() + row * H * hd, inner);
+  k_.sparse_attn(ws_.q.data() + row * H * hd, H, hd, kv, w_.blocks[l].attn.attn_sink, idx, n_window_idx + n_comp,
+                 scale, ws_.o.data() + row * H * hd, inner);
 }
 
 }  // namespace cedar::model

@@ -47,6 +47,16 @@ struct KvRows {
 void sparse_attn(const float* q, size_t n_heads, size_t head_dim, const KvRows& kv, const float* sink,
                  const int32_t* idx, size_t n_idx, float scale, float* out, ThreadPool* pool);
 
+namespace fast {
+// sparse_attn of `--numerics fast` (attention_fast.cc): the same blocks, running maximum, bf16(p)
+// and sink, with the dots, the P·V sums and the denominator in fp32 registers and p = exp(s - m') by
+// Highway's Exp (1 ulp). The difference from the exact op is bounded per output element by the
+// rounding of p to bf16 flipping (2^-8 of a term) plus the fp32 sums' errors (docs/NUMERICS.md §10;
+// tested in attention_test.cc). Inputs with infinities or NaN are not bounded.
+void sparse_attn(const float* q, size_t n_heads, size_t head_dim, const KvRows& kv, const float* sink,
+                 const int32_t* idx, size_t n_idx, float scale, float* out, ThreadPool* pool);
+}  // namespace fast
+
 // Indexer scores for one query token against n_keys index keys (reference einsum "bshd,btd->bsht"
 // on bf16 tensors, then relu, * weights, sum over heads), under the numerics contract:
 //   d_ht   = bf16( f32( Σ_k q[h,k] * key[t,k] ) )   exact dot rounded once, then to bf16 (a bf16 matmul)

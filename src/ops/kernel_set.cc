@@ -31,7 +31,8 @@ const KernelSet& kernel_set(Numerics n) {
                                .linear_f32 = linear_f32,
                                .linear_fp8_bf16 = linear_fp8_bf16,
                                .linear_fp8_bf16_rows = linear_fp8_bf16_rows,
-                               .swiglu_clamped = swiglu_clamped};
+                               .swiglu_clamped = swiglu_clamped,
+                               .sparse_attn = sparse_attn};
   static const KernelSet fast{.numerics = Numerics::kFast,
                               .act_scratch_floats = fast::act_scratch_floats,
                               .quantize_activations = fast::quantize_activations,
@@ -46,7 +47,8 @@ const KernelSet& kernel_set(Numerics n) {
                               .linear_f32 = fast::linear_f32,
                               .linear_fp8_bf16 = fast::linear_fp8_bf16,
                               .linear_fp8_bf16_rows = fast::linear_fp8_bf16_rows,
-                              .swiglu_clamped = fast::swiglu_clamped};
+                              .swiglu_clamped = fast::swiglu_clamped,
+                              .sparse_attn = fast::sparse_attn};
   return n == Numerics::kExact ? exact : fast;
 }
 

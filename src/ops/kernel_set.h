@@ -12,6 +12,7 @@
 #include <span>
 #include <string_view>
 
+#include "ops/attention.h"
 #include "ops/linear.h"
 
 namespace cedar::ops {
@@ -44,6 +45,9 @@ struct KernelSet {
                                size_t n_end);
   // The experts' clamped SwiGLU (moe.h): silu in double (exact) or in f32 vectors (fast).
   void (*swiglu_clamped)(const float* g, const float* u, size_t n, float limit, float weight, float* out);
+  // Sparse attention (attention.h): the contract's float64 sums (exact) or fp32 ones (fast).
+  void (*sparse_attn)(const float* q, size_t n_heads, size_t head_dim, const KvRows& kv, const float* sink,
+                      const int32_t* idx, size_t n_idx, float scale, float* out, ThreadPool* pool);
 };
 
 // The process-wide kernel set of a mode (static storage).

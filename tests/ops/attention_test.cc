@@ -194,6 +194,79 @@ TEST(SparseAttn, SimdBitIdenticalToReferenceOnEveryTarget) {
   }
 }
 
+// fast::sparse_attn against the exact op. Per output element, with p_j = exp(s_j - m) and
+// D = Σ p_j + exp(sink - m) from the exact scores in long double:
+//   * rounding p_j to bf16 can fall either side on the two paths: 2^-8 of that term;
+//   * the fp32 dot (head_dim terms) moves s_j by at most head_dim · 2^-24 · scale · Σ|q·v|, here
+//     below 2^-12, which moves p_j and D by twice that, relatively; Exp adds 1 ulp;
+//   * the fp32 sums of P·V and of D (300 terms) add 300 · 2^-24 relatively;
+//   * each side rounds its output to bf16: one bf16 step apart at most, beyond the above.
+// So |fast - exact| <= (2^-8 + 2^-10) · Σ_j p_j |v_j[d]| / D + 2^-10 · |out| + one bf16 step, which
+// the test checks with 2^-7 for the first two terms together.
+TEST(SparseAttn, FastWithinTheDerivedBoundOfExactOnEveryTarget) {
+  std::mt19937 rng(5);
+  for (size_t d : {64u, 512u, 100u}) {
+    const size_t heads = 8, n_first = 128, n_second = 200;
+    const auto q = random_bf16(heads * d, rng, 0.3f);
+    const auto win = random_bf16(n_first * d, rng);
+    const auto cmp = random_bf16(n_second * d, rng);
+    std::vector<float> sink(heads);
+    for (size_t h = 0; h < heads; ++h) sink[h] = static_cast<float>(h) - 3.0f;
+    std::vector<int32_t> idx;
+    std::uniform_int_distribution<int> pick(-1, static_cast<int>(n_first + n_second) - 1);
+    for (int i = 0; i < 300; ++i) idx.push_back(pick(rng));
+    const KvRows kv{win.data(), n_first, cmp.data(), n_second};
+    const float scale = 0.044f;
+    std::vector<float> want(heads * d);
+    ref::sparse_attn(q.data(), heads, d, kv, sink.data(), idx.data(), idx.size(), scale, want.data());
+    // The bound's terms, per head and element.
+    std::vector<double> mass(heads * d);  // Σ_j p_j |v_j[d]| / D
+    for (size_t h = 0; h < heads; ++h) {
+      std::vector<long double> s(idx.size(), -INFINITY);
+      long double m = sink[h];
+      for (size_t j = 0; j < idx.size(); ++j) {
+        if (idx[j] < 0) continue;
+        const float* row = kv.row(static_cast<size_t>(idx[j]), d);
+        long double dot = 0;
+        for (size_t i = 0; i < d; ++i) dot += static_cast<long double>(q[h * d + i]) * row[i];
+        s[j] = dot * scale;
+        m = std::max(m, s[j]);
+      }
+      long double den = std::exp(static_cast<long double>(sink[h]) - m);
+      for (size_t j = 0; j < idx.size(); ++j) den += idx[j] < 0 ? 0 : std::exp(s[j] - m);
+      for (size_t e = 0; e < d; ++e) {
+        long double t = 0;
+        for (size_t j = 0; j < idx.size(); ++j)
+          if (idx[j] >= 0) t += std::exp(s[j] - m) * std::fabs(kv.row(static_cast<size_t>(idx[j]), d)[e]);
+        mass[h * d + e] = static_cast<double>(t / den);
+      }
+    }
+    ThreadPool pool(3);
+    for_each_simd_target([&] {
+      for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+        std::vector<float> got(heads * d);
+        fast::sparse_attn(q.data(), heads, d, kv, sink.data(), idx.data(), idx.size(), scale, got.data(), p);
+        double err2 = 0, ref2 = 0;
+        for (size_t i = 0; i < got.size(); ++i) {
+          const double bound = 0x1p-7 * (mass[i] + std::fabs(want[i])) + bf16_ulp(want[i]) + 1e-30;
+          ASSERT_LE(std::fabs(static_cast<double>(got[i]) - want[i]), bound) << "d " << d << " @" << i;
+          err2 += (static_cast<double>(got[i]) - want[i]) * (static_cast<double>(got[i]) - want[i]);
+          ref2 += static_cast<double>(want[i]) * want[i];
+        }
+        EXPECT_LT(err2 / ref2, 1e-4) << "NMSE, d " << d;
+      }
+    });
+  }
+  // All masked: zeros, as the exact op gives.
+  const std::vector<float> q(64, 0.5f), row(64, 1.0f);
+  const KvRows kv{row.data(), 1, nullptr, 0};
+  const int32_t masked[3] = {-1, -1, -1};
+  const float sink0 = 0.0f;
+  std::vector<float> out(64, 7.0f);
+  fast::sparse_attn(q.data(), 1, 64, kv, &sink0, masked, 3, 0.125f, out.data(), nullptr);
+  for (float v : out) EXPECT_EQ(v, 0.0f);
+}
+
 TEST(IndexerScores, HandWorked) {
   // d0 = q0·k = 2.5, d1 = q1·k = -2 -> relu 0; w = [0.5, 3]: 1.25 + 0 = 1.25.
   const float q[8] = {1, 1, 0, 0, -1, 0, 0, 0};

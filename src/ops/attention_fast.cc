@@ -1,0 +1,142 @@
+// fast::sparse_attn (attention.h), the attention of `--numerics fast`: the exact op's blocks of 64 and
+// online softmax, with the sums in fp32 registers and the exponentials in f32 vectors. The semantics
+// stay: the same scores scaled in f32, the same running maximum, p rounded to bf16 before P·V, the
+// sink in the denominator, a bf16 output. What changes is rounding only (docs/NUMERICS.md §10).
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <limits>
+
+#include "core/check.h"
+#include "core/thread_pool.h"
+#include "ops/attention.h"
+#include "ops/formats.h"
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "ops/attention_fast.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "hwy/contrib/math/math-inl.h"
+#include "ops/bf16_round-inl.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace cedar::ops {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Σ a[i]·b[i] in fp32: two chains of fused multiply-adds, then the lanes.
+HWY_INLINE float DotF32(const float* a, const float* b, size_t n) {
+  const hn::ScalableTag<float> df;
+  const size_t lanes = hn::Lanes(df);
+  auto acc0 = hn::Zero(df), acc1 = hn::Zero(df);
+  size_t i = 0;
+  for (; i + 2 * lanes <= n; i += 2 * lanes) {
+    acc0 = hn::MulAdd(hn::LoadU(df, a + i), hn::LoadU(df, b + i), acc0);
+    acc1 = hn::MulAdd(hn::LoadU(df, a + i + lanes), hn::LoadU(df, b + i + lanes), acc1);
+  }
+  for (; i + lanes <= n; i += lanes) acc0 = hn::MulAdd(hn::LoadU(df, a + i), hn::LoadU(df, b + i), acc0);
+  float sum = hn::GetLane(hn::SumOfLanes(df, hn::Add(acc0, acc1)));
+  for (; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
+void FastSparseAttnHeads(const float* q, size_t head_dim, const KvRows* kv_ptr, const float* sink,
+                         const int32_t* idx, size_t n_idx, float scale, float* out, size_t h_begin, size_t h_end) {
+  const KvRows& kv = *kv_ptr;
+  const hn::ScalableTag<float> df;
+  const size_t N = hn::Lanes(df);
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  // Scores padded to whole vectors with -inf (exp gives 0 there).
+  constexpr size_t kPadded = kSparseAttnBlock + HWY_MAX_BYTES / sizeof(float);
+  HWY_ALIGN float score[kPadded];
+  HWY_ALIGN float p[kPadded];
+  HWY_ALIGN float block_pv[kSparseAttnMaxHeadDim];  // [head_dim] this block's Σ_j bf16(p_j)·v_j
+  const size_t whole_dim = head_dim - head_dim % N;
+  for (size_t h = h_begin; h < h_end; ++h) {
+    const float* qh = q + h * head_dim;
+    float* acc = out + h * head_dim;  // [head_dim] numerator, kept in the output row until the end
+    std::fill(acc, acc + head_dim, 0.0f);
+    float running_max = kSparseAttnMaxInit;
+    float den = 0.0f;
+    for (size_t start = 0; start < n_idx; start += kSparseAttnBlock) {
+      const size_t nb = std::min(kSparseAttnBlock, n_idx - start);
+      const size_t nb_padded = (nb + N - 1) / N * N;
+      const float* rows[kSparseAttnBlock];
+      float block_max = neg_inf;
+      for (size_t j = 0; j < nb; ++j) {
+        const int32_t r = idx[start + j];
+        if (r < 0) {
+          rows[j] = nullptr;
+          score[j] = neg_inf;
+        } else {
+          rows[j] = kv.row(static_cast<size_t>(r), head_dim);
+          score[j] = DotF32(qh, rows[j], head_dim) * scale;
+        }
+        block_max = std::max(block_max, score[j]);
+      }
+      std::fill(score + nb, score + nb_padded, neg_inf);
+      const float new_max = std::max(running_max, block_max);
+      const float alpha = std::exp(running_max - new_max);
+      const auto vmax = hn::Set(df, new_max);
+      auto p_sum = hn::Zero(df);
+      for (size_t j = 0; j < nb_padded; j += N) {
+        const auto pj = hn::Exp(df, hn::Sub(hn::Load(df, score + j), vmax));
+        hn::Store(pj, df, p + j);
+        p_sum = hn::Add(p_sum, pj);
+      }
+      std::fill(block_pv, block_pv + head_dim, 0.0f);
+      for (size_t j = 0; j < nb; ++j) {
+        if (rows[j] == nullptr) continue;
+        const float pb = round_bf16(p[j]);
+        if (pb == 0.0f) continue;
+        const auto pv = hn::Set(df, pb);
+        size_t d = 0;
+        for (; d < whole_dim; d += N)
+          hn::Store(hn::MulAdd(pv, hn::LoadU(df, rows[j] + d), hn::Load(df, block_pv + d)), df, block_pv + d);
+        for (; d < head_dim; ++d) block_pv[d] += pb * rows[j][d];
+      }
+      den = den * alpha + hn::GetLane(hn::SumOfLanes(df, p_sum));
+      const auto va = hn::Set(df, alpha);
+      size_t d = 0;
+      for (; d < whole_dim; d += N)
+        hn::StoreU(hn::MulAdd(hn::LoadU(df, acc + d), va, hn::Load(df, block_pv + d)), df, acc + d);
+      for (; d < head_dim; ++d) acc[d] = acc[d] * alpha + block_pv[d];
+      running_max = new_max;
+    }
+    den += std::exp(sink[h] - running_max);
+    const auto vden = hn::Set(df, den);
+    size_t d = 0;
+    for (; d < whole_dim; d += N) hn::StoreU(RoundBf16(df, hn::Div(hn::LoadU(df, acc + d), vden)), df, acc + d);
+    for (; d < head_dim; ++d) acc[d] = round_bf16(acc[d] / den);
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace cedar::ops
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace cedar::ops {
+
+HWY_EXPORT(FastSparseAttnHeads);
+
+void fast::sparse_attn(const float* q, size_t n_heads, size_t head_dim, const KvRows& kv, const float* sink,
+                       const int32_t* idx, size_t n_idx, float scale, float* out, ThreadPool* pool) {
+  CEDAR_CHECK(head_dim <= kSparseAttnMaxHeadDim, "sparse_attn head_dim %zu > %zu", head_dim, kSparseAttnMaxHeadDim);
+  for (size_t i = 0; i < n_idx; ++i) {
+    CEDAR_CHECK(idx[i] < 0 || static_cast<size_t>(idx[i]) < kv.rows(), "sparse_attn index %d out of %zu rows", idx[i],
+                kv.rows());
+  }
+  const auto run = [&](size_t b, size_t e) {
+    HWY_DYNAMIC_DISPATCH(FastSparseAttnHeads)(q, head_dim, &kv, sink, idx, n_idx, scale, out, b, e);
+  };
+  if (pool == nullptr || pool->size() <= 1 || n_heads < 2) {
+    run(0, n_heads);
+  } else {
+    pool->parallel_for(n_heads, 1, [&](size_t b, size_t e, int) { run(b, e); });
+  }
+}
+
+}  // namespace cedar::ops
+#endif  // HWY_ONCE
