@@ -20,6 +20,7 @@
 #define HWY_TARGET_INCLUDE "ops/attention.cc"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
+#include "ops/bf16_round-inl.h"
 #include "ops/dot-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -100,23 +101,6 @@ void SparseAttnHeads(const float* q, size_t head_dim, const KvRows* kv_ptr, cons
   }
 }
 
-// Σ a[i]·b[i] on fp32 vectors, for dots known to be exact in fp32 (every partial sum exact, in any
-// order): the result equals the exact value, hence the canonical float64 dot rounded to fp32.
-HWY_INLINE float DotF32Exact(const float* a, const float* b, size_t n) {
-  const hn::ScalableTag<float> df;
-  const size_t lanes = hn::Lanes(df);
-  auto acc0 = hn::Zero(df), acc1 = hn::Zero(df);
-  size_t i = 0;
-  for (; i + 2 * lanes <= n; i += 2 * lanes) {
-    acc0 = hn::MulAdd(hn::LoadU(df, a + i), hn::LoadU(df, b + i), acc0);
-    acc1 = hn::MulAdd(hn::LoadU(df, a + i + lanes), hn::LoadU(df, b + i + lanes), acc1);
-  }
-  for (; i + lanes <= n; i += lanes) acc0 = hn::MulAdd(hn::LoadU(df, a + i), hn::LoadU(df, b + i), acc0);
-  float sum = hn::GetLane(hn::SumOfLanes(df, hn::Add(acc0, acc1)));
-  for (; i < n; ++i) sum += a[i] * b[i];
-  return sum;
-}
-
 // A dot of rows with spreads sa and sb sums exactly in fp32 when sa + sb + 2 + ceil(log2(n)) <= 24:
 // every product is a multiple of 2^(La + Lb) and Σ|products| < n · 2^(La + sa + 1) · 2^(Lb + sb + 1).
 int ExactSpreadLimit(size_t n) {
@@ -137,7 +121,8 @@ void IndexerScoresRange(const float* q, const float* w, size_t n_heads, size_t h
     double sum = 0.0;
     for (size_t h = 0; h < n_heads; ++h) {
       const float* qh = q + h * head_dim;
-      const float dot = key_spread != nullptr && q_spread[h] + ks <= limit ? DotF32Exact(qh, key, head_dim)
+      // Within the spread limit every partial sum is exact in fp32, so the fp32 dot is the exact one.
+      const float dot = key_spread != nullptr && q_spread[h] + ks <= limit ? DotF32(qh, key, head_dim)
                                                                            : DotCanonical(qh, key, head_dim);
       const float d = round_bf16(dot);
       const float relu = d > 0.0f ? d : 0.0f;
@@ -147,15 +132,6 @@ void IndexerScoresRange(const float* q, const float* w, size_t n_heads, size_t h
   }
 }
 
-// bf16 rounding of finite floats on vectors (round_bf16: add 0x7FFF plus the kept lowest bit, clear
-// the low half). Callers guarantee no NaN.
-template <class D, class V>
-HWY_INLINE V RoundBf16Finite(D df, V x) {
-  const hn::RebindToUnsigned<D> du;
-  const auto u = hn::BitCast(du, x);
-  const auto lsb = hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u));
-  return hn::BitCast(df, hn::And(hn::Add(u, hn::Add(hn::Set(du, 0x7FFFu), lsb)), hn::Set(du, 0xFFFF0000u)));
-}
 
 // The 16 keys' integer block sums Σ c_q · c_k for one block of 32 dimensions, as two vectors of 8
 // int32 (keys 0-7, 8-15). The keys' codes are stored + 12 (unsigned, for the u8 x i8 pairwise

@@ -19,27 +19,12 @@
 #include "hwy/highway.h"
 #include "hwy/contrib/math/math-inl.h"
 #include "ops/bf16_round-inl.h"
+#include "ops/dot-inl.h"
 
 HWY_BEFORE_NAMESPACE();
 namespace cedar::ops {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
-
-// Σ a[i]·b[i] in fp32: two chains of fused multiply-adds, then the lanes.
-HWY_INLINE float DotF32(const float* a, const float* b, size_t n) {
-  const hn::ScalableTag<float> df;
-  const size_t lanes = hn::Lanes(df);
-  auto acc0 = hn::Zero(df), acc1 = hn::Zero(df);
-  size_t i = 0;
-  for (; i + 2 * lanes <= n; i += 2 * lanes) {
-    acc0 = hn::MulAdd(hn::LoadU(df, a + i), hn::LoadU(df, b + i), acc0);
-    acc1 = hn::MulAdd(hn::LoadU(df, a + i + lanes), hn::LoadU(df, b + i + lanes), acc1);
-  }
-  for (; i + lanes <= n; i += lanes) acc0 = hn::MulAdd(hn::LoadU(df, a + i), hn::LoadU(df, b + i), acc0);
-  float sum = hn::GetLane(hn::SumOfLanes(df, hn::Add(acc0, acc1)));
-  for (; i < n; ++i) sum += a[i] * b[i];
-  return sum;
-}
 
 void FastSparseAttnHeads(const float* q, size_t head_dim, const KvRows* kv_ptr, const float* sink,
                          const int32_t* idx, size_t n_idx, float scale, float* out, size_t h_begin, size_t h_end) {

@@ -15,16 +15,22 @@ namespace cedar::ops {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// Finite inputs only (callers guarantee no NaN): the rounding without the NaN select.
+template <class DF, class VF = hn::Vec<DF>>
+HWY_INLINE VF RoundBf16Finite(DF df, VF x) {
+  const hn::RebindToUnsigned<DF> du;
+  const auto u = hn::BitCast(du, x);
+  const auto lsb = hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u));
+  return hn::BitCast(df, hn::And(hn::Add(u, hn::Add(hn::Set(du, 0x7FFFu), lsb)), hn::Set(du, 0xFFFF0000u)));
+}
+
 template <class DF, class VF = hn::Vec<DF>>
 HWY_INLINE VF RoundBf16(DF df, VF x) {
   const hn::RebindToUnsigned<DF> du;
   const auto u = hn::BitCast(du, x);
-  const auto high_half = hn::Set(du, 0xFFFF0000u);
-  const auto lsb = hn::And(hn::ShiftRight<16>(u), hn::Set(du, 1u));
-  const auto rounded = hn::And(hn::Add(u, hn::Add(hn::Set(du, 0x7FFFu), lsb)), high_half);
-  const auto quiet_nan = hn::And(hn::Or(u, hn::Set(du, 0x00400000u)), high_half);
+  const auto quiet_nan = hn::And(hn::Or(u, hn::Set(du, 0x00400000u)), hn::Set(du, 0xFFFF0000u));
   const auto is_nan = hn::Gt(hn::And(u, hn::Set(du, 0x7FFFFFFFu)), hn::Set(du, 0x7F800000u));
-  return hn::BitCast(df, hn::IfThenElse(is_nan, quiet_nan, rounded));
+  return hn::IfThenElse(hn::RebindMask(df, is_nan), hn::BitCast(df, quiet_nan), RoundBf16Finite(df, x));
 }
 
 }  // namespace HWY_NAMESPACE

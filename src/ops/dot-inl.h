@@ -174,6 +174,23 @@ HWY_INLINE float DotCanonical(const float* a, const B* b, size_t k) {
   return static_cast<float>(DotCanonicalF64(a, b, k));
 }
 
+// Σ a[i]·b[i] in fp32: two chains of fused multiply-adds, then the lanes. A plain fp32 dot (fast
+// numerics); where every partial sum is exact in fp32, in any order, it equals the exact dot.
+HWY_INLINE float DotF32(const float* a, const float* b, size_t n) {
+  const hn::ScalableTag<float> df;
+  const size_t lanes = hn::Lanes(df);
+  auto acc0 = hn::Zero(df), acc1 = hn::Zero(df);
+  size_t i = 0;
+  for (; i + 2 * lanes <= n; i += 2 * lanes) {
+    acc0 = hn::MulAdd(hn::LoadU(df, a + i), hn::LoadU(df, b + i), acc0);
+    acc1 = hn::MulAdd(hn::LoadU(df, a + i + lanes), hn::LoadU(df, b + i + lanes), acc1);
+  }
+  for (; i + lanes <= n; i += lanes) acc0 = hn::MulAdd(hn::LoadU(df, a + i), hn::LoadU(df, b + i), acc0);
+  float sum = hn::GetLane(hn::SumOfLanes(df, hn::Add(acc0, acc1)));
+  for (; i < n; ++i) sum += a[i] * b[i];
+  return sum;
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace cedar::ops
 HWY_AFTER_NAMESPACE();

@@ -167,26 +167,34 @@ TEST(SparseAttn, FollowsTheContractStepByStep) {
   }
 }
 
+// One query of 8 heads against a 128-row window and 200 compressed rows, 300 indices (some masked).
+struct AttnCase {
+  static constexpr size_t heads = 8, n_first = 128, n_second = 200;
+  size_t d;
+  std::vector<float> q, win, cmp, sink;
+  std::vector<int32_t> idx;
+  AttnCase(size_t head_dim, std::mt19937& rng)
+      : d(head_dim), q(random_bf16(heads * d, rng, 0.3f)), win(random_bf16(n_first * d, rng)),
+        cmp(random_bf16(n_second * d, rng)), sink(heads) {
+    for (size_t h = 0; h < heads; ++h) sink[h] = static_cast<float>(h) - 3.0f;
+    std::uniform_int_distribution<int> pick(-1, static_cast<int>(n_first + n_second) - 1);
+    for (int i = 0; i < 300; ++i) idx.push_back(pick(rng));
+  }
+  KvRows kv() const { return {win.data(), n_first, cmp.data(), n_second}; }
+};
+
 TEST(SparseAttn, SimdBitIdenticalToReferenceOnEveryTarget) {
   std::mt19937 rng(2);
   for (size_t d : {64u, 512u, 100u}) {
-    const size_t heads = 8, n_first = 128, n_second = 200;
-    const auto q = random_bf16(heads * d, rng, 0.3f);
-    const auto win = random_bf16(n_first * d, rng);
-    const auto cmp = random_bf16(n_second * d, rng);
-    std::vector<float> sink(heads);
-    for (size_t h = 0; h < heads; ++h) sink[h] = static_cast<float>(h) - 3.0f;
-    std::vector<int32_t> idx;
-    std::uniform_int_distribution<int> pick(-1, static_cast<int>(n_first + n_second) - 1);
-    for (int i = 0; i < 300; ++i) idx.push_back(pick(rng));
-    const KvRows kv{win.data(), n_first, cmp.data(), n_second};
-    std::vector<float> want(heads * d);
-    ref::sparse_attn(q.data(), heads, d, kv, sink.data(), idx.data(), idx.size(), 0.044f, want.data());
+    const AttnCase c(d, rng);
+    const KvRows kv = c.kv();
+    std::vector<float> want(c.heads * d);
+    ref::sparse_attn(c.q.data(), c.heads, d, kv, c.sink.data(), c.idx.data(), c.idx.size(), 0.044f, want.data());
     ThreadPool pool(3);
     for_each_simd_target([&] {
       for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
-        std::vector<float> got(heads * d);
-        sparse_attn(q.data(), heads, d, kv, sink.data(), idx.data(), idx.size(), 0.044f, got.data(), p);
+        std::vector<float> got(c.heads * d);
+        sparse_attn(c.q.data(), c.heads, d, kv, c.sink.data(), c.idx.data(), c.idx.size(), 0.044f, got.data(), p);
         for (size_t i = 0; i < got.size(); ++i)
           ASSERT_EQ(bits_of(got[i]), bits_of(want[i])) << "d " << d << " @" << i;
       }
@@ -206,46 +214,38 @@ TEST(SparseAttn, SimdBitIdenticalToReferenceOnEveryTarget) {
 TEST(SparseAttn, FastWithinTheDerivedBoundOfExactOnEveryTarget) {
   std::mt19937 rng(5);
   for (size_t d : {64u, 512u, 100u}) {
-    const size_t heads = 8, n_first = 128, n_second = 200;
-    const auto q = random_bf16(heads * d, rng, 0.3f);
-    const auto win = random_bf16(n_first * d, rng);
-    const auto cmp = random_bf16(n_second * d, rng);
-    std::vector<float> sink(heads);
-    for (size_t h = 0; h < heads; ++h) sink[h] = static_cast<float>(h) - 3.0f;
-    std::vector<int32_t> idx;
-    std::uniform_int_distribution<int> pick(-1, static_cast<int>(n_first + n_second) - 1);
-    for (int i = 0; i < 300; ++i) idx.push_back(pick(rng));
-    const KvRows kv{win.data(), n_first, cmp.data(), n_second};
+    const AttnCase c(d, rng);
+    const KvRows kv = c.kv();
     const float scale = 0.044f;
-    std::vector<float> want(heads * d);
-    ref::sparse_attn(q.data(), heads, d, kv, sink.data(), idx.data(), idx.size(), scale, want.data());
+    std::vector<float> want(c.heads * d);
+    ref::sparse_attn(c.q.data(), c.heads, d, kv, c.sink.data(), c.idx.data(), c.idx.size(), scale, want.data());
     // The bound's terms, per head and element.
-    std::vector<double> mass(heads * d);  // Σ_j p_j |v_j[d]| / D
-    for (size_t h = 0; h < heads; ++h) {
-      std::vector<long double> s(idx.size(), -INFINITY);
-      long double m = sink[h];
-      for (size_t j = 0; j < idx.size(); ++j) {
-        if (idx[j] < 0) continue;
-        const float* row = kv.row(static_cast<size_t>(idx[j]), d);
+    std::vector<double> mass(c.heads * d);  // Σ_j p_j |v_j[d]| / D
+    for (size_t h = 0; h < c.heads; ++h) {
+      std::vector<long double> s(c.idx.size(), -INFINITY);
+      long double m = c.sink[h];
+      for (size_t j = 0; j < c.idx.size(); ++j) {
+        if (c.idx[j] < 0) continue;
+        const float* row = kv.row(static_cast<size_t>(c.idx[j]), d);
         long double dot = 0;
-        for (size_t i = 0; i < d; ++i) dot += static_cast<long double>(q[h * d + i]) * row[i];
+        for (size_t i = 0; i < d; ++i) dot += static_cast<long double>(c.q[h * d + i]) * row[i];
         s[j] = dot * scale;
         m = std::max(m, s[j]);
       }
-      long double den = std::exp(static_cast<long double>(sink[h]) - m);
-      for (size_t j = 0; j < idx.size(); ++j) den += idx[j] < 0 ? 0 : std::exp(s[j] - m);
+      long double den = std::exp(static_cast<long double>(c.sink[h]) - m);
+      for (size_t j = 0; j < c.idx.size(); ++j) den += c.idx[j] < 0 ? 0 : std::exp(s[j] - m);
       for (size_t e = 0; e < d; ++e) {
         long double t = 0;
-        for (size_t j = 0; j < idx.size(); ++j)
-          if (idx[j] >= 0) t += std::exp(s[j] - m) * std::fabs(kv.row(static_cast<size_t>(idx[j]), d)[e]);
+        for (size_t j = 0; j < c.idx.size(); ++j)
+          if (c.idx[j] >= 0) t += std::exp(s[j] - m) * std::fabs(kv.row(static_cast<size_t>(c.idx[j]), d)[e]);
         mass[h * d + e] = static_cast<double>(t / den);
       }
     }
     ThreadPool pool(3);
     for_each_simd_target([&] {
       for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
-        std::vector<float> got(heads * d);
-        fast::sparse_attn(q.data(), heads, d, kv, sink.data(), idx.data(), idx.size(), scale, got.data(), p);
+        std::vector<float> got(c.heads * d);
+        fast::sparse_attn(c.q.data(), c.heads, d, kv, c.sink.data(), c.idx.data(), c.idx.size(), scale, got.data(), p);
         double err2 = 0, ref2 = 0;
         for (size_t i = 0; i < got.size(); ++i) {
           const double bound = 0x1p-7 * (mass[i] + std::fabs(want[i])) + bf16_ulp(want[i]) + 1e-30;
