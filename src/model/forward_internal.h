@@ -41,6 +41,7 @@ struct Workspace {
   };
   std::vector<ActiveExpert> moe_experts;
   std::vector<float> moe_act;
+  std::vector<float> moe_shared_act;  // x quantised once for the experts every token chose
   std::vector<ops::Fp4GemmJob> fp4_jobs;
   std::vector<ops::Fp8LinearJob> fp8_jobs;
   std::vector<int32_t> moe_ids;              // the active experts, ascending

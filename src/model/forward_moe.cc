@@ -1,5 +1,7 @@
 // MoE (model.py Gate / Expert / MoE) and Engram (model.py Engram) for the forward pass.
+#include <algorithm>
 #include <cstring>
+#include <optional>
 
 #include "core/check.h"
 #include "model/engram_module.h"
@@ -61,11 +63,25 @@ void ForwardPass::moe(int l, const float* x, float* out) {
   src.will_need(l, {ws_.moe_ids.data(), std::min(group, n_active)});
   if (src.streaming() && m_.options_.residency.lookahead) lookahead(l, x);
 
+  // An expert chosen by every token has x's rows as its own, in order: it reads x quantised once
+  // (quantisation is per row, so the values are the same), and so does the shared expert then. In
+  // decode that is every expert.
+  std::optional<ops::Fp8Activations> xq;
+  const auto x_quantised = [&] {
+    if (!xq) {
+      float* held = scratch(ws_.moe_shared_act, k_.act_scratch_floats(T_, dim));
+      xq = k_.quantize_activations(x, T_, dim, {held, ws_.moe_shared_act.size()});
+    }
+    return *xq;
+  };
+
   // Shared expert (FP8, same clamped SwiGLU, no routing weight), added last below.
   float* sg = scratch(ws_.shared_g, T_ * inter);
   float* su = scratch(ws_.shared_u, T_ * inter);
   float* sy = scratch(ws_.shared_out, T_ * dim);
-  const ops::Fp8Activations xs = k_.quantize_activations_fp8(x, T_, dim, act_span);
+  const bool x_shared = std::any_of(ws_.moe_experts.begin(), ws_.moe_experts.end(),
+                                    [&](const auto& ae) { return ae.rows == T_; });
+  const ops::Fp8Activations xs = x_shared ? x_quantised() : k_.quantize_activations_fp8(x, T_, dim, act_span);
   ws_.fp8_jobs.clear();
   ws_.fp8_jobs.push_back({ops::Fp8LinearJob::Kind::kGemm, xs, bw.shared.w1, sg});
   ws_.fp8_jobs.push_back({ops::Fp8LinearJob::Kind::kGemm, xs, bw.shared.w3, su});
@@ -95,8 +111,10 @@ void ForwardPass::moe(int l, const float* x, float* out) {
     for (size_t j = g0; j < g1; ++j) {
       const auto& ae = ws_.moe_experts[j];
       const ExpertWeights& we = ws_.moe_held[j - g0];
-      const ops::Fp8Activations xa = k_.quantize_activations(
-          xe + ae.row0 * dim, ae.rows, dim, {moe_act + ae.act_offset, k_.act_scratch_floats(ae.rows, dim)});
+      const ops::Fp8Activations xa =
+          ae.rows == T_ ? x_quantised()
+                        : k_.quantize_activations(xe + ae.row0 * dim, ae.rows, dim,
+                                                  {moe_act + ae.act_offset, k_.act_scratch_floats(ae.rows, dim)});
       ws_.fp4_jobs.push_back({xa, we.w1, g + ae.row0 * inter});
       ws_.fp4_jobs.push_back({xa, we.w3, u + ae.row0 * inter});
     }

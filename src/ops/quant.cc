@@ -178,7 +178,7 @@ void fp4_qdq_e4m3_inplace(float* x, size_t n, size_t block) {
   }
 }
 
-void fp4_dequant_e8m0(const uint8_t* packed, const uint8_t* scales_e8m0, size_t n, float* x, size_t block) {
+void ref::fp4_dequant_e8m0(const uint8_t* packed, const uint8_t* scales_e8m0, size_t n, float* x, size_t block) {
   check_blocks(n, block, "fp4_dequant_e8m0");
   CEDAR_CHECK(block % 2 == 0, "fp4 block must be even");
   const float* pairs = fp4_pair_table();
@@ -192,7 +192,7 @@ void fp4_dequant_e8m0(const uint8_t* packed, const uint8_t* scales_e8m0, size_t 
   }
 }
 
-void fp4_dequant_e4m3(const uint8_t* packed, const uint8_t* scales_e4m3, size_t n, float* x, size_t block) {
+void ref::fp4_dequant_e4m3(const uint8_t* packed, const uint8_t* scales_e4m3, size_t n, float* x, size_t block) {
   check_blocks(n, block, "fp4_dequant_e4m3");
   CEDAR_CHECK(block % 2 == 0, "fp4 block must be even");
   const float* pairs = fp4_pair_table();

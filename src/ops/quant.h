@@ -58,17 +58,22 @@ void fp4_quant_e4m3(const float* x, size_t n, uint8_t* packed, uint8_t* scales_e
 void fp4_qdq_e8m0_inplace(float* x, size_t n, size_t block = kFp4E8M0Block);
 void fp4_qdq_e4m3_inplace(float* x, size_t n, size_t block = kFp4E4M3Block);
 
-// Dequantisers (exact; the products are bf16-representable). n % block == 0.
+// Dequantisers (exact; the products are bf16-representable). n % block == 0. Decode runs them on the
+// calling thread every step: the FP8 one over the whole window of every layer, the FP4 E4M3 one over
+// the compressed entries each query selected. They are Highway vectors that build each code's value
+// exactly and multiply as the scalar references below do, so the bits are the references' on every
+// target (dequant_simd.cc).
 void fp4_dequant_e8m0(const uint8_t* packed, const uint8_t* scales_e8m0, size_t n, float* x,
                       size_t block = kFp4E8M0Block);
 void fp4_dequant_e4m3(const uint8_t* packed, const uint8_t* scales_e4m3, size_t n, float* x,
                       size_t block = kFp4E4M3Block);
-// The window KV's decoder, which every decode step runs over the whole window of every layer: Highway
-// vectors that look the codes up with a gather in the same table and multiply as the scalar reference
-// below does, so the bits are the reference's on every target (dequant_simd.cc).
 void fp8_dequant_e8m0(const uint8_t* codes, const uint8_t* scales_e8m0, size_t n, float* x,
                       size_t block = kFp8ActBlock);
 namespace ref {
+void fp4_dequant_e8m0(const uint8_t* packed, const uint8_t* scales_e8m0, size_t n, float* x,
+                      size_t block = kFp4E8M0Block);
+void fp4_dequant_e4m3(const uint8_t* packed, const uint8_t* scales_e4m3, size_t n, float* x,
+                      size_t block = kFp4E4M3Block);
 void fp8_dequant_e8m0(const uint8_t* codes, const uint8_t* scales_e8m0, size_t n, float* x,
                       size_t block = kFp8ActBlock);
 }  // namespace ref

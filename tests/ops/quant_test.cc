@@ -264,6 +264,38 @@ TEST(Fp8Dequant, SimdDecoderEqualsTheReferenceOnEveryTarget) {
   EXPECT_EQ(out[1], -0.5625f);
 }
 
+// The FP4 decoders (compressed KV entries: E4M3 scales per 16; index keys: E8M0 per 32) against the
+// scalar references: every packed byte under every scale byte, and odd blocks that leave tails.
+TEST(Fp4Dequant, SimdDecodersEqualTheReferencesOnEveryTarget) {
+  for (size_t block : {size_t{16}, size_t{32}, size_t{6}, size_t{64}}) {
+    const size_t n = 256 * block;
+    std::vector<uint8_t> packed(n / 2), scales(n / block);
+    for (size_t i = 0; i < n / 2; ++i) packed[i] = static_cast<uint8_t>((i * 37 + i / 256) % 256);
+    for (size_t b = 0; b < scales.size(); ++b) scales[b] = static_cast<uint8_t>(b);  // every E4M3 / E8M0 code
+    std::vector<float> want4(n), want8(n);
+    ref::fp4_dequant_e4m3(packed.data(), scales.data(), n, want4.data(), block);
+    ref::fp4_dequant_e8m0(packed.data(), scales.data(), n, want8.data(), block);
+    testing::for_each_simd_target([&] {
+      std::vector<float> got4(n), got8(n);
+      fp4_dequant_e4m3(packed.data(), scales.data(), n, got4.data(), block);
+      fp4_dequant_e8m0(packed.data(), scales.data(), n, got8.data(), block);
+      for (size_t i = 0; i < n; ++i) {
+        ASSERT_EQ(bits_of(got4[i]), bits_of(want4[i])) << "E4M3 scales, block " << block << " i " << i;
+        ASSERT_EQ(bits_of(got8[i]), bits_of(want8[i])) << "E8M0 scales, block " << block << " i " << i;
+      }
+    });
+  }
+  // Every byte's two values, unscaled, from the per-value definition (low nibble first).
+  std::vector<uint8_t> bytes(256), one(512 / kFp4E4M3Block, 0x38);  // E4M3 0x38 = 1.0
+  for (int b = 0; b < 256; ++b) bytes[b] = static_cast<uint8_t>(b);
+  std::vector<float> out(512);
+  fp4_dequant_e4m3(bytes.data(), one.data(), 512, out.data());
+  for (int b = 0; b < 256; ++b) {
+    EXPECT_EQ(bits_of(out[2 * b]), bits_of(e2m1_to_f32(static_cast<uint8_t>(b & 0xF)))) << b;
+    EXPECT_EQ(bits_of(out[2 * b + 1]), bits_of(e2m1_to_f32(static_cast<uint8_t>(b >> 4)))) << b;
+  }
+}
+
 TEST(KvEntries, LayoutCodesThenScales) {
   std::vector<float> x(512, 0.0f);
   x[0] = 448.0f;  // block 0 scale: 448/448 = 1 -> E8M0 127
