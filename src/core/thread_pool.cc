@@ -43,14 +43,33 @@ bool spin_until(Done&& done) {
   }
 }
 
-// The job word next_ packs the job's generation (high 32 bits), its chunk count (16 bits) and the
-// next unclaimed chunk (low 16 bits), so one compare-and-swap both checks that a job is still the
-// current one and claims a chunk of it, and nothing of a job is read before one of its chunks is
-// claimed.
-constexpr int kCountShift = 16;
+// A share word packs the job's generation (high 32 bits), the share's next unclaimed chunk (bits
+// 16-31) and one past its last chunk (low 16 bits), so one compare-and-swap both checks that the job
+// is still the current one and claims a chunk of it, and nothing of a job is read before one of its
+// chunks is claimed.
+constexpr int kFrontShift = 16;
 constexpr uint64_t kIndexMask = 0xFFFF;
 
-uint64_t pack_job(uint32_t gen, size_t chunks) { return (uint64_t{gen} << 32) | (uint64_t{chunks} << kCountShift); }
+uint64_t pack_share(uint32_t gen, size_t front, size_t back) {
+  return (uint64_t{gen} << 32) | (uint64_t{front} << kFrontShift) | uint64_t{back};
+}
+uint32_t share_gen(uint64_t w) { return static_cast<uint32_t>(w >> 32); }
+size_t share_front(uint64_t w) { return (w >> kFrontShift) & kIndexMask; }
+size_t share_back(uint64_t w) { return w & kIndexMask; }
+
+// Claims the front (owner) or back (another thread) chunk of a share of job `gen`; false when the
+// share is empty or belongs to another job.
+bool claim(std::atomic<uint64_t>& word, uint32_t gen, bool front, size_t& chunk) {
+  uint64_t w = word.load(std::memory_order_acquire);
+  for (;;) {
+    if (share_gen(w) != gen || share_front(w) >= share_back(w)) return false;
+    const uint64_t next = front ? w + (uint64_t{1} << kFrontShift) : w - 1;
+    if (word.compare_exchange_weak(w, next, std::memory_order_acq_rel, std::memory_order_acquire)) {
+      chunk = front ? share_front(w) : share_back(w) - 1;
+      return true;
+    }
+  }
+}
 
 }  // namespace
 
@@ -60,7 +79,8 @@ int hardware_threads() {
   return std::max(1u, std::thread::hardware_concurrency());
 }
 
-ThreadPool::ThreadPool(int n_threads) : n_threads_(std::clamp(n_threads, 1, kMaxThreads)) {
+ThreadPool::ThreadPool(int n_threads)
+    : n_threads_(std::clamp(n_threads, 1, kMaxThreads)), shares_(std::make_unique<Share[]>(n_threads_)) {
   for (int i = 1; i < n_threads_; ++i) workers_.emplace_back([this, i] { worker_main(i); });
 }
 
@@ -85,22 +105,32 @@ void ThreadPool::run_chunk(size_t chunk, size_t chunks, int thread) {
   if (b < e) fn_(ctx_, b, e, thread);
 }
 
-bool ThreadPool::run_chunks(int thread) {
-  bool finished_job = false;
-  uint64_t word = next_.load(std::memory_order_acquire);
-  for (;;) {
-    const size_t chunks = (word >> kCountShift) & kIndexMask, chunk = word & kIndexMask;
-    if (chunk >= chunks) return finished_job;  // every chunk of the current job is taken
-    if (!next_.compare_exchange_weak(word, word + 1, std::memory_order_acq_rel, std::memory_order_acquire)) continue;
-    // The chunk is ours: the job's fields stay put until it is reported finished.
-    run_chunk(chunk, chunks, thread);
-    // seq_cst, like the caller's store to caller_sleeping_ and its load in job_done: a Dekker-style
-    // pair (each side writes, then reads the other's flag) needs a total order, or on weakly ordered
-    // CPUs both could miss the other's write and the caller would sleep with the job finished.
-    const uint64_t done = finished_.fetch_add(1) + 1;
-    finished_job = (done & kIndexMask) == chunks;
-    word = next_.load(std::memory_order_acquire);
+size_t ThreadPool::run_chunks(int thread, uint32_t gen) {
+  size_t ran = 0, chunk = 0;
+  // The job's fields are read only once a chunk of it is held: they stay put until it is reported
+  // finished, which this thread's own count still holds back.
+  while (claim(shares_[thread].word, gen, true, chunk)) {
+    run_chunk(chunk, chunks_, thread);
+    ++ran;
   }
+  for (int i = 1; i < n_threads_; ++i) {
+    std::atomic<uint64_t>& other = shares_[(thread + i) % n_threads_].word;
+    while (claim(other, gen, false, chunk)) {
+      run_chunk(chunk, chunks_, thread);
+      ++ran;
+    }
+  }
+  return ran;
+}
+
+bool ThreadPool::report_finished(uint32_t gen, size_t ran) {
+  if (ran == 0) return false;
+  // Read before the report: once the job is finished the caller may start the next one.
+  const uint64_t all_done = (uint64_t{gen} << 32) | chunks_;
+  // seq_cst, like the caller's store to caller_sleeping_ and its load in job_done: a Dekker-style
+  // pair (each side writes, then reads the other's flag) needs a total order, or on weakly ordered
+  // CPUs both could miss the other's write and the caller would sleep with the job finished.
+  return finished_.fetch_add(ran) + ran == all_done;
 }
 
 void ThreadPool::run(size_t n, size_t grain, TaskFn fn, void* ctx) {
@@ -115,11 +145,15 @@ void ThreadPool::run(size_t n, size_t grain, TaskFn fn, void* ctx) {
   ctx_ = ctx;
   n_ = n;
   grain_ = grain;
-  const size_t chunks = std::min(units, static_cast<size_t>(n_threads_) * kChunksPerThread);
+  const size_t chunks = std::min({units, static_cast<size_t>(n_threads_) * kChunksPerThread, kMaxChunks});
+  chunks_ = chunks;
   const uint32_t gen = static_cast<uint32_t>(generation_.load() + 1);
-  const uint64_t all_done = pack_job(gen, 0) | chunks;
-  finished_.store(pack_job(gen, 0), std::memory_order_relaxed);
-  next_.store(pack_job(gen, chunks), std::memory_order_release);  // publishes the fields above
+  const uint64_t all_done = (uint64_t{gen} << 32) | chunks;
+  finished_.store(uint64_t{gen} << 32, std::memory_order_relaxed);
+  for (int t = 0; t < n_threads_; ++t) {  // thread t's share: chunks [t·chunks/T, (t+1)·chunks/T)
+    const size_t T = static_cast<size_t>(n_threads_), i = static_cast<size_t>(t);
+    shares_[t].word.store(pack_share(gen, i * chunks / T, (i + 1) * chunks / T), std::memory_order_release);
+  }
   generation_.store(gen);  // seq_cst: wakes the spinners, ordered before the sleeper check
   if (sleeping_workers_.load() > 0) {
     // A worker that counted itself as sleeping either still holds the mutex (and will see the new
@@ -127,7 +161,7 @@ void ThreadPool::run(size_t n, size_t grain, TaskFn fn, void* ctx) {
     { std::lock_guard<std::mutex> lock(mu_); }
     cv_start_.notify_all();
   }
-  run_chunks(0);
+  report_finished(gen, run_chunks(0, gen));
   const auto job_done = [&] { return finished_.load() == all_done; };
   if (spin_until(job_done)) return;
   std::unique_lock<std::mutex> lock(mu_);
@@ -149,7 +183,8 @@ void ThreadPool::worker_main(int index) {
     seen = generation_.load(std::memory_order_acquire);
     if (stop_.load()) return;
     // Chunks of whichever job is current (a late worker may find a newer one, or none left).
-    if (run_chunks(index) && caller_sleeping_.load()) {
+    const uint32_t gen = static_cast<uint32_t>(seen);
+    if (report_finished(gen, run_chunks(index, gen)) && caller_sleeping_.load()) {
       { std::lock_guard<std::mutex> lock(mu_); }
       cv_done_.notify_one();
     }

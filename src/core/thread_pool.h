@@ -6,17 +6,22 @@
 // apart. Waking sleeping threads through a futex for each costs more than the region itself, so
 // workers (and the caller, waiting for them) spin on atomics for a short while before they sleep on
 // a condition variable; the mutex and the wake-up system call are only used when someone sleeps.
-// A job is cut into a few chunks per thread (kChunksPerThread), claimed one at a time by whichever
-// thread is free, the caller included: a thread the OS has descheduled or slowed (an oversubscribed
-// or noisy machine) leaves its share to the others instead of holding up the region. Which thread
-// runs a chunk never changes the chunk's bounds, so results stay independent of timing. One thread
-// at a time may call parallel_for.
+// A job is cut into a few chunks per thread (kChunksPerThread), and each thread starts on its own
+// contiguous share of them: it claims them front to back with a compare-and-swap on a cache line of
+// its own, which no other thread touches until that thread has run out of work. Then it takes
+// chunks from the back of the other threads' shares, so a thread the OS has descheduled or slowed
+// (an oversubscribed or noisy machine) leaves its share to the others instead of holding up the
+// region. A shared counter claimed chunk by chunk cost a contended cache-line transfer per chunk and
+// per completion (~0.1-0.2 µs each, several thousand per decoded token). Each thread reports the
+// chunks it ran once, when it finds none left. Which thread runs a chunk never changes the chunk's
+// bounds, so results stay independent of timing. One thread at a time may call parallel_for.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -50,15 +55,20 @@ class ThreadPool {
 
  private:
   using TaskFn = void (*)(void*, size_t, size_t, int);
-  // Enough chunks to even out a slow thread, few enough that claiming them costs nothing.
-  static constexpr size_t kChunksPerThread = 4;
-  static constexpr int kMaxThreads = 4096;  // chunk counts must fit the 16-bit fields of next_
+  // Enough chunks that the last one (all a finished thread may wait for) is short; claiming one from
+  // a thread's own share costs an uncontended compare-and-swap. Decode's regions take tens of
+  // microseconds: with 2 threads, 16 chunks each decoded faster than 4 (docs/PERFORMANCE.md).
+  static constexpr size_t kChunksPerThread = 16;
+  static constexpr int kMaxThreads = 4096;
+  static constexpr size_t kMaxChunks = 0xFFFF;  // chunk indices fill the 16-bit fields of a share
 
   void run(size_t n, size_t grain, TaskFn fn, void* ctx);
   void worker_main(int index);
-  // Claims and runs chunks of the current job until none is left; true when the last chunk it
-  // finished completed the job.
-  bool run_chunks(int thread);
+  // Runs chunks of job `gen`, its own share first, then the others' from the back, until none is
+  // left; returns how many it ran.
+  size_t run_chunks(int thread, uint32_t gen);
+  // Reports `ran` chunks of job `gen` finished; true when they completed the job.
+  bool report_finished(uint32_t gen, size_t ran);
   void run_chunk(size_t chunk, size_t chunks, int thread);
 
   int n_threads_;
@@ -67,18 +77,24 @@ class ThreadPool {
   std::condition_variable cv_start_;
   std::condition_variable cv_done_;
   std::atomic<uint64_t> generation_{0};  // bumped once per job (and at shutdown): wakes the workers
-  // The current job's generation (high 32 bits) with its chunk count and next unclaimed chunk
-  // (next_), or with the number of chunks finished (finished_).
-  std::atomic<uint64_t> next_{0}, finished_{0};
+  // A thread's share of the current job: the job's generation (high 32 bits), its next unclaimed
+  // chunk (bits 16-31) and one past its last (low 16 bits). One cache line each.
+  struct alignas(64) Share {
+    std::atomic<uint64_t> word{0};
+  };
+  std::unique_ptr<Share[]> shares_;
+  // The current job's generation (high 32 bits) with the number of chunks reported finished.
+  alignas(64) std::atomic<uint64_t> finished_{0};
   std::atomic<int> sleeping_workers_{0};
   std::atomic<bool> caller_sleeping_{false};
   std::atomic<bool> stop_{false};
-  // The current job: written before next_ publishes it, read only by a thread holding one of its
+  // The current job: written before the shares publish it, read only by a thread holding one of its
   // chunks.
   TaskFn fn_ = nullptr;
   void* ctx_ = nullptr;
   size_t n_ = 0;
   size_t grain_ = 1;
+  size_t chunks_ = 0;
 };
 
 // Number of hardware threads usable by this process (sched affinity aware).

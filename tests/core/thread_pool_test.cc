@@ -6,6 +6,7 @@
 #include <mutex>
 #include <numeric>
 #include <set>
+#include <thread>
 #include <vector>
 
 namespace cedar {
@@ -102,6 +103,32 @@ TEST(ThreadPool, ChunkBoundsDoNotDependOnTiming) {
         }
       }
     }
+  }
+}
+
+
+// A thread stuck in one of its chunks leaves the rest of its share to the others: here the worker
+// waits inside its first chunk until every other chunk has run, which only happens when the caller
+// takes the worker's remaining chunks from the back of its share.
+TEST(ThreadPool, IdleThreadsTakeTheRestOfAStuckThreadsShare) {
+  ThreadPool pool(2);
+  for (int r = 0; r < 50; ++r) {
+    const size_t n = 64;
+    std::vector<std::atomic<int>> hits(n);
+    std::atomic<size_t> ran_by_caller{0}, done{0};
+    std::atomic<int> worker_chunks{0};
+    pool.parallel_for(n, 1, [&](size_t b, size_t e, int t) {
+      if (t != 0 && worker_chunks.fetch_add(1) == 0) {
+        while (done.load() < n - (e - b)) std::this_thread::yield();
+      }
+      for (size_t i = b; i < e; ++i) hits[i]++;
+      if (t == 0) ran_by_caller += e - b;
+      done += e - b;
+    });
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(hits[i].load(), 1) << "call " << r << " i " << i;
+    // The worker ran at most the chunk it was stuck in (or nothing, if it joined late).
+    ASSERT_LE(worker_chunks.load(), 1) << "call " << r;
+    ASSERT_GE(ran_by_caller.load(), n - n / 32) << "call " << r;
   }
 }
 
