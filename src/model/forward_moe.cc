@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "core/check.h"
+#include "core/thread_pool.h"
 #include "model/engram_module.h"
 #include "model/forward_internal.h"
 #include "ops/linear.h"
@@ -93,7 +94,6 @@ void ForwardPass::moe(int l, const float* x, float* out) {
   float* g = scratch(ws_.expert_g, R * inter);    // [R, inter]
   float* u = scratch(ws_.expert_u, R * inter);    // [R, inter]
   float* ye = scratch(ws_.expert_out, R * dim);   // [R, dim]
-  for (size_t i = 0; i < R; ++i) std::memcpy(xe + i * dim, x + tokens[i] * dim, dim * sizeof(float));
   // Activation scratch per expert (each expert's rows are quantised on their own, as in the reference).
   size_t act_total = 0;
   for (auto& ae : ws_.moe_experts) {
@@ -111,23 +111,36 @@ void ForwardPass::moe(int l, const float* x, float* out) {
     for (size_t j = g0; j < g1; ++j) {
       const auto& ae = ws_.moe_experts[j];
       const ExpertWeights& we = ws_.moe_held[j - g0];
-      const ops::Fp8Activations xa =
-          ae.rows == T_ ? x_quantised()
-                        : k_.quantize_activations(xe + ae.row0 * dim, ae.rows, dim,
-                                                  {moe_act + ae.act_offset, k_.act_scratch_floats(ae.rows, dim)});
+      ops::Fp8Activations xa;
+      if (ae.rows == T_) {
+        xa = x_quantised();
+      } else {  // the expert's tokens' rows, gathered
+        for (size_t i = ae.row0; i < ae.row0 + ae.rows; ++i)
+          std::memcpy(xe + i * dim, x + tokens[i] * dim, dim * sizeof(float));
+        xa = k_.quantize_activations(xe + ae.row0 * dim, ae.rows, dim,
+                                     {moe_act + ae.act_offset, k_.act_scratch_floats(ae.rows, dim)});
+      }
       ws_.fp4_jobs.push_back({xa, we.w1, g + ae.row0 * inter});
       ws_.fp4_jobs.push_back({xa, we.w3, u + ae.row0 * inter});
     }
     ops::gemm_fp4_batch(k_, ws_.fp4_jobs, pool_);
-    const size_t r0 = ws_.moe_experts[g0].row0, r1 = ws_.moe_experts[g1 - 1].row0 + ws_.moe_experts[g1 - 1].rows;
-    for (size_t i = r0; i < r1; ++i)
-      k_.swiglu_clamped(g + i * inter, u + i * inter, inter, limit, weights[tokens[i] * K + slots[i]], g + i * inter);
-    ws_.fp4_jobs.clear();
-    for (size_t j = g0; j < g1; ++j) {
+    // Each expert's SwiGLU and w2 input quantisation, experts in parallel (each writes its own rows
+    // and activation scratch).
+    ws_.fp4_jobs.resize(g1 - g0);
+    const auto w2_inputs = [&](size_t j) {
       const auto& ae = ws_.moe_experts[j];
+      for (size_t i = ae.row0; i < ae.row0 + ae.rows; ++i)
+        k_.swiglu_clamped(g + i * inter, u + i * inter, inter, limit, weights[tokens[i] * K + slots[i]], g + i * inter);
       const ops::Fp8Activations ga = k_.quantize_activations(
           g + ae.row0 * inter, ae.rows, inter, {moe_act + ae.act_offset, k_.act_scratch_floats(ae.rows, inter)});
-      ws_.fp4_jobs.push_back({ga, ws_.moe_held[j - g0].w2, ye + ae.row0 * dim});
+      ws_.fp4_jobs[j - g0] = {ga, ws_.moe_held[j - g0].w2, ye + ae.row0 * dim};
+    };
+    if (pool_ && pool_->size() > 1) {
+      pool_->parallel_for(g1 - g0, 1, [&](size_t b, size_t e, int) {
+        for (size_t j = g0 + b; j < g0 + e; ++j) w2_inputs(j);
+      });
+    } else {
+      for (size_t j = g0; j < g1; ++j) w2_inputs(j);
     }
     ops::gemm_fp4_batch(k_, ws_.fp4_jobs, pool_);
     src.release_all();
