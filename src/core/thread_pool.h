@@ -12,9 +12,9 @@
 // chunks from the back of the other threads' shares, so a thread the OS has descheduled or slowed
 // (an oversubscribed or noisy machine) leaves its share to the others instead of holding up the
 // region. A shared counter claimed chunk by chunk cost a contended cache-line transfer per chunk and
-// per completion (~0.1-0.2 µs each, several thousand per decoded token). Each thread reports the
-// chunks it ran once, when it finds none left. Which thread runs a chunk never changes the chunk's
-// bounds, so results stay independent of timing. One thread at a time may call parallel_for.
+// per completion, several thousand per decoded token. Each thread reports the chunks it ran once,
+// when it finds none left. Which thread runs a chunk never changes the chunk's bounds, so results
+// stay independent of timing. One thread at a time may call parallel_for.
 #pragma once
 
 #include <atomic>
@@ -57,7 +57,7 @@ class ThreadPool {
   using TaskFn = void (*)(void*, size_t, size_t, int);
   // Enough chunks that the last one (all a finished thread may wait for) is short; claiming one from
   // a thread's own share costs an uncontended compare-and-swap. Decode's regions take tens of
-  // microseconds: with 2 threads, 16 chunks each decoded faster than 4 (docs/PERFORMANCE.md).
+  // microseconds; with 2 threads, 16 chunks each decoded at least as fast as 4 (docs/PERFORMANCE.md).
   static constexpr size_t kChunksPerThread = 16;
   static constexpr int kMaxThreads = 4096;
   static constexpr size_t kMaxChunks = 0xFFFF;  // chunk indices fill the 16-bit fields of a share
