@@ -1,7 +1,6 @@
 // MoE (model.py Gate / Expert / MoE) and Engram (model.py Engram) for the forward pass.
 #include <algorithm>
 #include <cstring>
-#include <optional>
 
 #include "core/check.h"
 #include "core/thread_pool.h"
@@ -67,22 +66,19 @@ void ForwardPass::moe(int l, const float* x, float* out) {
   // An expert chosen by every token has x's rows as its own, in order: it reads x quantised once
   // (quantisation is per row, so the values are the same), and so does the shared expert then. In
   // decode that is every expert.
-  std::optional<ops::Fp8Activations> xq;
-  const auto x_quantised = [&] {
-    if (!xq) {
-      float* held = scratch(ws_.moe_shared_act, k_.act_scratch_floats(T_, dim));
-      xq = k_.quantize_activations(x, T_, dim, {held, ws_.moe_shared_act.size()});
-    }
-    return *xq;
-  };
+  const bool x_shared = std::any_of(ws_.moe_experts.begin(), ws_.moe_experts.end(),
+                                    [&](const auto& ae) { return ae.rows == T_; });
+  ops::Fp8Activations xq;
+  if (x_shared) {
+    float* held = scratch(ws_.moe_shared_act, k_.act_scratch_floats(T_, dim));
+    xq = k_.quantize_activations(x, T_, dim, {held, ws_.moe_shared_act.size()});
+  }
 
   // Shared expert (FP8, same clamped SwiGLU, no routing weight), added last below.
   float* sg = scratch(ws_.shared_g, T_ * inter);
   float* su = scratch(ws_.shared_u, T_ * inter);
   float* sy = scratch(ws_.shared_out, T_ * dim);
-  const bool x_shared = std::any_of(ws_.moe_experts.begin(), ws_.moe_experts.end(),
-                                    [&](const auto& ae) { return ae.rows == T_; });
-  const ops::Fp8Activations xs = x_shared ? x_quantised() : k_.quantize_activations_fp8(x, T_, dim, act_span);
+  const ops::Fp8Activations xs = x_shared ? xq : k_.quantize_activations_fp8(x, T_, dim, act_span);
   ws_.fp8_jobs.clear();
   ws_.fp8_jobs.push_back({ops::Fp8LinearJob::Kind::kGemm, xs, bw.shared.w1, sg});
   ws_.fp8_jobs.push_back({ops::Fp8LinearJob::Kind::kGemm, xs, bw.shared.w3, su});
@@ -113,7 +109,7 @@ void ForwardPass::moe(int l, const float* x, float* out) {
       const ExpertWeights& we = ws_.moe_held[j - g0];
       ops::Fp8Activations xa;
       if (ae.rows == T_) {
-        xa = x_quantised();
+        xa = xq;
       } else {  // the expert's tokens' rows, gathered
         for (size_t i = ae.row0; i < ae.row0 + ae.rows; ++i)
           std::memcpy(xe + i * dim, x + tokens[i] * dim, dim * sizeof(float));

@@ -21,6 +21,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
 #include "ops/bf16_round-inl.h"
+#include "ops/attention_block-inl.h"
 #include "ops/dot-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -59,7 +60,6 @@ void SparseAttnHeads(const float* q, size_t head_dim, const KvRows* kv_ptr, cons
                      const int32_t* idx, size_t n_idx, float scale, float* out, size_t h_begin,
                      size_t h_end) {
   const KvRows& kv = *kv_ptr;
-  const float neg_inf = -std::numeric_limits<float>::infinity();
   HWY_ALIGN double block_pv[kSparseAttnMaxHeadDim];  // [head_dim] this block's exact Σ_j bf16(p_j)·v_j
   for (size_t h = h_begin; h < h_end; ++h) {
     const float* qh = q + h * head_dim;
@@ -71,18 +71,9 @@ void SparseAttnHeads(const float* q, size_t head_dim, const KvRows* kv_ptr, cons
       const size_t nb = std::min(kSparseAttnBlock, n_idx - start);
       float score[kSparseAttnBlock];
       const float* rows[kSparseAttnBlock];
-      float block_max = neg_inf;
-      for (size_t j = 0; j < nb; ++j) {
-        const int32_t r = idx[start + j];
-        if (r < 0) {
-          rows[j] = nullptr;
-          score[j] = neg_inf;
-        } else {
-          rows[j] = kv.row(static_cast<size_t>(r), head_dim);
-          score[j] = DotCanonical(qh, rows[j], head_dim) * scale;
-        }
-        block_max = std::max(block_max, score[j]);
-      }
+      const float block_max = SparseAttnBlockScores(
+          qh, kv, idx + start, nb, head_dim, scale,
+          [](const float* a, const float* b, size_t n) { return DotCanonical(a, b, n); }, rows, score);
       const float new_max = std::max(running_max, block_max);
       const float alpha = exp_f32(running_max - new_max);
       double p_sum = 0.0;

@@ -19,6 +19,7 @@
 #include "hwy/highway.h"
 #include "hwy/contrib/math/math-inl.h"
 #include "ops/bf16_round-inl.h"
+#include "ops/attention_block-inl.h"
 #include "ops/dot-inl.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -48,18 +49,9 @@ void FastSparseAttnHeads(const float* q, size_t head_dim, const KvRows* kv_ptr, 
       const size_t nb = std::min(kSparseAttnBlock, n_idx - start);
       const size_t nb_padded = (nb + N - 1) / N * N;
       const float* rows[kSparseAttnBlock];
-      float block_max = neg_inf;
-      for (size_t j = 0; j < nb; ++j) {
-        const int32_t r = idx[start + j];
-        if (r < 0) {
-          rows[j] = nullptr;
-          score[j] = neg_inf;
-        } else {
-          rows[j] = kv.row(static_cast<size_t>(r), head_dim);
-          score[j] = DotF32(qh, rows[j], head_dim) * scale;
-        }
-        block_max = std::max(block_max, score[j]);
-      }
+      const float block_max = SparseAttnBlockScores(
+          qh, kv, idx + start, nb, head_dim, scale,
+          [](const float* a, const float* b, size_t n) { return DotF32(a, b, n); }, rows, score);
       std::fill(score + nb, score + nb_padded, neg_inf);
       const float new_max = std::max(running_max, block_max);
       const float alpha = std::exp(running_max - new_max);
