@@ -11,6 +11,7 @@
 #include "core/thread_pool.h"
 #include "ops/attention.h"
 #include "ops/formats.h"
+#include "ops/indexer_tiles_x86.h"
 #include "ops/kernel_set.h"
 #include "ops/linear.h"
 #include "ops/quant.h"
@@ -149,7 +150,8 @@ BENCHMARK(BM_OpsSparseAttn)->Arg(640)->Unit(benchmark::kMicrosecond)->UseRealTim
 
 // One query's indexer scores over n_keys FP4 index keys (V4.1: 64 heads of 128), as the model runs
 // them. Args: n_keys, path (0: float64 row dots, the contract as written; 1: integer key tiles with
-// the exact-spread test, what the forward pass uses), threads (0 = all).
+// the exact-spread test, what the forward pass uses: the AVX512-VNNI tile kernel where the CPU has
+// it; 2: the tiles on the Highway kernel alone), threads (0 = all).
 void BM_OpsIndexerScores(benchmark::State& state) {
   const size_t heads = 64, d = 128, n_keys = state.range(0);
   std::mt19937 rng(5);
@@ -174,7 +176,8 @@ void BM_OpsIndexerScores(benchmark::State& state) {
     append_index_key_tile(kp.data() + t * d / 2, ks.data() + t * d / 32, d, t, codes.data(), tile_scales.data());
   }
   const IndexKeyTiles tiles{codes.data(), tile_scales.data()};
-  const bool tiled = state.range(1) == 1;
+  const bool tiled = state.range(1) >= 1;
+  x86::set_indexer_tiles_vnni_allowed(state.range(1) == 1);
   std::vector<float> scores(n_keys);
   ThreadPool* pool = pool_for(static_cast<int>(state.range(2)));
   for (auto _ : state) {
@@ -185,6 +188,7 @@ void BM_OpsIndexerScores(benchmark::State& state) {
     }
     benchmark::DoNotOptimize(scores.data());
   }
+  x86::set_indexer_tiles_vnni_allowed(true);
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * n_keys));
   // Multiply-adds of q·key per second.
   state.counters["GMAC/s"] = benchmark::Counter(static_cast<double>(state.iterations() * n_keys * heads * d) * 1e-9,
@@ -193,8 +197,11 @@ void BM_OpsIndexerScores(benchmark::State& state) {
 BENCHMARK(BM_OpsIndexerScores)
     ->Args({8192, 0, 1})
     ->Args({8192, 1, 1})
+    ->Args({8192, 2, 1})
     ->Args({65536, 1, 1})
+    ->Args({65536, 2, 1})
     ->Args({65536, 1, 2})
+    ->Args({65536, 2, 2})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
 

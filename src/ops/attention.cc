@@ -15,6 +15,7 @@
 #include "core/thread_pool.h"
 #include "ops/exact_math.h"
 #include "ops/formats.h"
+#include "ops/indexer_tiles_x86.h"
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "ops/attention.cc"
@@ -126,23 +127,65 @@ void IndexerScoresRange(const float* q, const float* w, size_t n_heads, size_t h
 
 // The 16 keys' integer block sums Σ c_q · c_k for one block of 32 dimensions, as two vectors of 8
 // int32 (keys 0-7, 8-15). The keys' codes are stored + 12 (unsigned, for the u8 x i8 pairwise
-// multiply-add); 12 · Σ c_q is taken off once. Every pairwise sum is at most 2 · 24 · 12 = 576 and
-// the 16 of a block at most 9,216, so the int16 lanes never saturate and the sums are exact.
+// multiply-add), four dimensions per key together (IndexKeyTiles); 12 · Σ c_q is taken off once.
+// Each int16 lane adds the pairwise sums of 8 quads: at most 8 · 2 · 24 · 12 = 4,608, so it never
+// saturates and the sums are exact; one multiply-add by ones then joins a key's two lanes.
 #if HWY_TARGET <= HWY_AVX2
 HWY_INLINE void TileBlockSums(const uint8_t* kcodes, const int8_t* qcodes, int16_t offset_sum,
                               hn::Vec<hn::Full256<int32_t>>* lo, hn::Vec<hn::Full256<int32_t>>* hi) {
-  __m256i acc = _mm256_setzero_si256();
-  for (size_t p = 0; p < 16; ++p) {
-    int16_t pair;
-    std::memcpy(&pair, qcodes + 2 * p, 2);
-    const __m256i k = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kcodes + p * 32));
-    acc = _mm256_add_epi16(acc, _mm256_maddubs_epi16(k, _mm256_set1_epi16(pair)));
+  __m256i acc_lo = _mm256_setzero_si256(), acc_hi = _mm256_setzero_si256();
+  for (size_t quad = 0; quad < 8; ++quad) {
+    int32_t four;
+    std::memcpy(&four, qcodes + 4 * quad, 4);
+    const __m256i qv = _mm256_set1_epi32(four);
+    const uint8_t* k = kcodes + quad * 4 * kIndexKeyTile;
+    acc_lo = _mm256_add_epi16(acc_lo, _mm256_maddubs_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(k)), qv));
+    acc_hi =
+        _mm256_add_epi16(acc_hi, _mm256_maddubs_epi16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(k + 32)), qv));
   }
-  acc = _mm256_sub_epi16(acc, _mm256_set1_epi16(offset_sum));
-  lo->raw = _mm256_cvtepi16_epi32(_mm256_castsi256_si128(acc));
-  hi->raw = _mm256_cvtepi16_epi32(_mm256_extracti128_si256(acc, 1));
+  const __m256i ones = _mm256_set1_epi16(1), offset = _mm256_set1_epi32(offset_sum);
+  lo->raw = _mm256_sub_epi32(_mm256_madd_epi16(acc_lo, ones), offset);
+  hi->raw = _mm256_sub_epi32(_mm256_madd_epi16(acc_hi, ones), offset);
 }
 #endif
+
+// One head's dots with the 16 keys of a tile: Σ_b (integer block sum) · (key scale · query scale),
+// the float64 terms added in block order and rounded once to fp32. qc, qs, qo: the head's codes,
+// block scales and offsets (IndexerScoresTiles).
+HWY_INLINE void TileHeadDots(const uint8_t* tile_codes, const double* tile_scales, size_t blocks, const int8_t* qc,
+                             const double* qs, const int16_t* qo, float* dot) {
+  constexpr size_t kTile = kIndexKeyTile;
+#if HWY_TARGET <= HWY_AVX2
+  const hn::Full256<double> d4;
+  const hn::Full128<int32_t> di4;
+  hn::Vec<decltype(d4)> acc[4] = {hn::Zero(d4), hn::Zero(d4), hn::Zero(d4), hn::Zero(d4)};
+  for (size_t b = 0; b < blocks; ++b) {
+    hn::Vec<hn::Full256<int32_t>> lo, hi;
+    TileBlockSums(tile_codes + b * 32 * kTile, qc + b * 32, qo[b], &lo, &hi);
+    const auto s = hn::Set(d4, qs[b]);
+    const double* ks = tile_scales + b * kTile;
+    const hn::Vec<decltype(di4)> parts[4] = {hn::LowerHalf(di4, lo), hn::UpperHalf(di4, lo), hn::LowerHalf(di4, hi),
+                                             hn::UpperHalf(di4, hi)};
+    for (size_t v = 0; v < 4; ++v)
+      acc[v] = hn::MulAdd(hn::PromoteTo(d4, parts[v]), hn::Mul(hn::LoadU(d4, ks + 4 * v), s), acc[v]);
+  }
+  for (size_t v = 0; v < 4; ++v) hn::StoreU(hn::DemoteTo(hn::Full128<float>(), acc[v]), hn::Full128<float>(), dot + 4 * v);
+#else
+  // Other targets: the same integer block sums and float64 sum, one key at a time.
+  for (size_t i = 0; i < kTile; ++i) {
+    double acc = 0.0;
+    for (size_t b = 0; b < blocks; ++b) {
+      int32_t block_sum = 0;
+      for (size_t quad = 0; quad < 8; ++quad)
+        for (size_t j = 0; j < 4; ++j)
+          block_sum += qc[b * 32 + 4 * quad + j] *
+                       (static_cast<int32_t>(tile_codes[((b * 8 + quad) * kTile + i) * 4 + j]) - 12);
+      acc += static_cast<double>(block_sum) * (tile_scales[b * kTile + i] * qs[b]);
+    }
+    dot[i] = static_cast<float>(acc);
+  }
+#endif
+}
 
 // The indexer over integer key tiles (IndexKeyTiles in attention.h), 16 keys at a time. Each head's
 // 16 dots are Σ_blocks (block sum) · (key scale · query scale) in float64, rounded once to fp32: the
@@ -167,8 +210,11 @@ void IndexerScoresTiles(const float* q, const int8_t* q_codes, const double* q_s
   const size_t lanes = hn::Lanes(df);
   const hn::ScalableTag<double> dd;
   const hn::Rebind<float, decltype(dd)> dfd;  // floats promoted to the float64 head sums
-  const size_t dlanes = hn::Lanes(dd);
+  constexpr size_t dlanes = hn::MaxLanes(dd);
   HWY_ALIGN float dot[kTile];
+  // AVX512-VNNI CPUs take every head's dots of a tile at once (indexer_tiles_x86.h).
+  const bool vnni = n_heads <= x86::kIndexerTileMaxHeads && x86::indexer_tiles_vnni_usable();
+  HWY_ALIGN float vnni_dots[x86::kIndexerTileMaxHeads * kTile];
   HWY_ALIGN double sum[kTile];
   double key_ratio[kTile];
   for (size_t t0 = t_begin; t0 < t_end; t0 += kTile) {
@@ -186,39 +232,18 @@ void IndexerScoresTiles(const float* q, const int8_t* q_codes, const double* q_s
       for (size_t b = 0; b < blocks; ++b) key_ratio[i] = std::isnan(tile_scales[b * kTile + i]) ? NAN : key_ratio[i];
       if (i < valid) widest = std::isnan(key_ratio[i]) || std::isnan(widest) ? NAN : std::max(widest, key_ratio[i]);
     }
-    for (size_t i = 0; i < kTile; ++i) sum[i] = 0.0;
+    // The head sums stay in registers: through memory, each head's adds waited on the previous
+    // head's stores (a fifth of the kernel's time with 64 heads).
+    hn::Vec<decltype(dd)> head_sum[kTile / dlanes];
+    for (auto& v : head_sum) v = hn::Zero(dd);
+    if (vnni) x86::indexer_tile_dots_vnni(tile_codes, tile_scales, head_dim, q_codes, q_scale, q_offset, n_heads, vnni_dots);
     for (size_t h = 0; h < n_heads; ++h) {
-      const double* qs = q_scale + h * blocks;
-#if HWY_TARGET <= HWY_AVX2
-      const hn::Full256<double> d4;
-      const hn::Full128<int32_t> di4;
-      hn::Vec<decltype(d4)> acc[4] = {hn::Zero(d4), hn::Zero(d4), hn::Zero(d4), hn::Zero(d4)};
-      for (size_t b = 0; b < blocks; ++b) {
-        hn::Vec<hn::Full256<int32_t>> lo, hi;
-        TileBlockSums(tile_codes + b * 16 * 32, q_codes + h * head_dim + b * 32, q_offset[h * blocks + b], &lo, &hi);
-        const auto s = hn::Set(d4, qs[b]);
-        const double* ks = tile_scales + b * kTile;
-        const hn::Vec<decltype(di4)> parts[4] = {hn::LowerHalf(di4, lo), hn::UpperHalf(di4, lo), hn::LowerHalf(di4, hi),
-                                                 hn::UpperHalf(di4, hi)};
-        for (size_t v = 0; v < 4; ++v)
-          acc[v] = hn::MulAdd(hn::PromoteTo(d4, parts[v]), hn::Mul(hn::LoadU(d4, ks + 4 * v), s), acc[v]);
+      if (vnni) {
+        std::memcpy(dot, vnni_dots + h * kTile, sizeof(dot));
+      } else {
+        TileHeadDots(tile_codes, tile_scales, blocks, q_codes + h * head_dim, q_scale + h * blocks, q_offset + h * blocks,
+                     dot);
       }
-      for (size_t v = 0; v < 4; ++v) hn::StoreU(hn::DemoteTo(hn::Full128<float>(), acc[v]), hn::Full128<float>(), dot + 4 * v);
-#else
-      // Other targets: the same integer block sums and float64 sum, one key at a time.
-      for (size_t i = 0; i < kTile; ++i) {
-        double acc = 0.0;
-        for (size_t b = 0; b < blocks; ++b) {
-          int32_t block_sum = 0;
-          for (size_t p = 0; p < 16; ++p)
-            for (size_t j = 0; j < 2; ++j)
-              block_sum += q_codes[h * head_dim + b * 32 + 2 * p + j] *
-                           (static_cast<int32_t>(tile_codes[(b * 16 + p) * 32 + 2 * i + j]) - 12);
-          acc += static_cast<double>(block_sum) * (tile_scales[b * kTile + i] * qs[b]);
-        }
-        dot[i] = static_cast<float>(acc);
-      }
-#endif
       const float* qh = q + h * head_dim;
       if (!(widest * q_ratio[h] <= exact_ratio)) {
         for (size_t i = 0; i < valid; ++i) {
@@ -231,10 +256,11 @@ void IndexerScoresTiles(const float* q, const int8_t* q_codes, const double* q_s
         const auto relu = hn::IfThenElseZero(hn::Gt(d, hn::Zero(df)), d);
         hn::Store(RoundBf16Finite(df, hn::Mul(relu, wv)), df, dot + v);
       }
-      for (size_t i = 0; i < kTile; i += dlanes) {  // heads in order, per lane
-        hn::Store(hn::Add(hn::Load(dd, sum + i), hn::PromoteTo(dd, hn::Load(dfd, dot + i))), dd, sum + i);
+      for (size_t v = 0; v < kTile / dlanes; ++v) {  // heads in order, per lane
+        head_sum[v] = hn::Add(head_sum[v], hn::PromoteTo(dd, hn::Load(dfd, dot + v * dlanes)));
       }
     }
+    for (size_t v = 0; v < kTile / dlanes; ++v) hn::Store(head_sum[v], dd, sum + v * dlanes);
     for (size_t i = 0; i < valid; ++i) scores[t0 + i] = round_bf16(static_cast<float>(sum[i]));
   }
 }
@@ -395,7 +421,7 @@ void append_index_key_tile(const uint8_t* packed, const uint8_t* scales_e8m0, si
   uint8_t* tile = codes + (t / kIndexKeyTile) * head_dim * kIndexKeyTile;
   for (size_t k = 0; k < head_dim; ++k) {
     const int code = kTwice[(packed[k / 2] >> (4 * (k & 1))) & 0xF];
-    tile[(k / 2) * 2 * kIndexKeyTile + lane * 2 + (k & 1)] = static_cast<uint8_t>(code + 12);
+    tile[((k / 4) * kIndexKeyTile + lane) * 4 + (k & 3)] = static_cast<uint8_t>(code + 12);
   }
   double* tile_scales = scales + (t / kIndexKeyTile) * (head_dim / 32) * kIndexKeyTile;
   for (size_t b = 0; b < head_dim / 32; ++b) {

@@ -84,8 +84,8 @@ void indexer_scores(const float* q, const float* w, size_t n_heads, size_t head_
                     const IndexKeyTiles* key_tiles = nullptr, const uint8_t* tile_mask = nullptr);
 
 // Index keys key-major in tiles of kIndexKeyTile for the integer indexer: tile j holds keys
-// 16j..16j+15. Codes: per pair of dimensions (2p, 2p+1), 32 bytes [key][2] of 2·E2M1 + 12 (0..24,
-// so that they are unsigned). Scales: per block of 32 dimensions, the 16 keys' block scale / 2 as
+// 16j..16j+15. Codes: per four dimensions (4p..4p+3), 64 bytes [key][4] of 2·E2M1 + 12 (0..24, so
+// that they are unsigned; a key's four codes are one int32 lane of an unsigned x signed byte dot). Scales: per block of 32 dimensions, the 16 keys' block scale / 2 as
 // doubles (the codes are twice the E2M1 values). head_dim must be a multiple of 32.
 inline constexpr size_t kIndexKeyTile = 16;
 inline size_t index_key_tile_code_bytes(size_t n_keys, size_t head_dim) {

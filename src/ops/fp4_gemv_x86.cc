@@ -9,6 +9,7 @@
 #include "ops/formats.h"
 #include "ops/linear.h"
 #include "ops/prefetch.h"
+#include "ops/x86_features.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
@@ -46,13 +47,6 @@ void fp4_vnni_pack_block_scalar(const int32_t* p, size_t kb, int8_t* row_plane, 
 #ifdef CEDAR_FP4_GEMV_X86
 
 namespace {
-
-bool cpu_has_extensions() {
-  // libgcc's check also asks the OS (XCR0) whether it saves the AVX-512 state.
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
-  return has;
-}
 
 // 2·E2M1 + 12 of each 4-bit code (codes 8..15 are the negatives of 0..7).
 alignas(16) constexpr int8_t kE2m1Offset[16] = {12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0};
@@ -214,11 +208,11 @@ CEDAR_X86_TARGET void pack_block_avx512(const int32_t* p, size_t kb, int8_t* row
 }  // namespace
 
 void fp4_vnni_pack_block(const int32_t* p, size_t kb, int8_t* row_plane, int32_t* row_correction) {
-  if (cpu_has_extensions()) return pack_block_avx512(p, kb, row_plane, row_correction);
+  if (has_avx512_vnni()) return pack_block_avx512(p, kb, row_plane, row_correction);
   fp4_vnni_pack_block_scalar(p, kb, row_plane, row_correction);
 }
 
-bool fp4_gemv_vnni_usable() { return cpu_has_extensions() && g_allowed.load(std::memory_order_relaxed); }
+bool fp4_gemv_vnni_usable() { return has_avx512_vnni() && g_allowed.load(std::memory_order_relaxed); }
 
 void fp4_gemv_vnni(const Fp4GemvPlanes& planes, size_t m, const float* ascales, const uint8_t* wdata,
                    const uint8_t* wscales, size_t n_total, size_t k, float* y, size_t n_begin, size_t n_end) {

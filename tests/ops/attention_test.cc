@@ -13,6 +13,7 @@
 
 #include "core/thread_pool.h"
 #include "ops/formats.h"
+#include "ops/indexer_tiles_x86.h"
 #include "ops/quant.h"
 #include "simd_targets.h"
 
@@ -417,6 +418,21 @@ IndexKeys make_index_keys(const std::vector<uint8_t>& packed, const std::vector<
   return k;
 }
 
+// fn on every compiled SIMD target, and again without the AVX512-VNNI tile kernel where the CPU has
+// it (that kernel runs under any dispatched target, in place of the target's own tile sums).
+template <typename Fn>
+void for_each_tile_kernel(Fn&& fn) {
+  for_each_simd_target([&] {
+    fn();
+    if (x86::indexer_tiles_vnni_usable()) {
+      SCOPED_TRACE("without the AVX512-VNNI tile kernel");
+      x86::set_indexer_tiles_vnni_allowed(false);
+      fn();
+      x86::set_indexer_tiles_vnni_allowed(true);
+    }
+  });
+}
+
 TEST(IndexerScores, FastPathsForExactDotsAreBitIdenticalOnEveryTarget) {
   // With key spreads the dots that provably sum exactly run on fp32 vectors, and with the integer key
   // tiles as block sums of codes; the scores must equal the float64 contract bit for bit, for narrow
@@ -445,7 +461,7 @@ TEST(IndexerScores, FastPathsForExactDotsAreBitIdenticalOnEveryTarget) {
         const auto w = random_bf16(heads, rng, 0.05f);
         std::vector<float> want(n_keys);
         ref::indexer_scores(q.data(), w.data(), heads, d, keys.data(), n_keys, want.data());
-        for_each_simd_target([&] {
+        for_each_tile_kernel([&] {
           for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
             std::vector<float> got(n_keys), got_tiles(n_keys);
             indexer_scores(q.data(), w.data(), heads, d, keys.data(), n_keys, got.data(), p, spread.data());
@@ -486,7 +502,7 @@ TEST(IndexerScores, TileMaskScoresOnlyFlaggedTilesAndLeavesTheRest) {
   std::vector<uint8_t> mask(n_tiles, 0);
   for (size_t j : {size_t{0}, size_t{1}, size_t{5}, size_t{17}, size_t{18}, size_t{19}, n_tiles - 1}) mask[j] = 1;
   constexpr float kUntouched = -12345.0f;
-  for_each_simd_target([&] {
+  for_each_tile_kernel([&] {
     for (const IndexKeyTiles* kt : {static_cast<const IndexKeyTiles*>(nullptr), &tiles})
       for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
         std::vector<float> got(n_keys, kUntouched);
@@ -499,6 +515,34 @@ TEST(IndexerScores, TileMaskScoresOnlyFlaggedTilesAndLeavesTheRest) {
           }
         }
       }
+  });
+}
+
+TEST(IndexerScores, TilesAtTheirLimitsEqualTheReference) {
+  // The tile kernels at the most heads and the widest head they take, every code at its largest
+  // magnitude (keys ±6, so stored codes 0 and 24; query codes ±12): the block sums reach their
+  // bounds (32 · 12 · 12 per key and block) and must still be exact.
+  std::mt19937 rng(31);
+  ThreadPool pool(2);
+  const size_t heads = 128, d = 256, n_keys = 40;
+  std::vector<uint8_t> key_scales;
+  auto packed = random_packed_fp4(n_keys, d, rng, -2, 1, &key_scales, 3);
+  for (auto& byte : packed) byte = (byte & 0x88) | 0x77;  // E2M1 code 7 (6.0), random signs
+  const IndexKeys index_keys = make_index_keys(packed, key_scales, n_keys, d);
+  const IndexKeyTiles tiles = index_keys.tiles();
+  // E2M1 ±6 at 2^-2, and one ±0.5 per block: the block's codes are then ±12 (and one ±1).
+  std::vector<float> q(heads * d);
+  for (size_t j = 0; j < q.size(); ++j) q[j] = (rng() & 1 ? -1.0f : 1.0f) * (j % 32 == 31 ? 0.125f : 1.5f);
+  const auto w = random_bf16(heads, rng, 0.05f);
+  std::vector<float> want(n_keys);
+  ref::indexer_scores(q.data(), w.data(), heads, d, index_keys.rows.data(), n_keys, want.data());
+  for_each_tile_kernel([&] {
+    for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+      std::vector<float> got(n_keys);
+      indexer_scores(q.data(), w.data(), heads, d, index_keys.rows.data(), n_keys, got.data(), p,
+                     index_keys.spread.data(), &tiles);
+      for (size_t i = 0; i < n_keys; ++i) ASSERT_EQ(bits_of(got[i]), bits_of(want[i])) << "key " << i;
+    }
   });
 }
 
