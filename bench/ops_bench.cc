@@ -4,6 +4,7 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <vector>
@@ -204,6 +205,25 @@ BENCHMARK(BM_OpsIndexerScores)
     ->Args({65536, 2, 2})
     ->Unit(benchmark::kMicrosecond)
     ->UseRealTime();
+
+// The indexer's top-k of one query (V4.1: 512 of the visible keys) over bf16 scores as the indexer
+// leaves them: relu'd head sums, so many repeat (zeros above all). Args: n_keys, percent of zeros.
+void BM_OpsIndexerTopK(benchmark::State& state) {
+  const size_t n = state.range(0), k = 512;
+  std::mt19937 rng(6);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_int_distribution<int> percent(0, 99);
+  std::vector<float> scores(n);
+  for (auto& s : scores) s = percent(rng) < state.range(1) ? 0.0f : round_bf16(std::fabs(normal(rng)));
+  std::vector<int32_t> out(k), scratch(n);
+  for (auto _ : state) {
+    topk_ascending(scores.data(), n, k, out.data(), scratch.data());
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * n));
+}
+BENCHMARK(BM_OpsIndexerTopK)->Args({16384, 0})->Args({16384, 50})->Args({65536, 50})->Unit(benchmark::kMicrosecond);
+
 
 }  // namespace
 }  // namespace cedar::ops
