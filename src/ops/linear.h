@@ -112,6 +112,12 @@ struct Fp8Activations {
   // Also from fast::quantize_activations, for rows that take the FP4 GEMV (m < 6); plane == nullptr:
   // absent.
   Fp4GemvPlanes fp4_planes = {};
+  // Also from fast::quantize_activations, for GEMM-sized m on CPUs with AVX512-BF16
+  // (ops/gemm_bf16_x86.h): the values as bf16 pairs [m, k/2] (element 2p in the low half), present
+  // only when every value is zero or a normal bf16 number; bf16_exp_lo / hi: the smallest and largest
+  // f32 exponent field among the nonzero values. nullptr = absent (the fp32 tile runs).
+  const uint32_t* bf16_pairs = nullptr;
+  int bf16_exp_lo = 0, bf16_exp_hi = 0;
 };
 
 inline constexpr size_t kActTileRows = 16;

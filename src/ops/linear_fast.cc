@@ -21,6 +21,7 @@
 #include "ops/formats.h"
 #include "ops/fp4_gemv_x86.h"
 #include "ops/fp8_gemv_x86.h"
+#include "ops/gemm_bf16_x86.h"
 #include "ops/linear_internal.h"
 #include "ops/prefetch.h"
 #include "ops/quant.h"
@@ -377,6 +378,57 @@ HWY_NOINLINE void FastQuantBlock(const float* x, float s, float* values, int32_t
   }
 }
 
+// ---- bf16 pairs for the AVX512-BF16 tile (ops/gemm_bf16_x86.h) ----------------------------------
+
+// Packs pairs of f32 values into u32 lanes of bf16 bits (the first value in the low half) while
+// checking that every value is zero or a normal bf16 number (low 16 bits clear, exponent field
+// 1..254) and tracking the smallest and largest exponent field of the nonzero values.
+template <class DU>
+class Bf16PairPacker {
+ public:
+  using V = hn::Vec<DU>;
+  explicit Bf16PairPacker(DU du) : du_(du), bad_(hn::Zero(du)), lo_(hn::Set(du, 255u)), hi_(hn::Zero(du)) {}
+  V Pack(V first, V second) {
+    Check(first);
+    Check(second);
+    return hn::Or(hn::ShiftRight<16>(first), hn::AndNot(hn::Set(du_, 0xFFFFu), second));
+  }
+  // True when every value was representable; then lo / hi take the exponent range (unchanged if all
+  // values were zero).
+  bool Finish(int* lo, int* hi) const {
+    if (!hn::AllTrue(du_, hn::Eq(bad_, hn::Zero(du_)))) return false;
+    *lo = std::min(*lo, static_cast<int>(hn::GetLane(hn::MinOfLanes(du_, lo_))));
+    *hi = std::max(*hi, static_cast<int>(hn::GetLane(hn::MaxOfLanes(du_, hi_))));
+    return true;
+  }
+
+ private:
+  void Check(V x) {
+    const auto mag = hn::And(x, hn::Set(du_, 0x7FFFFFFFu));
+    const auto e = hn::ShiftRight<23>(mag);
+    const auto nonzero = hn::Ne(mag, hn::Zero(du_));
+    const auto special = hn::And(nonzero, hn::Or(hn::Eq(e, hn::Zero(du_)), hn::Eq(e, hn::Set(du_, 255u))));
+    bad_ = hn::Or(bad_, hn::Or(hn::And(x, hn::Set(du_, 0xFFFFu)), hn::IfThenElseZero(special, hn::Set(du_, 1u))));
+    lo_ = hn::Min(lo_, hn::IfThenElse(nonzero, e, hn::Set(du_, 255u)));
+    hi_ = hn::Max(hi_, hn::IfThenElseZero(nonzero, e));
+  }
+  DU du_;
+  V bad_, lo_, hi_;
+};
+
+// Activations: pairs[i] = (v[2i], v[2i + 1]) for i < n_pairs; n_pairs a multiple of 16.
+HWY_NOINLINE bool ToBf16Pairs(const float* v, size_t n_pairs, uint32_t* pairs, int* lo, int* hi) {
+  const hn::CappedTag<uint32_t, 16> du;
+  const uint32_t* bits = reinterpret_cast<const uint32_t*>(v);
+  Bf16PairPacker<decltype(du)> packer(du);
+  for (size_t i = 0; i < n_pairs; i += hn::Lanes(du)) {
+    hn::Vec<decltype(du)> even, odd;
+    hn::LoadInterleaved2(du, bits + 2 * i, even, odd);
+    hn::StoreU(packer.Pack(even, odd), du, pairs + i);
+  }
+  return packer.Finish(lo, hi);
+}
+
 // ---- the tiled GEMM over decoded panels ----------------------------------------------------------
 
 constexpr size_t kPanelCols = 16;  // weight rows per panel
@@ -384,6 +436,20 @@ constexpr size_t kPanelK = 256;    // K per panel (a multiple of 32)
 constexpr size_t kTileRows = 6;    // activation rows per register tile
 using DP = hn::CappedTag<float, kPanelCols>;
 constexpr size_t kPanelVecs = kPanelCols / hn::MaxLanes(DP());
+
+// A panel [kc, 16] (kc even) as bf16 pairs [kc / 2, 16] for the AVX512-BF16 tile: rows 2p and 2p + 1.
+HWY_INLINE bool PanelToBf16Pairs(const float* panel, size_t kc, uint32_t* pairs, int* lo, int* hi) {
+  const hn::CappedTag<uint32_t, kPanelCols> du;
+  const uint32_t* bits = reinterpret_cast<const uint32_t*>(panel);
+  Bf16PairPacker<decltype(du)> packer(du);
+  for (size_t p = 0; p < kc / 2; ++p)
+    for (size_t c = 0; c < kPanelCols; c += hn::Lanes(du)) {
+      const auto first = hn::Load(du, bits + (2 * p) * kPanelCols + c);
+      const auto second = hn::Load(du, bits + (2 * p + 1) * kPanelCols + c);
+      hn::Store(packer.Pack(first, second), du, pairs + p * kPanelCols + c);
+    }
+  return packer.Finish(lo, hi);
+}
 
 // acc[MR, 16] (+)= act[MR, kc] (row stride lda) x panel[kc, 16]; `first` starts from zero.
 template <size_t MR>
@@ -421,9 +487,13 @@ HWY_INLINE void PanelTileRows(size_t mr, const float* act, size_t lda, const flo
 
 // y[m, n_begin..n_end) = out(act[m, k] · decoded weight rows). decode_row(n, k0, kc, dst) writes the
 // exact fp32 values of weight row n, columns [k0, k0 + kc), to dst.
+// act_pairs (may be nullptr): the activations as bf16 pairs (Fp8Activations::bf16_pairs, exponent
+// fields act_lo..act_hi); a panel whose weights are bf16 values too, with products that can neither
+// flush to zero nor overflow, then runs on the AVX512-BF16 tile.
 template <typename DecodeRow, typename Out>
 void PanelGemm(const float* act, size_t m, size_t k, size_t n_total, float* y, size_t n_begin, size_t n_end,
-               const DecodeRow& decode_row, const Out& out) {
+               const DecodeRow& decode_row, const Out& out, const uint32_t* act_pairs = nullptr, int act_lo = 0,
+               int act_hi = 0) {
   thread_local std::vector<float> acc_storage;  // [m, 16] per thread; grows to the largest m once
   const size_t acc_floats = ((m + kTileRows - 1) / kTileRows) * kTileRows * kPanelCols;
   if (acc_storage.size() < acc_floats + 16) acc_storage.resize(acc_floats + 16);
@@ -431,6 +501,7 @@ void PanelGemm(const float* act, size_t m, size_t k, size_t n_total, float* y, s
   acc += (16 - (reinterpret_cast<uintptr_t>(acc) / sizeof(float)) % 16) % 16;  // 64-byte aligned
   HWY_ALIGN float panel[kPanelK * kPanelCols];
   HWY_ALIGN float row[kPanelK];
+  HWY_ALIGN uint32_t panel_pairs[kPanelK / 2 * kPanelCols];
   for (size_t n0 = n_begin; n0 < n_end; n0 += kPanelCols) {
     const size_t nr = std::min(kPanelCols, n_end - n0);
     for (size_t k0 = 0; k0 < k; k0 += kPanelK) {
@@ -442,6 +513,17 @@ void PanelGemm(const float* act, size_t m, size_t k, size_t n_total, float* y, s
         } else {
           for (size_t kk = 0; kk < kc; ++kk) panel[kk * kPanelCols + c] = 0.0f;
         }
+      }
+      int w_lo = 255, w_hi = 0;
+      // Products of nonzero values lie in [2^(act_lo + w_lo - 254), 2^(act_hi + w_hi - 252)): within
+      // fp32's normal range, no product is flushed or overflows.
+      if (act_pairs != nullptr && PanelToBf16Pairs(panel, kc, panel_pairs, &w_lo, &w_hi) &&
+          act_lo + w_lo - 254 >= -126 && act_hi + w_hi - 252 <= 127) {
+        for (size_t m0 = 0; m0 < m; m0 += kTileRows) {
+          x86::panel_tile_bf16(std::min(kTileRows, m - m0), act_pairs + (m0 * k + k0) / 2, k / 2, panel_pairs, kc / 2,
+                               acc + m0 * kPanelCols, k0 == 0);
+        }
+        continue;
       }
       for (size_t m0 = 0; m0 < m; m0 += kTileRows) {
         PanelTileRows(std::min(kTileRows, m - m0), act + m0 * k + k0, k, panel, kc, acc + m0 * kPanelCols, k0 == 0);
@@ -559,7 +641,8 @@ void FastBlockGemm(const Fp8Activations& a, const uint8_t* wdata, const uint8_t*
       for (size_t g = 0; g < 32 / lanes; ++g) hn::StoreU(hn::Mul(wv[g], sw), df, dst + kb * 32 - k0 + g * lanes);
     }
   };
-  PanelGemm(a.values, a.m, k, n_total, y, n_begin, n_end, decode_row, [](float v) { return round_bf16(v); });
+  PanelGemm(a.values, a.m, k, n_total, y, n_begin, n_end, decode_row, [](float v) { return round_bf16(v); },
+            a.bf16_pairs, a.bf16_exp_lo, a.bf16_exp_hi);
 }
 
 void FastGemmFp8(const Fp8Activations& a, const Fp8Weight& w, float* y, size_t n_begin, size_t n_end) {
@@ -662,9 +745,11 @@ HWY_NOINLINE void DenseGemvTile(const float* x, size_t k, const W* w, size_t n_t
   }
 }
 
+// x_pairs (may be nullptr): x as bf16 pairs (ToBf16Pairs; exponent fields x_lo..x_hi), for the
+// AVX512-BF16 tile.
 template <typename W>
 void DenseGemm(const float* x, size_t m, size_t k, const W* w, size_t n_total, float* y, bool bf16_out,
-               size_t n_begin, size_t n_end) {
+               size_t n_begin, size_t n_end, const uint32_t* x_pairs = nullptr, int x_lo = 0, int x_hi = 0) {
   if (m < fast::kFastGemmMinRows) {
     size_t m0 = 0;
     for (; m0 + kGemvRows <= m; m0 += kGemvRows)
@@ -688,15 +773,16 @@ void DenseGemm(const float* x, size_t m, size_t k, const W* w, size_t n_total, f
     for (; i < kc; ++i) dst[i] = WeightAt(src, i);
   };
   if (bf16_out) {
-    PanelGemm(x, m, k, n_total, y, n_begin, n_end, decode_row, [](float v) { return round_bf16(v); });
+    PanelGemm(x, m, k, n_total, y, n_begin, n_end, decode_row, [](float v) { return round_bf16(v); }, x_pairs, x_lo,
+              x_hi);
   } else {
-    PanelGemm(x, m, k, n_total, y, n_begin, n_end, decode_row, [](float v) { return v; });
+    PanelGemm(x, m, k, n_total, y, n_begin, n_end, decode_row, [](float v) { return v; }, x_pairs, x_lo, x_hi);
   }
 }
 
 void FastLinearBf16(const float* x, size_t m, const Bf16Weight& w, float* y, bool bf16_out, size_t n_begin,
-                    size_t n_end) {
-  DenseGemm(x, m, w.k, w.bits, w.n, y, bf16_out, n_begin, n_end);
+                    size_t n_end, const uint32_t* x_pairs, int x_lo, int x_hi) {
+  DenseGemm(x, m, w.k, w.bits, w.n, y, bf16_out, n_begin, n_end, x_pairs, x_lo, x_hi);
 }
 void FastLinearF32(const float* x, size_t m, const F32Weight& w, float* y, size_t n_begin, size_t n_end) {
   DenseGemm(x, m, w.k, w.data, w.n, y, false, n_begin, n_end);
@@ -715,16 +801,18 @@ HWY_EXPORT(FastGemmFp8);
 HWY_EXPORT(FastGemmFp4);
 HWY_EXPORT(FastLinearBf16);
 HWY_EXPORT(FastLinearF32);
+HWY_EXPORT(ToBf16Pairs);
 
 namespace fast {
-// values [m, k] + scales [m, k/32], and for GEMV-sized m the FP4 integer planes (Fp4GemvPlanes:
+// values [m, k] + scales [m, k/32], for GEMM-sized m the bf16 pairs [m, k/2], and for GEMV-sized m
+// the FP4 integer planes (Fp4GemvPlanes:
 // plane and residual plane int16 [m, k/32, 32] each, factor and residual blocks [m, k/32], counts [m]).
 // The byte planes of the AVX512-VNNI FP4 kernel (ops/fp4_gemv_x86.h) take 64 bytes per padded block
 // and the corrections 4: 17 floats.
 size_t act_scratch_floats(size_t m, size_t k) {
   const size_t kblocks = k / kFp8ActBlock;
   const size_t planes = m * k + 2 * m * kblocks + m + 17 * m * x86::fp4_vnni_padded_blocks(kblocks);
-  return m * k + m * kblocks + (m < kFastGemmMinRows ? planes : 0);
+  return m * k + m * kblocks + (m < kFastGemmMinRows ? planes : m * k / 2);
 }
 
 namespace {
@@ -800,6 +888,15 @@ Fp8Activations quantize(const float* x, size_t m, size_t k, std::span<float> scr
     scales[b] = HWY_DYNAMIC_DISPATCH(FastActBlockScale)(x + b * kFp8ActBlock);
     HWY_DYNAMIC_DISPATCH(FastQuantBlock)(x + b * kFp8ActBlock, scales[b], values + b * kFp8ActBlock, nullptr);
   }
+  if (m >= kFastGemmMinRows && x86::gemm_bf16_usable()) {
+    uint32_t* pairs = reinterpret_cast<uint32_t*>(scales + m * (k / kFp8ActBlock));
+    int lo = 255, hi = 0;
+    if (HWY_DYNAMIC_DISPATCH(ToBf16Pairs)(values, m * k / 2, pairs, &lo, &hi)) {
+      a.bf16_pairs = pairs;
+      a.bf16_exp_lo = lo;
+      a.bf16_exp_hi = hi;
+    }
+  }
   return a;
 }
 
@@ -851,7 +948,18 @@ void linear_fp4(const float* x, size_t m, const Fp4Weight& w, float* y, std::spa
 
 void linear_bf16(const float* x, size_t m, const Bf16Weight& w, float* y, LinearOut out, ThreadPool* pool) {
   const bool bf16_out = out == LinearOut::kBf16;
-  for_rows(pool, w.n, [&](size_t b, size_t e) { HWY_DYNAMIC_DISPATCH(FastLinearBf16)(x, m, w, y, bf16_out, b, e); });
+  // A GEMM whose activations are bf16 values runs on the AVX512-BF16 tile where the CPU has it: x is
+  // packed into pairs once here, before the threads split the rows (a thread's buffer, grown once).
+  const uint32_t* x_pairs = nullptr;
+  int x_lo = 255, x_hi = 0;
+  if (m >= kFastGemmMinRows && w.k % 32 == 0 && x86::gemm_bf16_usable()) {
+    thread_local std::vector<uint32_t> pairs;
+    if (pairs.size() < m * w.k / 2) pairs.resize(m * w.k / 2);
+    if (HWY_DYNAMIC_DISPATCH(ToBf16Pairs)(x, m * w.k / 2, pairs.data(), &x_lo, &x_hi)) x_pairs = pairs.data();
+  }
+  for_rows(pool, w.n, [&](size_t b, size_t e) {
+    HWY_DYNAMIC_DISPATCH(FastLinearBf16)(x, m, w, y, bf16_out, b, e, x_pairs, x_lo, x_hi);
+  });
 }
 
 void linear_f32(const float* x, size_t m, const F32Weight& w, float* y, ThreadPool* pool) {

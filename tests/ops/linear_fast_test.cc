@@ -21,6 +21,7 @@
 #include "ops/formats.h"
 #include "ops/fp4_gemv_x86.h"
 #include "ops/fp8_gemv_x86.h"
+#include "ops/gemm_bf16_x86.h"
 #include "ops/kernel_set.h"
 #include "ops/quant.h"
 #include "ops/simd_info.h"
@@ -34,7 +35,8 @@ using testing::for_each_simd_target;
 // Every SIMD target, and on a CPU with AVX512-VBMI and AVX512-BF16 the AVX-512 targets twice: with the
 // FP8 GEMV of fp8_gemv_x86.h and without it (their Highway kernel), so both are tested. Likewise on a
 // CPU with AVX512-VNNI, the AVX2 and AVX-512 targets run with and without the FP4 GEMV of
-// fp4_gemv_x86.h.
+// fp4_gemv_x86.h, and on a CPU with AVX512-BF16 every target runs with and without the GEMM tile of
+// gemm_bf16_x86.h.
 template <typename Fn>
 void for_each_kernel(Fn&& fn) {
   for_each_simd_target([&] {
@@ -51,6 +53,12 @@ void for_each_kernel(Fn&& fn) {
       x86::set_fp4_gemv_vnni_allowed(false);
       fn();
       x86::set_fp4_gemv_vnni_allowed(true);
+    }
+    if (x86::gemm_bf16_usable()) {
+      SCOPED_TRACE("without the AVX512-BF16 GEMM tile");
+      x86::set_gemm_bf16_allowed(false);
+      fn();
+      x86::set_gemm_bf16_allowed(true);
     }
   });
 }
@@ -203,6 +211,36 @@ TEST(LinearFast, BlockGemmsEqualExactWhenEverySumIsExact) {
 
 // Activations that are not bf16 values (full fp32 mantissas; a kernel that truncated them to bf16
 // would be off by up to 2^-8) still give the fp32-accumulation bound of the exact dot.
+TEST(LinearFast, GemmProductsBelowTheNormalRangeAreNotFlushed) {
+  // Weight scales of 2^-100 and activations near 2^-30: every product lies near 2^-130, below fp32's
+  // normal range, where the AVX512-BF16 tile would flush it to zero. The tile must decline such
+  // panels; the fp32 tile keeps the subnormal products (each rounding off by at most 2^-150).
+  std::mt19937 rng(13);
+  std::uniform_int_distribution<int> small(1, 8);
+  for (bool fp4 : {false, true}) {
+    const size_t m = 12, n = 40, k = 256;
+    BlockWeights w = random_block_weights(fp4, n, k, rng);
+    for (auto& scale : w.scales) scale = 27;  // 2^-100
+    for (auto& code : w.data)  // positive weights: E4M3 1..8, or two positive E2M1 codes (1..7)
+      code = fp4 ? static_cast<uint8_t>(small(rng) % 7 + 1 + ((small(rng) % 7 + 1) << 4))
+                 : f32_to_e4m3(static_cast<float>(small(rng)));
+    auto x = random_bf16(m * k, rng, 1.0f);
+    for (auto& v : x) v = std::fabs(v) * 0x1p-30f + 0x1p-31f;  // positive: the sums cannot cancel
+    std::vector<float> want(m * n);
+    run_exact(w, x.data(), m, want.data());
+    for_each_kernel([&] {
+      std::vector<float> got(m * n);
+      run_fast(w, x.data(), m, got.data(), nullptr);
+      for (size_t i = 0; i < m * n; ++i) {
+        ASSERT_GT(want[i], 0.0f) << (fp4 ? "fp4" : "fp8") << " @" << i;
+        // fp32 additions of k subnormal-scale terms, then the bf16 rounding of both sides.
+        const double bound = (k + 1) * (kU32 * want[i] + 0x1p-150) + kUBf16 * 2.0 * want[i];
+        ASSERT_LE(std::fabs(static_cast<double>(got[i]) - want[i]), bound) << (fp4 ? "fp4" : "fp8") << " @" << i;
+      }
+    });
+  }
+}
+
 TEST(LinearFast, Bf16WeightsWithFp32ActivationsStayWithinTheBound) {
   std::mt19937 rng(11);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -234,8 +272,10 @@ TEST(LinearFast, Bf16WeightsWithFp32ActivationsStayWithinTheBound) {
 TEST(LinearFast, DenseWithinTheDerivedBoundOfExactOnEveryTarget) {
   std::mt19937 rng(7);
   ThreadPool pool(3);
-  // k not a multiple of any vector width, too.
-  const Shape shapes[] = {{1, 37, 7}, {1, 65, 1000}, {3, 20, 64}, {5, 33, 129}, {6, 16, 33}, {17, 70, 300}, {40, 19, 520}};
+  // k not a multiple of any vector width, too; GEMMs with k a multiple of 32 can take the AVX512-BF16
+  // tile (x is bf16).
+  const Shape shapes[] = {{1, 37, 7},     {1, 65, 1000}, {3, 20, 64},    {5, 33, 129}, {6, 16, 33},
+                          {17, 70, 300},  {40, 19, 520}, {7, 33, 96},    {13, 40, 544}};
   for (const Shape& s : shapes) {
     const auto x = random_bf16(s.m * s.k, rng, 2.0f);
     const auto wf = random_bf16(s.n * s.k, rng, 0.05f);

@@ -1,0 +1,30 @@
+// The prefill GEMM's register tile on AVX512-BF16 (`vdpbf16ps`): two products per fp32 lane and
+// instruction where the fp32 tile (PanelTile in linear_fast.cc) does one FMA. Used only when both
+// operands are exactly bf16 values, so every product is the exact product the fp32 tile forms; only
+// the order of the fp32 additions differs (fast numerics, NUMERICS.md §9).
+//
+// The instruction treats subnormal inputs and results as zero. PanelGemm takes this tile only when
+// every activation and weight value of the panel is zero or a normal bf16 number and the smallest
+// nonzero magnitudes multiply to at least 2^-126, so no product is flushed; a partial sum that
+// cancels into the subnormal range is flushed, an absolute error below 2^-126 per addition.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace cedar::ops::x86 {
+
+// Whether this CPU has AVX512-F/BW and AVX512-BF16 and tests have not turned the tile off.
+bool gemm_bf16_usable();
+// Tests: false keeps PanelGemm on its fp32 tile.
+void set_gemm_bf16_allowed(bool allowed);
+
+// acc[r * 16 + c] (first: =, else +=) Σ_{p < pairs} Σ_{j < 2} act(r, 2p + j) · panel(2p + j, c), for
+// rows r < mr (1..6). act_pairs: per row, `pairs` u32 holding the bf16 bits of elements 2p (low
+// half) and 2p + 1 (high half), rows `lda_pairs` apart. panel_pairs: [pairs][16 columns] u32 in the
+// same form. acc: [mr, 16] fp32. Only callable when
+// gemm_bf16_usable().
+void panel_tile_bf16(size_t mr, const uint32_t* act_pairs, size_t lda_pairs, const uint32_t* panel_pairs,
+                     size_t pairs, float* acc, bool first);
+
+}  // namespace cedar::ops::x86
