@@ -416,7 +416,7 @@ class Bf16PairPacker {
   V bad_, lo_, hi_;
 };
 
-// Activations: pairs[i] = (v[2i], v[2i + 1]) for i < n_pairs; n_pairs a multiple of 16.
+// pairs[i] = (v[2i], v[2i + 1]) for i < n_pairs (a multiple of 16): activations, and decoded weight rows.
 HWY_NOINLINE bool ToBf16Pairs(const float* v, size_t n_pairs, uint32_t* pairs, int* lo, int* hi) {
   const hn::CappedTag<uint32_t, 16> du;
   const uint32_t* bits = reinterpret_cast<const uint32_t*>(v);
@@ -436,20 +436,6 @@ constexpr size_t kPanelK = 256;    // K per panel (a multiple of 32)
 constexpr size_t kTileRows = 6;    // activation rows per register tile
 using DP = hn::CappedTag<float, kPanelCols>;
 constexpr size_t kPanelVecs = kPanelCols / hn::MaxLanes(DP());
-
-// A panel [kc, 16] (kc even) as bf16 pairs [kc / 2, 16] for the AVX512-BF16 tile: rows 2p and 2p + 1.
-HWY_INLINE bool PanelToBf16Pairs(const float* panel, size_t kc, uint32_t* pairs, int* lo, int* hi) {
-  const hn::CappedTag<uint32_t, kPanelCols> du;
-  const uint32_t* bits = reinterpret_cast<const uint32_t*>(panel);
-  Bf16PairPacker<decltype(du)> packer(du);
-  for (size_t p = 0; p < kc / 2; ++p)
-    for (size_t c = 0; c < kPanelCols; c += hn::Lanes(du)) {
-      const auto first = hn::Load(du, bits + (2 * p) * kPanelCols + c);
-      const auto second = hn::Load(du, bits + (2 * p + 1) * kPanelCols + c);
-      hn::Store(packer.Pack(first, second), du, pairs + p * kPanelCols + c);
-    }
-  return packer.Finish(lo, hi);
-}
 
 // acc[MR, 16] (+)= act[MR, kc] (row stride lda) x panel[kc, 16]; `first` starts from zero.
 template <size_t MR>
@@ -502,10 +488,35 @@ void PanelGemm(const float* act, size_t m, size_t k, size_t n_total, float* y, s
   HWY_ALIGN float panel[kPanelK * kPanelCols];
   HWY_ALIGN float row[kPanelK];
   HWY_ALIGN uint32_t panel_pairs[kPanelK / 2 * kPanelCols];
+  HWY_ALIGN uint32_t row_pairs[kPanelK / 2];
   for (size_t n0 = n_begin; n0 < n_end; n0 += kPanelCols) {
     const size_t nr = std::min(kPanelCols, n_end - n0);
     for (size_t k0 = 0; k0 < k; k0 += kPanelK) {
       const size_t kc = std::min(kPanelK, k - k0);
+      // The bf16 tile's panel is built straight from the decoded rows (each row packed into pairs
+      // along k, then placed in its column). Products of nonzero values lie in
+      // [2^(act_lo + w_lo - 254), 2^(act_hi + w_hi - 252)): within fp32's normal range, none is
+      // flushed or overflows. A panel that fails the checks is decoded again for the fp32 tile.
+      if (act_pairs != nullptr) {
+        int w_lo = 255, w_hi = 0;
+        bool representable = true;
+        for (size_t c = 0; c < kPanelCols && representable; ++c) {
+          if (c < nr) {
+            decode_row(n0 + c, k0, kc, row);
+            representable = ToBf16Pairs(row, kc / 2, row_pairs, &w_lo, &w_hi);
+            for (size_t p = 0; p < kc / 2; ++p) panel_pairs[p * kPanelCols + c] = row_pairs[p];
+          } else {
+            for (size_t p = 0; p < kc / 2; ++p) panel_pairs[p * kPanelCols + c] = 0;
+          }
+        }
+        if (representable && act_lo + w_lo - 254 >= -126 && act_hi + w_hi - 252 <= 127) {
+          for (size_t m0 = 0; m0 < m; m0 += kTileRows) {
+            x86::panel_tile_bf16(std::min(kTileRows, m - m0), act_pairs + (m0 * k + k0) / 2, k / 2, panel_pairs,
+                                 kc / 2, acc + m0 * kPanelCols, k0 == 0);
+          }
+          continue;
+        }
+      }
       for (size_t c = 0; c < kPanelCols; ++c) {
         if (c < nr) {
           decode_row(n0 + c, k0, kc, row);
@@ -513,17 +524,6 @@ void PanelGemm(const float* act, size_t m, size_t k, size_t n_total, float* y, s
         } else {
           for (size_t kk = 0; kk < kc; ++kk) panel[kk * kPanelCols + c] = 0.0f;
         }
-      }
-      int w_lo = 255, w_hi = 0;
-      // Products of nonzero values lie in [2^(act_lo + w_lo - 254), 2^(act_hi + w_hi - 252)): within
-      // fp32's normal range, no product is flushed or overflows.
-      if (act_pairs != nullptr && PanelToBf16Pairs(panel, kc, panel_pairs, &w_lo, &w_hi) &&
-          act_lo + w_lo - 254 >= -126 && act_hi + w_hi - 252 <= 127) {
-        for (size_t m0 = 0; m0 < m; m0 += kTileRows) {
-          x86::panel_tile_bf16(std::min(kTileRows, m - m0), act_pairs + (m0 * k + k0) / 2, k / 2, panel_pairs, kc / 2,
-                               acc + m0 * kPanelCols, k0 == 0);
-        }
-        continue;
       }
       for (size_t m0 = 0; m0 < m; m0 += kTileRows) {
         PanelTileRows(std::min(kTileRows, m - m0), act + m0 * k + k0, k, panel, kc, acc + m0 * kPanelCols, k0 == 0);
