@@ -62,16 +62,37 @@ void FastSparseAttnHeads(const float* q, size_t head_dim, const KvRows* kv_ptr, 
         hn::Store(pj, df, p + j);
         p_sum = hn::Add(p_sum, pj);
       }
-      std::fill(block_pv, block_pv + head_dim, 0.0f);
+      // Σ_j bf16(p_j)·v_j over the rows that contribute, j in order for every element. Elements
+      // outside, rows inside: a chunk of the sum stays in registers across the rows (rows outside
+      // made every row's adds wait on the previous row's stores to block_pv).
+      const float* pv_rows[kSparseAttnBlock];
+      float pv_weight[kSparseAttnBlock];
+      size_t n_pv = 0;
       for (size_t j = 0; j < nb; ++j) {
-        if (rows[j] == nullptr) continue;
-        const float pb = round_bf16(p[j]);
+        const float pb = rows[j] == nullptr ? 0.0f : round_bf16(p[j]);
         if (pb == 0.0f) continue;
-        const auto pv = hn::Set(df, pb);
-        size_t d = 0;
-        for (; d < whole_dim; d += N)
-          hn::Store(hn::MulAdd(pv, hn::LoadU(df, rows[j] + d), hn::Load(df, block_pv + d)), df, block_pv + d);
-        for (; d < head_dim; ++d) block_pv[d] += pb * rows[j][d];
+        pv_rows[n_pv] = rows[j];
+        pv_weight[n_pv++] = pb;
+      }
+      constexpr size_t kChunkVecs = 4;
+      size_t e = 0;
+      for (; e + kChunkVecs * N <= whole_dim; e += kChunkVecs * N) {
+        hn::Vec<decltype(df)> sum[kChunkVecs];
+        for (auto& v : sum) v = hn::Zero(df);
+        for (size_t i = 0; i < n_pv; ++i) {
+          const auto pv = hn::Set(df, pv_weight[i]);
+          for (size_t c = 0; c < kChunkVecs; ++c) sum[c] = hn::MulAdd(pv, hn::LoadU(df, pv_rows[i] + e + c * N), sum[c]);
+        }
+        for (size_t c = 0; c < kChunkVecs; ++c) hn::Store(sum[c], df, block_pv + e + c * N);
+      }
+      for (; e < whole_dim; e += N) {
+        auto sum = hn::Zero(df);
+        for (size_t i = 0; i < n_pv; ++i) sum = hn::MulAdd(hn::Set(df, pv_weight[i]), hn::LoadU(df, pv_rows[i] + e), sum);
+        hn::Store(sum, df, block_pv + e);
+      }
+      for (; e < head_dim; ++e) {
+        block_pv[e] = 0.0f;
+        for (size_t i = 0; i < n_pv; ++i) block_pv[e] += pv_weight[i] * pv_rows[i][e];
       }
       den = den * alpha + hn::GetLane(hn::SumOfLanes(df, p_sum));
       const auto va = hn::Set(df, alpha);
