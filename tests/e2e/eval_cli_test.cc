@@ -143,7 +143,9 @@ TEST(GenerateCli, TopLogprobs) {
     for (size_t k = 0; k < 4; ++k) {
       const double lp = t["top"][k]["logprob"];
       EXPECT_LE(lp, 0.0);
-      if (k) EXPECT_LE(lp, prev);
+      if (k) {
+        EXPECT_LE(lp, prev);
+      }
       prev = lp;
       mass += std::exp(lp);
       ids.insert(t["top"][k]["id"].get<int>());
