@@ -11,6 +11,8 @@
 #include "ops/formats.h"
 #include "ops/prefetch.h"
 
+#include "ops/x86_features.h"
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define CEDAR_FP8_GEMV_X86 1
@@ -27,13 +29,6 @@ void set_fp8_gemv_bf16_allowed(bool allowed) { g_allowed.store(allowed, std::mem
 #ifdef CEDAR_FP8_GEMV_X86
 
 namespace {
-
-bool cpu_has_extensions() {
-  // libgcc's check also asks the OS (XCR0) whether it saves the AVX-512 state.
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bf16");
-  return has;
-}
 
 // The bf16 bits of the E4M3 value of each 7-bit magnitude code, split into a high-byte and a low-byte
 // table (the sign is ORed in separately). E4M3's value is exactly a bf16 value, so the bits are the top
@@ -164,7 +159,7 @@ CEDAR_X86_TARGET void group_rows(const uint16_t* prescaled, const uint8_t* codes
 
 }  // namespace
 
-bool fp8_gemv_bf16_usable() { return cpu_has_extensions() && g_allowed.load(std::memory_order_relaxed); }
+bool fp8_gemv_bf16_usable() { return has_avx512_bf16_vbmi() && g_allowed.load(std::memory_order_relaxed); }
 
 size_t fp8_gemv_bf16(const float* act, size_t m, const uint8_t* codes, const uint8_t* scales, size_t n_total,
                      size_t k, float* y, size_t n_begin, size_t n_end) {

@@ -4,6 +4,8 @@
 
 #include <atomic>
 
+#include "ops/x86_features.h"
+
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define CEDAR_GEMM_BF16_X86 1
@@ -19,13 +21,6 @@ void set_gemm_bf16_allowed(bool allowed) { g_allowed.store(allowed, std::memory_
 #ifdef CEDAR_GEMM_BF16_X86
 
 namespace {
-
-bool cpu_has_extensions() {
-  // libgcc's check also asks the OS (XCR0) whether it saves the AVX-512 state.
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512bf16");
-  return has;
-}
 
 #define CEDAR_X86_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16")))
 
@@ -60,7 +55,7 @@ CEDAR_X86_TARGET void tile(const uint32_t* act, size_t lda, const uint32_t* pane
 
 }  // namespace
 
-bool gemm_bf16_usable() { return cpu_has_extensions() && g_allowed.load(std::memory_order_relaxed); }
+bool gemm_bf16_usable() { return has_avx512_bf16() && g_allowed.load(std::memory_order_relaxed); }
 
 void panel_tile_bf16(size_t mr, const uint32_t* act_pairs, size_t lda_pairs, const uint32_t* panel_pairs,
                      size_t pairs, float* acc, bool first) {

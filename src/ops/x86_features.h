@@ -1,20 +1,38 @@
-// The run-time check for the x86 kernels written outside Highway with target attributes
-// (fp4_gemv_x86.cc, indexer_tiles_x86.cc): Highway 1.0's dispatch has no AVX512-VNNI target unless
-// built with HWY_WANT_AVX3_DL, so those kernels are entered only after this check.
+// The run-time checks for the x86 kernels written outside Highway with target attributes
+// (fp4_gemv_x86, fp8_gemv_x86, gemm_bf16_x86, indexer_tiles_x86): Highway 1.0's dispatch has no
+// target for AVX512-VNNI, -VBMI or -BF16 unless built with HWY_WANT_AVX3_DL (and then not BF16), so
+// those kernels are entered only after these checks. Each asks libgcc, which also asks the OS (XCR0)
+// whether it saves the AVX-512 state. All false on other architectures.
 #pragma once
 
 namespace cedar::ops::x86 {
 
-// AVX512-F/BW/VL and AVX512-VNNI, with the OS saving the AVX-512 state (libgcc's check asks XCR0).
-// Ice Lake server and later, Zen 4 and later. False on other architectures.
-inline bool has_avx512_vnni() {
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
-  return has;
+#define CEDAR_X86_CPU_SUPPORTS(feature) __builtin_cpu_supports(feature)
 #else
-  return false;
+#define CEDAR_X86_CPU_SUPPORTS(feature) false
 #endif
+
+// AVX512-F/BW/VL and AVX512-VNNI: Ice Lake server and later, Zen 4 and later.
+inline bool has_avx512_vnni() {
+  static const bool has = CEDAR_X86_CPU_SUPPORTS("avx512f") && CEDAR_X86_CPU_SUPPORTS("avx512bw") &&
+                          CEDAR_X86_CPU_SUPPORTS("avx512vl") && CEDAR_X86_CPU_SUPPORTS("avx512vnni");
+  return has;
 }
+
+// AVX512-F/BW and AVX512-BF16: Cooper Lake, Sapphire Rapids and later, Zen 4 and later.
+inline bool has_avx512_bf16() {
+  static const bool has = CEDAR_X86_CPU_SUPPORTS("avx512f") && CEDAR_X86_CPU_SUPPORTS("avx512bw") &&
+                          CEDAR_X86_CPU_SUPPORTS("avx512bf16");
+  return has;
+}
+
+// AVX512-BF16 and AVX512-VBMI (Sapphire Rapids and later, Zen 4 and later).
+inline bool has_avx512_bf16_vbmi() {
+  static const bool has = has_avx512_bf16() && CEDAR_X86_CPU_SUPPORTS("avx512vbmi");
+  return has;
+}
+
+#undef CEDAR_X86_CPU_SUPPORTS
 
 }  // namespace cedar::ops::x86
