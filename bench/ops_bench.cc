@@ -224,6 +224,5 @@ void BM_OpsIndexerTopK(benchmark::State& state) {
 }
 BENCHMARK(BM_OpsIndexerTopK)->Args({16384, 0})->Args({16384, 50})->Args({65536, 50})->Unit(benchmark::kMicrosecond);
 
-
 }  // namespace
 }  // namespace cedar::ops

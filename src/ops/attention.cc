@@ -212,8 +212,9 @@ void IndexerScoresTiles(const float* q, const int8_t* q_codes, const double* q_s
   const hn::Rebind<float, decltype(dd)> dfd;  // floats promoted to the float64 head sums
   constexpr size_t dlanes = hn::MaxLanes(dd);
   HWY_ALIGN float dot[kTile];
-  // AVX512-VNNI CPUs take every head's dots of a tile at once (indexer_tiles_x86.h).
-  const bool vnni = n_heads <= x86::kIndexerTileMaxHeads && x86::indexer_tiles_vnni_usable();
+  // AVX512-VNNI CPUs take every head's dots of a tile at once (indexer_tiles_x86.h); indexer_scores
+  // sends no more heads here than that kernel takes.
+  const bool vnni = x86::indexer_tiles_vnni_usable();
   HWY_ALIGN float vnni_dots[x86::kIndexerTileMaxHeads * kTile];
   HWY_ALIGN double sum[kTile];
   double key_ratio[kTile];
@@ -342,7 +343,8 @@ void indexer_scores(const float* q, const float* w, size_t n_heads, size_t head_
   for (size_t h = 0; h < n_heads; ++h) finite_w = finite_w && std::isfinite(w[h]);
   // The query's head spreads, once per query rather than per range of keys.
   constexpr size_t kMaxHeads = 256;
-  constexpr size_t kMaxTileHeads = 128, kMaxDim = 256;  // the integer tiles' query arrays (42 KB)
+  // The integer tiles' query arrays (42 KB); the VNNI tile kernel takes as many heads.
+  constexpr size_t kMaxTileHeads = x86::kIndexerTileMaxHeads, kMaxDim = 256;
   int q_spread[kMaxHeads];
   if (n_heads > kMaxHeads) key_spread = nullptr;  // more heads than the array: every dot in float64
   if (key_spread != nullptr)

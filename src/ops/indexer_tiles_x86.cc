@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cstring>
 
+#include "ops/attention.h"
 #include "ops/x86_features.h"
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
@@ -29,7 +30,8 @@ bool indexer_tiles_vnni_usable() { return has_avx512_vnni() && g_allowed.load(st
 __attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni"))) void indexer_tile_dots_vnni(
     const uint8_t* tile_codes, const double* tile_scales, size_t head_dim, const int8_t* q_codes,
     const double* q_scale, const int16_t* q_offset, size_t n_heads, float* dots) {
-  constexpr size_t kTile = 16;
+  constexpr size_t kTile = kIndexKeyTile;
+  static_assert(kTile == 16, "a tile's 16 keys are one zmm of int32 lanes");
   const size_t blocks = head_dim / 32;
   alignas(64) double acc[kIndexerTileMaxHeads * kTile];
   for (size_t b = 0; b < blocks; ++b) {
