@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
+#include <string>
 #include <utility>
 
 namespace cedar::io {
@@ -15,6 +17,8 @@ size_t page_size() {
   static const size_t kPage = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   return kPage;
 }
+
+constexpr size_t kHugePageBytes = kHugePageAlignment;  // a PMD on x86-64 and on arm64 with 4 KiB pages
 
 }  // namespace
 
@@ -39,15 +43,48 @@ Status open_regular_file(const std::string& path, int* fd, uint64_t* size) {
 }
 
 // Maps [begin, begin + size) of fd read-only and closes fd (the mapping keeps the file alive).
+//
+// A mapping of at least 2 MiB is placed at an address congruent to its file offset modulo 2 MiB and
+// advised MADV_HUGEPAGE. Where the kernel keeps a file's page cache in 2 MiB folios (Linux 6.x on
+// ext4, xfs, btrfs; readahead allocates them for a VM_HUGEPAGE mapping), each folio is then mapped
+// by one page-table entry instead of 512: a 475 GiB checkpoint needs about 1 MiB of page tables
+// instead of about 950 MiB, takes 0.24 million page faults to touch instead of 125 million, and the
+// GEMVs' weight streams cross a TLB entry every 2 MiB instead of every 4 KiB. Elsewhere the advice
+// is refused (ignored) and the mapping is an ordinary one.
 Result<uint8_t*> map_and_close(int fd, const std::string& path, uint64_t begin, size_t size) {
   uint8_t* data = nullptr;
   if (size > 0) {
-    void* p = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, static_cast<off_t>(begin));
+    void* at = nullptr;
+    int flags = MAP_SHARED;
+    void* reserved = MAP_FAILED;
+    size_t reserved_len = 0;
+    if (size >= kHugePageBytes) {
+      // Reserve 2 MiB more than needed (address space only), then map the file over the part of the
+      // reservation that has the right alignment.
+      reserved_len = size + kHugePageBytes;
+      reserved = mmap(nullptr, reserved_len, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (reserved != MAP_FAILED) {
+        const uintptr_t base = reinterpret_cast<uintptr_t>(reserved);
+        const uintptr_t phase = static_cast<uintptr_t>(begin % kHugePageBytes);
+        at = reinterpret_cast<void*>(base + (phase + kHugePageBytes - base % kHugePageBytes) % kHugePageBytes);
+        flags |= MAP_FIXED;
+      }
+    }
+    void* p = mmap(at, size, PROT_READ, flags, fd, static_cast<off_t>(begin));
     if (p == MAP_FAILED) {
-      int err = errno;
+      const int err = errno;
+      if (reserved != MAP_FAILED) munmap(reserved, reserved_len);
       ::close(fd);
       return io_error("cannot mmap " + path + " (" + std::to_string(size) + " bytes at " + std::to_string(begin) + ")",
                       err);
+    }
+    if (reserved != MAP_FAILED) {
+      // Give back the reservation's unused head and tail (MAP_FIXED replaced the middle).
+      const uintptr_t base = reinterpret_cast<uintptr_t>(reserved), start = reinterpret_cast<uintptr_t>(p);
+      const uintptr_t page = page_size(), end = (start + size + page - 1) / page * page;
+      if (start > base) munmap(reserved, start - base);
+      if (base + reserved_len > end) munmap(reinterpret_cast<void*>(end), base + reserved_len - end);
+      (void)madvise(p, size, MADV_HUGEPAGE);
     }
     data = static_cast<uint8_t*>(p);
   }

@@ -11,11 +11,16 @@
 
 namespace cedar::io {
 
+// The alignment (and the smallest size) of the mappings advised for huge pages.
+inline constexpr size_t kHugePageAlignment = size_t{2} << 20;
+
 class MappedFile {
  public:
   // Maps `path` read-only (MAP_SHARED, so pages are shared with the page cache and other
   // processes). An empty file maps to data() == nullptr, size() == 0. Errors are IoError naming
-  // the path and the failing call.
+  // the path and the failing call. A mapping of 2 MiB or more starts at an address congruent to its
+  // file offset modulo 2 MiB and is advised MADV_HUGEPAGE, so the kernel can map the page cache's
+  // 2 MiB folios whole (kHugePageAlignment; mapped_file.cc says why).
   static Result<MappedFile> open(const std::string& path);
   // Maps only the bytes [offset, offset + length) of `path` (rounded out to whole pages), so that a
   // streaming run never maps the parts of a shard it reads itself. data() then holds file offset
