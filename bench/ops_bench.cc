@@ -133,21 +133,30 @@ BENCHMARK(BM_OpsLinearBf16)
     ->UseRealTime();
 
 void BM_OpsSparseAttn(benchmark::State& state) {
-  const size_t heads = 64, d = 512, n_idx = state.range(0);
+  const size_t n_idx = state.range(0), heads = state.range(1), d = state.range(2);
+  const KernelSet& ks = kernel_set(state.range(3) ? Numerics::kFast : Numerics::kExact);
   const auto q = random_bf16(heads * d, 1);
   const auto rows = random_bf16(n_idx * d, 2);
   std::vector<float> sink(heads, 0.0f), out(heads * d);
   std::vector<int32_t> idx(n_idx);
   for (size_t i = 0; i < n_idx; ++i) idx[i] = static_cast<int32_t>(i);
-  ThreadPool* pool = pool_for(0);
+  ThreadPool* pool = pool_for(static_cast<int>(state.range(4)));
   for (auto _ : state) {
-    sparse_attn(q.data(), heads, d, KvRows{rows.data(), n_idx, nullptr, 0}, sink.data(), idx.data(), n_idx,
+    ks.sparse_attn(q.data(), heads, d, KvRows{rows.data(), n_idx, nullptr, 0}, sink.data(), idx.data(), n_idx,
                 0.044f, out.data(), pool);
     benchmark::DoNotOptimize(out.data());
   }
   state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * heads * n_idx));  // head-rows
 }
-BENCHMARK(BM_OpsSparseAttn)->Arg(640)->Unit(benchmark::kMicrosecond)->UseRealTime();
+// Args: rows, heads, head_dim (the released model: 512 + 128 rows, 64 heads of 512; small: 128 + 128,
+// 16 of 128), numerics (0 exact, 1 fast), threads (0 = all).
+BENCHMARK(BM_OpsSparseAttn)
+    ->Args({640, 64, 512, 0, 0})
+    ->Args({640, 64, 512, 1, 1})
+    ->Args({640, 64, 512, 1, 0})
+    ->Args({256, 16, 128, 1, 1})
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
 
 // One query's indexer scores over n_keys FP4 index keys (V4.1: 64 heads of 128), as the model runs
 // them. Args: n_keys, path (0: float64 row dots, the contract as written; 1: integer key tiles with

@@ -22,91 +22,169 @@
 #include "ops/attention_block-inl.h"
 #include "ops/dot-inl.h"
 
+#ifndef CEDAR_OPS_ATTENTION_FAST_GROUP
+#define CEDAR_OPS_ATTENTION_FAST_GROUP
+namespace cedar::ops {
+inline constexpr size_t kSparseAttnHeadGroup = 8;  // heads sharing each pass over the KV rows
+}  // namespace cedar::ops
+#endif
+
 HWY_BEFORE_NAMESPACE();
 namespace cedar::ops {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-void FastSparseAttnHeads(const float* q, size_t head_dim, const KvRows* kv_ptr, const float* sink,
-                         const int32_t* idx, size_t n_idx, float scale, float* out, size_t h_begin, size_t h_end) {
-  const KvRows& kv = *kv_ptr;
+// G heads of one query at a time: they share the KV rows (one KV head), so each row chunk is loaded
+// once for all G score dots and once for all G P·V sums, instead of once per head (the released
+// model's 640 rows of 512 floats, 1.3 MB, outgrow L2, and every head read them again from L3).
+// Each head's arithmetic is what it was alone: its own scores, running maximum, p and sums, the
+// rows in order for every element; a row that contributes to another head of the group but not
+// to this one adds 0 · v (nothing, for finite v).
+template <size_t G>
+HWY_INLINE void FastSparseAttnHeadGroup(const float* q, size_t head_dim, const KvRows& kv, const float* sink,
+                                        const int32_t* idx, size_t n_idx, float scale, float* out) {
   const hn::ScalableTag<float> df;
+  using V = hn::Vec<decltype(df)>;
   const size_t N = hn::Lanes(df);
   const float neg_inf = -std::numeric_limits<float>::infinity();
   // Scores padded to whole vectors with -inf (exp gives 0 there).
   constexpr size_t kPadded = kSparseAttnBlock + HWY_MAX_BYTES / sizeof(float);
-  HWY_ALIGN float score[kPadded];
-  HWY_ALIGN float p[kPadded];
-  HWY_ALIGN float block_pv[kSparseAttnMaxHeadDim];  // [head_dim] this block's Σ_j bf16(p_j)·v_j
+  HWY_ALIGN float score[G][kPadded];
+  HWY_ALIGN float p[G][kPadded];
+  HWY_ALIGN float block_pv[G][kSparseAttnMaxHeadDim];  // per head, this block's Σ_j bf16(p_j)·v_j
   const size_t whole_dim = head_dim - head_dim % N;
-  for (size_t h = h_begin; h < h_end; ++h) {
-    const float* qh = q + h * head_dim;
-    float* acc = out + h * head_dim;  // [head_dim] numerator, kept in the output row until the end
-    std::fill(acc, acc + head_dim, 0.0f);
-    float running_max = kSparseAttnMaxInit;
-    float den = 0.0f;
-    for (size_t start = 0; start < n_idx; start += kSparseAttnBlock) {
-      const size_t nb = std::min(kSparseAttnBlock, n_idx - start);
-      const size_t nb_padded = (nb + N - 1) / N * N;
-      const float* rows[kSparseAttnBlock];
-      const float block_max = SparseAttnBlockScores(
-          qh, kv, idx + start, nb, head_dim, scale,
-          [](const float* a, const float* b, size_t n) { return DotF32(a, b, n); }, rows, score);
-      std::fill(score + nb, score + nb_padded, neg_inf);
-      const float new_max = std::max(running_max, block_max);
-      const float alpha = std::exp(running_max - new_max);
-      const auto vmax = hn::Set(df, new_max);
-      auto p_sum = hn::Zero(df);
+  float running_max[G], den[G];
+  for (size_t g = 0; g < G; ++g) {
+    std::fill(out + g * head_dim, out + (g + 1) * head_dim, 0.0f);  // the numerators, until the end
+    running_max[g] = kSparseAttnMaxInit;
+    den[g] = 0.0f;
+  }
+  for (size_t start = 0; start < n_idx; start += kSparseAttnBlock) {
+    const size_t nb = std::min(kSparseAttnBlock, n_idx - start);
+    const size_t nb_padded = (nb + N - 1) / N * N;
+    const float* rows[kSparseAttnBlock];
+    float block_max[G];
+    for (size_t g = 0; g < G; ++g) block_max[g] = neg_inf;
+    for (size_t j = 0; j < nb; ++j) {
+      const int32_t r = idx[start + j];
+      if (r < 0) {
+        rows[j] = nullptr;
+        for (size_t g = 0; g < G; ++g) score[g][j] = neg_inf;
+        continue;
+      }
+      const float* row = kv.row(static_cast<size_t>(r), head_dim);
+      rows[j] = row;
+      V acc[G];
+      for (auto& a : acc) a = hn::Zero(df);
+      size_t d = 0;
+      for (; d < whole_dim; d += N) {
+        const V v = hn::LoadU(df, row + d);
+        for (size_t g = 0; g < G; ++g) acc[g] = hn::MulAdd(hn::LoadU(df, q + g * head_dim + d), v, acc[g]);
+      }
+      for (size_t g = 0; g < G; ++g) {
+        float sum = hn::GetLane(hn::SumOfLanes(df, acc[g]));
+        for (size_t e = d; e < head_dim; ++e) sum += q[g * head_dim + e] * row[e];
+        score[g][j] = sum * scale;
+        block_max[g] = std::max(block_max[g], score[g][j]);
+      }
+    }
+    float alpha[G];
+    const float* pv_rows[kSparseAttnBlock];
+    float pv_weight[kSparseAttnBlock][G];
+    size_t n_pv = 0;
+    for (size_t g = 0; g < G; ++g) {
+      std::fill(score[g] + nb, score[g] + nb_padded, neg_inf);
+      const float new_max = std::max(running_max[g], block_max[g]);
+      alpha[g] = std::exp(running_max[g] - new_max);
+      running_max[g] = new_max;
+      const V vmax = hn::Set(df, new_max);
+      V p_sum = hn::Zero(df);
       for (size_t j = 0; j < nb_padded; j += N) {
-        const auto pj = hn::Exp(df, hn::Sub(hn::Load(df, score + j), vmax));
-        hn::Store(pj, df, p + j);
+        const V pj = hn::Exp(df, hn::Sub(hn::Load(df, score[g] + j), vmax));
+        hn::Store(pj, df, p[g] + j);
         p_sum = hn::Add(p_sum, pj);
       }
-      // Σ_j bf16(p_j)·v_j over the rows that contribute, j in order for every element. Elements
-      // outside, rows inside: a chunk of the sum stays in registers across the rows (rows outside
-      // made every row's adds wait on the previous row's stores to block_pv).
-      const float* pv_rows[kSparseAttnBlock];
-      float pv_weight[kSparseAttnBlock];
-      size_t n_pv = 0;
-      for (size_t j = 0; j < nb; ++j) {
-        const float pb = rows[j] == nullptr ? 0.0f : round_bf16(p[j]);
-        if (pb == 0.0f) continue;
-        pv_rows[n_pv] = rows[j];
-        pv_weight[n_pv++] = pb;
+      den[g] = den[g] * alpha[g] + hn::GetLane(hn::SumOfLanes(df, p_sum));
+    }
+    // The rows that contribute to some head of the group, with each head's weight bf16(p_j).
+    for (size_t j = 0; j < nb; ++j) {
+      if (rows[j] == nullptr) continue;
+      bool any = false;
+      for (size_t g = 0; g < G; ++g) {
+        pv_weight[n_pv][g] = round_bf16(p[g][j]);
+        any |= pv_weight[n_pv][g] != 0.0f;
       }
-      constexpr size_t kChunkVecs = 4;
-      size_t e = 0;
-      for (; e + kChunkVecs * N <= whole_dim; e += kChunkVecs * N) {
-        hn::Vec<decltype(df)> sum[kChunkVecs];
-        for (auto& v : sum) v = hn::Zero(df);
-        for (size_t i = 0; i < n_pv; ++i) {
-          const auto pv = hn::Set(df, pv_weight[i]);
-          for (size_t c = 0; c < kChunkVecs; ++c) sum[c] = hn::MulAdd(pv, hn::LoadU(df, pv_rows[i] + e + c * N), sum[c]);
+      if (any) pv_rows[n_pv++] = rows[j];
+    }
+    // Σ_j bf16(p_j)·v_j: elements outside, rows inside, a chunk of every head's sum in registers.
+    constexpr size_t kChunkVecs = G >= 5 ? 1 : (G >= 3 ? 2 : 4);
+    size_t e = 0;
+    for (; e + kChunkVecs * N <= whole_dim; e += kChunkVecs * N) {
+      V sum[G][kChunkVecs];
+      for (size_t g = 0; g < G; ++g)
+        for (size_t c = 0; c < kChunkVecs; ++c) sum[g][c] = hn::Zero(df);
+      for (size_t i = 0; i < n_pv; ++i) {
+        V v[kChunkVecs];
+        for (size_t c = 0; c < kChunkVecs; ++c) v[c] = hn::LoadU(df, pv_rows[i] + e + c * N);
+        for (size_t g = 0; g < G; ++g) {
+          const V w = hn::Set(df, pv_weight[i][g]);
+          for (size_t c = 0; c < kChunkVecs; ++c) sum[g][c] = hn::MulAdd(w, v[c], sum[g][c]);
         }
-        for (size_t c = 0; c < kChunkVecs; ++c) hn::Store(sum[c], df, block_pv + e + c * N);
       }
-      for (; e < whole_dim; e += N) {
-        auto sum = hn::Zero(df);
-        for (size_t i = 0; i < n_pv; ++i) sum = hn::MulAdd(hn::Set(df, pv_weight[i]), hn::LoadU(df, pv_rows[i] + e), sum);
-        hn::Store(sum, df, block_pv + e);
+      for (size_t g = 0; g < G; ++g)
+        for (size_t c = 0; c < kChunkVecs; ++c) hn::Store(sum[g][c], df, block_pv[g] + e + c * N);
+    }
+    for (; e < whole_dim; e += N) {
+      V sum[G];
+      for (auto& x : sum) x = hn::Zero(df);
+      for (size_t i = 0; i < n_pv; ++i) {
+        const V v = hn::LoadU(df, pv_rows[i] + e);
+        for (size_t g = 0; g < G; ++g) sum[g] = hn::MulAdd(hn::Set(df, pv_weight[i][g]), v, sum[g]);
       }
-      for (; e < head_dim; ++e) {
-        block_pv[e] = 0.0f;
-        for (size_t i = 0; i < n_pv; ++i) block_pv[e] += pv_weight[i] * pv_rows[i][e];
+      for (size_t g = 0; g < G; ++g) hn::Store(sum[g], df, block_pv[g] + e);
+    }
+    for (; e < head_dim; ++e) {
+      for (size_t g = 0; g < G; ++g) {
+        block_pv[g][e] = 0.0f;
+        for (size_t i = 0; i < n_pv; ++i) block_pv[g][e] += pv_weight[i][g] * pv_rows[i][e];
       }
-      den = den * alpha + hn::GetLane(hn::SumOfLanes(df, p_sum));
-      const auto va = hn::Set(df, alpha);
+    }
+    for (size_t g = 0; g < G; ++g) {
+      float* acc = out + g * head_dim;
+      const V va = hn::Set(df, alpha[g]);
       size_t d = 0;
       for (; d < whole_dim; d += N)
-        hn::StoreU(hn::MulAdd(hn::LoadU(df, acc + d), va, hn::Load(df, block_pv + d)), df, acc + d);
-      for (; d < head_dim; ++d) acc[d] = acc[d] * alpha + block_pv[d];
-      running_max = new_max;
+        hn::StoreU(hn::MulAdd(hn::LoadU(df, acc + d), va, hn::Load(df, block_pv[g] + d)), df, acc + d);
+      for (; d < head_dim; ++d) acc[d] = acc[d] * alpha[g] + block_pv[g][d];
     }
-    den += std::exp(sink[h] - running_max);
-    const auto vden = hn::Set(df, den);
+  }
+  for (size_t g = 0; g < G; ++g) {
+    float* acc = out + g * head_dim;
+    const float total = den[g] + std::exp(sink[g] - running_max[g]);
+    const V vden = hn::Set(df, total);
     size_t d = 0;
     for (; d < whole_dim; d += N) hn::StoreU(RoundBf16(df, hn::Div(hn::LoadU(df, acc + d), vden)), df, acc + d);
-    for (; d < head_dim; ++d) acc[d] = round_bf16(acc[d] / den);
+    for (; d < head_dim; ++d) acc[d] = round_bf16(acc[d] / total);
+  }
+}
+
+void FastSparseAttnHeads(const float* q, size_t head_dim, const KvRows* kv_ptr, const float* sink,
+                         const int32_t* idx, size_t n_idx, float scale, float* out, size_t h_begin, size_t h_end) {
+  const KvRows& kv = *kv_ptr;
+  size_t h = h_begin;
+  for (; h + kSparseAttnHeadGroup <= h_end; h += kSparseAttnHeadGroup) {
+    FastSparseAttnHeadGroup<kSparseAttnHeadGroup>(q + h * head_dim, head_dim, kv, sink + h, idx, n_idx, scale,
+                                                  out + h * head_dim);
+  }
+  switch (h_end - h) {
+    case 7: return FastSparseAttnHeadGroup<7>(q + h * head_dim, head_dim, kv, sink + h, idx, n_idx, scale, out + h * head_dim);
+    case 6: return FastSparseAttnHeadGroup<6>(q + h * head_dim, head_dim, kv, sink + h, idx, n_idx, scale, out + h * head_dim);
+    case 5: return FastSparseAttnHeadGroup<5>(q + h * head_dim, head_dim, kv, sink + h, idx, n_idx, scale, out + h * head_dim);
+    case 4: return FastSparseAttnHeadGroup<4>(q + h * head_dim, head_dim, kv, sink + h, idx, n_idx, scale, out + h * head_dim);
+    case 3: return FastSparseAttnHeadGroup<3>(q + h * head_dim, head_dim, kv, sink + h, idx, n_idx, scale, out + h * head_dim);
+    case 2: return FastSparseAttnHeadGroup<2>(q + h * head_dim, head_dim, kv, sink + h, idx, n_idx, scale, out + h * head_dim);
+    case 1: return FastSparseAttnHeadGroup<1>(q + h * head_dim, head_dim, kv, sink + h, idx, n_idx, scale, out + h * head_dim);
+    default: return;
   }
 }
 
@@ -132,7 +210,8 @@ void fast::sparse_attn(const float* q, size_t n_heads, size_t head_dim, const Kv
   if (pool == nullptr || pool->size() <= 1 || n_heads < 2) {
     run(0, n_heads);
   } else {
-    pool->parallel_for(n_heads, 1, [&](size_t b, size_t e, int) { run(b, e); });
+    // Chunks of whole head groups (the last may be short).
+    pool->parallel_for(n_heads, kSparseAttnHeadGroup, [&](size_t b, size_t e, int) { run(b, e); });
   }
 }
 
