@@ -1,6 +1,7 @@
 #include "ops/kernel_set.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "core/thread_pool.h"
 #include "ops/linear_fast.h"
@@ -30,7 +31,10 @@ const KernelSet& kernel_set(Numerics n) {
                                .linear_bf16 = linear_bf16,
                                .linear_f32 = linear_f32,
                                .linear_fp8_bf16 = linear_fp8_bf16,
-                               .linear_fp8_bf16_rows = linear_fp8_bf16_rows,
+                               .linear_fp8_bf16_rows =
+                                   [](const Fp8Activations& a, const Fp8Weight& w, float* y, LinearOut out, size_t b,
+                                      size_t e) { linear_fp8_bf16_rows(a.values, a.m, w, y, out, b, e); },
+                               .pair_unquantized = nullptr,
                                .swiglu_clamped = swiglu_clamped,
                                .sparse_attn = sparse_attn};
   static const KernelSet fast{.numerics = Numerics::kFast,
@@ -46,7 +50,8 @@ const KernelSet& kernel_set(Numerics n) {
                               .linear_bf16 = fast::linear_bf16,
                               .linear_f32 = fast::linear_f32,
                               .linear_fp8_bf16 = fast::linear_fp8_bf16,
-                              .linear_fp8_bf16_rows = fast::linear_fp8_bf16_rows,
+                              .linear_fp8_bf16_rows = fast::linear_fp8_bf16_rows_of,
+                              .pair_unquantized = fast::pair_unquantized,
                               .swiglu_clamped = fast::swiglu_clamped,
                               .sparse_attn = fast::sparse_attn};
   return n == Numerics::kExact ? exact : fast;
@@ -84,12 +89,30 @@ void gemm_fp4_batch(const KernelSet& ks, std::span<const Fp4GemmJob> jobs, Threa
 }
 
 void fp8_linear_batch(const KernelSet& ks, std::span<const Fp8LinearJob> jobs, ThreadPool* pool) {
+  // The unquantised inputs of GEMM-sized kAsBf16 jobs (wo_a in prefill) are packed as bf16 pairs for
+  // the fast GEMM's AVX512-BF16 tile once here, before the region. The caller's buffers, grown to
+  // the largest batch once and then reused.
+  thread_local std::vector<Fp8LinearJob> paired;
+  thread_local std::vector<uint32_t> pairs;
+  if (ks.pair_unquantized != nullptr) {
+    size_t words = 0;
+    for (const Fp8LinearJob& j : jobs)
+      if (j.kind == Fp8LinearJob::Kind::kAsBf16) words += j.a.m * j.a.k / 2;
+    if (pairs.size() < words) pairs.resize(words);
+    paired.assign(jobs.begin(), jobs.end());
+    size_t used = 0;
+    for (Fp8LinearJob& j : paired) {
+      if (j.kind == Fp8LinearJob::Kind::kAsBf16 && ks.pair_unquantized(&j.a, pairs.data() + used))
+        used += j.a.m * j.a.k / 2;
+    }
+    jobs = paired;
+  }
   // 32 rows per unit: one row of FP8 weight scales.
   run_jobs_in_one_region(jobs, 32, pool, [&](const Fp8LinearJob& j, size_t n0, size_t n1) {
     if (j.kind == Fp8LinearJob::Kind::kGemm) {
       ks.gemm_fp8_rows(j.a, j.w, j.y, n0, n1);
     } else {
-      ks.linear_fp8_bf16_rows(j.a.values, j.a.m, j.w, j.y, LinearOut::kBf16, n0, n1);
+      ks.linear_fp8_bf16_rows(j.a, j.w, j.y, LinearOut::kBf16, n0, n1);
     }
   });
 }

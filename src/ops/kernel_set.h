@@ -41,8 +41,14 @@ struct KernelSet {
   void (*linear_bf16)(const float* x, size_t m, const Bf16Weight& w, float* y, LinearOut out, ThreadPool* pool);
   void (*linear_f32)(const float* x, size_t m, const F32Weight& w, float* y, ThreadPool* pool);
   void (*linear_fp8_bf16)(const float* x, size_t m, const Fp8Weight& w, float* y, LinearOut out, ThreadPool* pool);
-  void (*linear_fp8_bf16_rows)(const float* x, size_t m, const Fp8Weight& w, float* y, LinearOut out, size_t n_begin,
+  // Rows [n_begin, n_end) of linear_fp8_bf16(a.values, a.m, w): a holds x unquantised, and in fast
+  // mode optionally x as bf16 pairs (pair_unquantized) for the AVX512-BF16 GEMM tile.
+  void (*linear_fp8_bf16_rows)(const Fp8Activations& a, const Fp8Weight& w, float* y, LinearOut out, size_t n_begin,
                                size_t n_end);
+  // Fast mode on CPUs with AVX512-BF16: packs a->values (x unquantised, a->m >= 6 rows of a->k) into
+  // `pairs` (a->m * a->k / 2 words) and points a at them when every value is a bf16 number the tile
+  // takes; false (a unchanged) otherwise. nullptr in exact mode.
+  bool (*pair_unquantized)(Fp8Activations* a, uint32_t* pairs);
   // The experts' clamped SwiGLU (moe.h): silu in double (exact) or in f32 vectors (fast).
   void (*swiglu_clamped)(const float* g, const float* u, size_t n, float limit, float weight, float* out);
   // Sparse attention (attention.h): the contract's float64 sums (exact) or fp32 ones (fast).

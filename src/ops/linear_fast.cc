@@ -966,19 +966,45 @@ void linear_f32(const float* x, size_t m, const F32Weight& w, float* y, ThreadPo
   for_rows(pool, w.n, [&](size_t b, size_t e) { HWY_DYNAMIC_DISPATCH(FastLinearF32)(x, m, w, y, b, e); });
 }
 
-void linear_fp8_bf16_rows(const float* x, size_t m, const Fp8Weight& w, float* y, LinearOut out, size_t n_begin,
-                          size_t n_end) {
+void linear_fp8_bf16_rows_of(const Fp8Activations& x, const Fp8Weight& w, float* y, LinearOut out, size_t n_begin,
+                             size_t n_end) {
   CEDAR_CHECK(w.k % 32 == 0, "linear_fp8_bf16: k %zu is not a multiple of 32", w.k);
+  CEDAR_CHECK(x.k == w.k, "linear_fp8_bf16: x has %zu columns, the weight %zu", x.k, w.k);
   // The FP8 GEMMs read `values` as given when dequantized: x itself, unquantised. They round to bf16;
   // an f32 output needs the unrounded sums, which only bf16 output (wo_a) uses here.
   CEDAR_CHECK(out == LinearOut::kBf16, "fast::linear_fp8_bf16 supports bf16 output only");
-  Fp8Activations a{x, nullptr, m, w.k};
+  Fp8Activations a{x.values, nullptr, x.m, w.k};
   a.dequantized = true;
+  a.bf16_pairs = x.bf16_pairs;
+  a.bf16_exp_lo = x.bf16_exp_lo;
+  a.bf16_exp_hi = x.bf16_exp_hi;
   HWY_DYNAMIC_DISPATCH(FastGemmFp8)(a, w, y, n_begin, n_end);
 }
 
+void linear_fp8_bf16_rows(const float* x, size_t m, const Fp8Weight& w, float* y, LinearOut out, size_t n_begin,
+                          size_t n_end) {
+  linear_fp8_bf16_rows_of(Fp8Activations{x, nullptr, m, w.k}, w, y, out, n_begin, n_end);
+}
+
+bool pair_unquantized(Fp8Activations* a, uint32_t* pairs) {
+  if (a->m < kFastGemmMinRows || a->k % 32 != 0 || !x86::gemm_bf16_usable()) return false;
+  int lo = 255, hi = 0;
+  if (!HWY_DYNAMIC_DISPATCH(ToBf16Pairs)(a->values, a->m * a->k / 2, pairs, &lo, &hi)) return false;
+  a->bf16_pairs = pairs;
+  a->bf16_exp_lo = lo;
+  a->bf16_exp_hi = hi;
+  return true;
+}
+
 void linear_fp8_bf16(const float* x, size_t m, const Fp8Weight& w, float* y, LinearOut out, ThreadPool* pool) {
-  for_rows(pool, w.n, [&](size_t b, size_t e) { fast::linear_fp8_bf16_rows(x, m, w, y, out, b, e); });
+  // x is packed into pairs once, before the threads split the rows (a thread's buffer, grown once).
+  Fp8Activations a{x, nullptr, m, w.k};
+  thread_local std::vector<uint32_t> pairs;
+  if (m >= kFastGemmMinRows && w.k % 32 == 0 && x86::gemm_bf16_usable()) {
+    if (pairs.size() < m * w.k / 2) pairs.resize(m * w.k / 2);
+    pair_unquantized(&a, pairs.data());
+  }
+  for_rows(pool, w.n, [&](size_t b, size_t e) { fast::linear_fp8_bf16_rows_of(a, w, y, out, b, e); });
 }
 
 }  // namespace fast
