@@ -2,6 +2,7 @@
 // compiles for any x86-64 baseline and is only entered after the run-time check.
 #include "ops/gemm_bf16_x86.h"
 
+#include <algorithm>
 #include <atomic>
 
 #include "ops/x86_features.h"
@@ -51,9 +52,48 @@ CEDAR_X86_TARGET void tile(const uint32_t* act, size_t lda, const uint32_t* pane
   for (size_t r = 0; r < MR; ++r) _mm512_storeu_ps(acc_out + r * 16, _mm512_add_ps(even[r], odd[r]));
 }
 
+// The bf16 bits of E2M1 code c (0..15) at scale 2^0: sign in bit 15, 0.5..6 with exponent fields
+// 126..129. Scaling by 2^(s - 127) adds (s - 127) << 7 to the bits of the nonzero values.
+alignas(64) constexpr uint32_t kE2m1Bf16[16] = {0x0000, 0x3F00, 0x3F80, 0x3FC0, 0x4000, 0x4040, 0x4080, 0x40C0,
+                                                0x8000, 0xBF00, 0xBF80, 0xBFC0, 0xC000, 0xC040, 0xC080, 0xC0C0};
+
+CEDAR_X86_TARGET bool fp4_pairs(const uint8_t* packed, const uint8_t* scales, size_t n_blocks, uint32_t* pairs,
+                                int* lo, int* hi) {
+  const __m512i table = _mm512_load_si512(kE2m1Bf16);
+  const __m512i nibble = _mm512_set1_epi32(0x0F);
+  const __m512i magnitude = _mm512_set1_epi16(0x7FFF);
+  int s_lo = 255, s_hi = 0;
+  for (size_t b = 0; b < n_blocks; ++b) {
+    const int s = scales[b];
+    if (s < 2 || s > 252) return false;
+    s_lo = std::min(s_lo, s);
+    s_hi = std::max(s_hi, s);
+    // The zero-masked forms with every lane set: GCC 12's plain forms start from an undefined vector
+    // and trip -Wmaybe-uninitialized.
+    constexpr __mmask16 kAll = 0xFFFF;
+    const __m512i bytes = _mm512_maskz_cvtepu8_epi32(kAll, _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed + 16 * b)));
+    const __m512i even = _mm512_maskz_permutexvar_epi32(kAll, _mm512_and_si512(bytes, nibble), table);
+    const __m512i odd = _mm512_maskz_permutexvar_epi32(kAll, _mm512_maskz_srli_epi32(kAll, bytes, 4), table);
+    const __m512i pair = _mm512_or_si512(even, _mm512_maskz_slli_epi32(kAll, odd, 16));
+    const __mmask32 nonzero = _mm512_test_epi16_mask(pair, magnitude);
+    const __m512i scaled = _mm512_mask_add_epi16(pair, nonzero, pair, _mm512_set1_epi16(static_cast<short>((s - 127) << 7)));
+    _mm512_storeu_si512(pairs + 16 * b, scaled);
+  }
+  if (n_blocks > 0) {
+    *lo = std::min(*lo, s_lo - 1);
+    *hi = std::max(*hi, s_hi + 2);
+  }
+  return true;
+}
+
 #undef CEDAR_X86_TARGET
 
 }  // namespace
+
+bool fp4_row_to_bf16_pairs(const uint8_t* packed, const uint8_t* scales, size_t n_blocks, uint32_t* pairs, int* lo,
+                           int* hi) {
+  return fp4_pairs(packed, scales, n_blocks, pairs, lo, hi);
+}
 
 bool gemm_bf16_usable() { return has_avx512_bf16() && g_allowed.load(std::memory_order_relaxed); }
 
@@ -73,6 +113,7 @@ void panel_tile_bf16(size_t mr, const uint32_t* act_pairs, size_t lda_pairs, con
 
 bool gemm_bf16_usable() { return false; }
 void panel_tile_bf16(size_t, const uint32_t*, size_t, const uint32_t*, size_t, float*, bool) {}
+bool fp4_row_to_bf16_pairs(const uint8_t*, const uint8_t*, size_t, uint32_t*, int*, int*) { return false; }
 
 #endif
 

@@ -524,8 +524,10 @@ TEST(LinearFast, Fp4GemvSpecialScalesGiveWhatExactGives) {
   // these. Integer data keep every sum exact, so fast equals exact (NaN where exact is NaN).
   std::mt19937 rng(29);
   std::uniform_int_distribution<int> small(-8, 8);
+  // m = 7 runs the GEMM, whose bf16 tile decodes FP4 rows straight to bf16 pairs for scales 2..252
+  // and must leave a row with any other scale to the general decode.
   const size_t n = 6, k = 32 * 11;  // one group of 8 blocks and a group of 3
-  for (size_t m : {1, 3}) {
+  for (size_t m : {1, 3, 7}) {
     std::vector<float> x(m * k);
     for (size_t i = 0; i < x.size(); ++i) x[i] = i % 32 == 0 ? 448.0f : static_cast<float>(small(rng));
     BlockWeights w = integer_fp4_weights(n, k, rng);
@@ -533,6 +535,8 @@ TEST(LinearFast, Fp4GemvSpecialScalesGiveWhatExactGives) {
     w.scales[1 * 11 + 9] = 255;  // row 1: NaN in the short group
     w.scales[2 * 11 + 5] = 0;    // row 2: 2^-127 in the full group
     w.scales[3 * 11 + 10] = 0;   // row 3: 2^-127 in the short group
+    w.scales[4 * 11 + 2] = 2;    // row 4: the smallest scale of the direct decode
+    w.scales[5 * 11 + 6] = 160;  // row 5: 2^33
     std::vector<float> want(m * n);
     run_exact(w, x.data(), m, want.data());
     for (size_t r = 0; r < m; ++r) {
@@ -549,6 +553,38 @@ TEST(LinearFast, Fp4GemvSpecialScalesGiveWhatExactGives) {
         }
       }
     });
+  }
+}
+
+TEST(LinearFast, Fp4RowsAsBf16PairsEqualTheDecodedValues) {
+  // The prefill GEMM's direct FP4 -> bf16-pair decode (gemm_bf16_x86.h), on every byte value (16
+  // blocks of 16 bytes) at the extreme and ordinary scales it takes, against e2m1_table x e8m0_table;
+  // and the scales it must refuse.
+  if (!x86::gemm_bf16_usable()) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
+  std::vector<uint8_t> packed(256);
+  for (size_t i = 0; i < 256; ++i) packed[i] = static_cast<uint8_t>(i);
+  for (int scale : {2, 60, 126, 127, 128, 200, 252}) {
+    const std::vector<uint8_t> scales(16, static_cast<uint8_t>(scale));
+    std::vector<uint32_t> pairs(256, 0xDEADBEEF);  // 16 blocks x 16 pairs
+    int lo = 255, hi = 0;
+    ASSERT_TRUE(x86::fp4_row_to_bf16_pairs(packed.data(), scales.data(), 16, pairs.data(), &lo, &hi)) << scale;
+    EXPECT_EQ(lo, scale - 1);
+    EXPECT_EQ(hi, scale + 2);
+    // Byte b of the row is pair b: its low nibble the even element, its high nibble the odd one.
+    for (size_t b = 0; b < 256; ++b) {
+      const float s = e8m0_table()[scale];
+      const float even = e2m1_table()[b & 15] * s, odd = e2m1_table()[b >> 4] * s;
+      ASSERT_EQ(pairs[b] & 0xFFFF, f32_to_bf16_bits(even)) << "byte " << b << " scale " << scale;
+      ASSERT_EQ(pairs[b] >> 16, f32_to_bf16_bits(odd)) << "byte " << b << " scale " << scale;
+      ASSERT_EQ(bf16_bits_to_f32(static_cast<uint16_t>(pairs[b] & 0xFFFF)), even);  // the value itself
+    }
+  }
+  for (int scale : {0, 1, 253, 254, 255}) {
+    std::vector<uint8_t> scales(16, 127);
+    scales[9] = static_cast<uint8_t>(scale);
+    std::vector<uint32_t> pairs(256);
+    int lo = 255, hi = 0;
+    EXPECT_FALSE(x86::fp4_row_to_bf16_pairs(packed.data(), scales.data(), 16, pairs.data(), &lo, &hi)) << scale;
   }
 }
 
