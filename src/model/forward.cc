@@ -354,7 +354,7 @@ void ForwardPass::block(int l) {
   std::swap(ws_.streams, ws_.residual);
   const float* R = ws_.residual.data();              // [T, hc, dim]
   float* X = scratch(ws_.streams, T_ * hc_dim_);
-  ops::hc_mixes(R, T_, hc_dim_, bw.hc_attn_fn, n_mix, eps, mixes, pool_);
+  k_.hc_mixes(R, T_, hc_dim_, bw.hc_attn_fn, n_mix, eps, mixes, pool_);
   for (size_t t = 0; t < T_; ++t)
     ops::hc_split_sinkhorn(mixes + t * n_mix, bw.hc_attn_scale, bw.hc_attn_base, c_.hc_mult, c_.hc_sinkhorn_iters,
                            hc_eps, attn_pre + t * hc, post + t * hc, comb + t * hc * hc);
@@ -368,7 +368,7 @@ void ForwardPass::block(int l) {
   R = ws_.residual.data();
   X = ws_.streams.data();
   float* ffn_pre = ws_.pre_mix.data();  // becomes the next block's attention pre-mix
-  ops::hc_mixes(R, T_, hc_dim_, bw.hc_ffn_fn, n_mix, eps, mixes, pool_);
+  k_.hc_mixes(R, T_, hc_dim_, bw.hc_ffn_fn, n_mix, eps, mixes, pool_);
   for (size_t t = 0; t < T_; ++t)
     ops::hc_split_sinkhorn(mixes + t * n_mix, bw.hc_ffn_scale, bw.hc_ffn_base, c_.hc_mult, c_.hc_sinkhorn_iters,
                            hc_eps, ffn_pre + t * hc, post + t * hc, comb + t * hc * hc);

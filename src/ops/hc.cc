@@ -32,6 +32,56 @@ void HcDots(const float* x, size_t hc_dim, const float* fn, float* mixes, size_t
 
 namespace hn = hwy::HWY_NAMESPACE;
 
+// Fast numerics: mixes[t][j] = Σ x_t·fn_j for tokens [t_begin, t_end) and mixes [j_begin, j_end),
+// unscaled, in float64 register tiles of up to 4 tokens x 6 mixes: each x and fn vector is widened
+// and loaded once per tile and feeds several fused multiply-adds, where the exact op widens both for
+// every single dot. Products of two floats are exact in float64, so only the order of the float64
+// additions differs from the exact op; the sum is rounded once to fp32 as there. (fp32 sums were
+// tried: the mixes steer the Sinkhorn weights of the residual streams, and on cedar-mini greedy
+// agreement with exact fell from 99.05 % to 96.7 %.)
+template <size_t TT, size_t TM>
+HWY_INLINE void HcDotsTile(const float* x, size_t hc_dim, const float* fn, size_t n_mix, float* mixes, size_t t0,
+                           size_t j0) {
+  const hn::ScalableTag<double> dd;
+  const hn::Rebind<float, decltype(dd)> df;
+  const size_t N = hn::Lanes(dd);
+  hn::Vec<decltype(dd)> acc[TT][TM];
+  for (size_t t = 0; t < TT; ++t)
+    for (size_t j = 0; j < TM; ++j) acc[t][j] = hn::Zero(dd);
+  const size_t whole = hc_dim - hc_dim % N;
+  for (size_t i = 0; i < whole; i += N) {
+    hn::Vec<decltype(dd)> xv[TT];
+    for (size_t t = 0; t < TT; ++t) xv[t] = hn::PromoteTo(dd, hn::LoadU(df, x + (t0 + t) * hc_dim + i));
+    for (size_t j = 0; j < TM; ++j) {
+      const auto f = hn::PromoteTo(dd, hn::LoadU(df, fn + (j0 + j) * hc_dim + i));
+      for (size_t t = 0; t < TT; ++t) acc[t][j] = hn::MulAdd(xv[t], f, acc[t][j]);
+    }
+  }
+  for (size_t t = 0; t < TT; ++t) {
+    for (size_t j = 0; j < TM; ++j) {
+      double sum = hn::GetLane(hn::SumOfLanes(dd, acc[t][j]));
+      for (size_t i = whole; i < hc_dim; ++i)
+        sum += static_cast<double>(x[(t0 + t) * hc_dim + i]) * fn[(j0 + j) * hc_dim + i];
+      mixes[(t0 + t) * n_mix + j0 + j] = static_cast<float>(sum);
+    }
+  }
+}
+
+template <size_t TT>
+HWY_INLINE void HcDotsTokens(const float* x, size_t hc_dim, const float* fn, size_t n_mix, float* mixes, size_t t0,
+                             size_t j_begin, size_t j_end) {
+  size_t j = j_begin;
+  for (; j + 6 <= j_end; j += 6) HcDotsTile<TT, 6>(x, hc_dim, fn, n_mix, mixes, t0, j);
+  for (; j < j_end; ++j) HcDotsTile<TT, 1>(x, hc_dim, fn, n_mix, mixes, t0, j);
+}
+
+void HcDotsFast(const float* x, size_t hc_dim, const float* fn, size_t n_mix, float* mixes, size_t t_begin,
+                size_t t_end, size_t j_begin, size_t j_end) {
+  size_t t = t_begin;
+  for (; t + 4 <= t_end; t += 4) HcDotsTokens<4>(x, hc_dim, fn, n_mix, mixes, t, j_begin, j_end);
+  for (; t < t_end; ++t) HcDotsTokens<1>(x, hc_dim, fn, n_mix, mixes, t, j_begin, j_end);
+}
+
 // One token of hc_pre: out[d] = bf16(0 + a_0 x_0[d] + a_1 x_1[d] + ...), d in [0, dim).
 void HcPreToken(const float* x, const float* a, size_t hc, size_t dim, float* out) {
   const hn::ScalableTag<float> df;
@@ -77,6 +127,7 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace cedar::ops {
 HWY_EXPORT(HcDots);
+HWY_EXPORT(HcDotsFast);
 HWY_EXPORT(HcPreToken);
 HWY_EXPORT(HcPostToken);
 
@@ -102,6 +153,26 @@ void hc_mixes(const float* x, size_t n_tokens, size_t hc_dim, const float* fn, s
   for (size_t t = 0; t < n_tokens; ++t) {
     const float r = rms_rsqrt(x + t * hc_dim, hc_dim, norm_eps);
     for (size_t j = 0; j < n_mix; ++j) mixes[t * n_mix + j] *= r;  // [n_mix] row of token t
+  }
+}
+
+void fast::hc_mixes(const float* x, size_t n_tokens, size_t hc_dim, const float* fn, size_t n_mix, float norm_eps,
+                    float* mixes, ThreadPool* pool) {
+  const bool parallel = pool != nullptr && pool->size() > 1;
+  if (parallel && n_tokens > 1) {
+    pool->parallel_for(n_tokens, 4, [&](size_t b, size_t e, int) {
+      HWY_DYNAMIC_DISPATCH(HcDotsFast)(x, hc_dim, fn, n_mix, mixes, b, e, 0, n_mix);
+    });
+  } else if (parallel) {
+    pool->parallel_for(n_mix, 6, [&](size_t b, size_t e, int) {
+      HWY_DYNAMIC_DISPATCH(HcDotsFast)(x, hc_dim, fn, n_mix, mixes, 0, n_tokens, b, e);
+    });
+  } else {
+    HWY_DYNAMIC_DISPATCH(HcDotsFast)(x, hc_dim, fn, n_mix, mixes, 0, n_tokens, 0, n_mix);
+  }
+  for (size_t t = 0; t < n_tokens; ++t) {
+    const float r = rms_rsqrt(x + t * hc_dim, hc_dim, norm_eps);
+    for (size_t j = 0; j < n_mix; ++j) mixes[t * n_mix + j] *= r;
   }
 }
 

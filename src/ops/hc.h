@@ -28,6 +28,15 @@ inline constexpr float kHcNormEps = 1e-20f;
 void hc_mixes(const float* x, size_t n_tokens, size_t hc_dim, const float* fn, size_t n_mix, float norm_eps,
               float* mixes, ThreadPool* pool);
 
+namespace fast {
+// hc_mixes of `--numerics fast`: each X_t · fn_j summed in float64 register tiles of tokens x mixes
+// (exact products, another order of the float64 additions), rounded once to fp32, times the same
+// statistic. Within (hc_dim + 1) · 2^-53 · r · Σ|x·fn| plus an fp32 rounding of each side of
+// ops::hc_mixes (docs/NUMERICS.md §10): almost always the same bits.
+void hc_mixes(const float* x, size_t n_tokens, size_t hc_dim, const float* fn, size_t n_mix, float norm_eps,
+              float* mixes, ThreadPool* pool);
+}  // namespace fast
+
 // Splits one token's mixes [(2+hc)*hc] into pre [hc], post [hc], comb [hc*hc] (row-major comb[j][k]):
 //   pre_j  = sigmoid(m_j * s0 + b_j) + eps
 //   post_j = 2 * sigmoid(m_{hc+j} * s1 + b_{hc+j})

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "ops/hc.h"
 #include "ops/linear_fast.h"
 #include "ops/moe.h"
 
@@ -36,6 +37,7 @@ const KernelSet& kernel_set(Numerics n) {
                                       size_t e) { linear_fp8_bf16_rows(a.values, a.m, w, y, out, b, e); },
                                .pair_unquantized = nullptr,
                                .swiglu_clamped = swiglu_clamped,
+                               .hc_mixes = hc_mixes,
                                .sparse_attn = sparse_attn};
   static const KernelSet fast{.numerics = Numerics::kFast,
                               .act_scratch_floats = fast::act_scratch_floats,
@@ -53,6 +55,7 @@ const KernelSet& kernel_set(Numerics n) {
                               .linear_fp8_bf16_rows = fast::linear_fp8_bf16_rows_of,
                               .pair_unquantized = fast::pair_unquantized,
                               .swiglu_clamped = fast::swiglu_clamped,
+                              .hc_mixes = fast::hc_mixes,
                               .sparse_attn = fast::sparse_attn};
   return n == Numerics::kExact ? exact : fast;
 }

@@ -51,6 +51,9 @@ struct KernelSet {
   bool (*pair_unquantized)(Fp8Activations* a, uint32_t* pairs);
   // The experts' clamped SwiGLU (moe.h): silu in double (exact) or in f32 vectors (fast).
   void (*swiglu_clamped)(const float* g, const float* u, size_t n, float limit, float weight, float* out);
+  // The mHC mixes (hc.h): the contract's float64 dots (exact) or fp32 register tiles (fast).
+  void (*hc_mixes)(const float* x, size_t n_tokens, size_t hc_dim, const float* fn, size_t n_mix, float norm_eps,
+                   float* mixes, ThreadPool* pool);
   // Sparse attention (attention.h): the contract's float64 sums (exact) or fp32 ones (fast).
   void (*sparse_attn)(const float* q, size_t n_heads, size_t head_dim, const KvRows& kv, const float* sink,
                       const int32_t* idx, size_t n_idx, float scale, float* out, ThreadPool* pool);

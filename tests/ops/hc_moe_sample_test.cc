@@ -6,6 +6,7 @@
 #include <limits>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -235,6 +236,45 @@ TEST(HcMixes, FollowTheContractOnEveryTarget) {
       for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(bits_of(got[i]), bits_of(want[i])) << i;
     }
   });
+}
+
+TEST(HcMixes, FastWithinTheBoundOfExactOnEveryTarget) {
+  // fast::hc_mixes sums in float64 registers in another order: |fast - exact| <=
+  // r·(hc_dim + 1)·2^-53·Σ|x·fn| plus an fp32 rounding of each side (both: the dot rounded once to
+  // fp32, then ·r). An fp32 sum would not meet this bound. Token counts that fill the 4-token
+  // tiles and leave short ones, mix counts with a short group, hc_dim with a tail below one vector.
+  std::mt19937 rng(8);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  ThreadPool pool(3);
+  for (const auto& [tokens, hc_dim, n_mix] :
+       {std::tuple<size_t, size_t, size_t>{1, 4 * 640, 24}, {7, 4 * 640, 24}, {9, 4 * 100 + 3, 23}, {4, 20, 5}}) {
+    std::vector<float> x(tokens * hc_dim), fn(n_mix * hc_dim);
+    for (auto& v : x) v = round_bf16(normal(rng));
+    for (auto& v : fn) v = normal(rng) * 0.05f;
+    std::vector<float> want(tokens * n_mix);
+    ref::hc_mixes(x.data(), tokens, hc_dim, fn.data(), n_mix, 1e-20f, want.data());
+    std::vector<double> bound(tokens * n_mix);
+    for (size_t t = 0; t < tokens; ++t) {
+      double ss = 0;
+      for (size_t i = 0; i < hc_dim; ++i) ss += static_cast<double>(x[t * hc_dim + i]) * x[t * hc_dim + i];
+      const double r = 1.0 / std::sqrt(ss / static_cast<double>(hc_dim));
+      for (size_t j = 0; j < n_mix; ++j) {
+        double abs_sum = 0;
+        for (size_t i = 0; i < hc_dim; ++i) abs_sum += std::fabs(static_cast<double>(x[t * hc_dim + i]) * fn[j * hc_dim + i]);
+        bound[t * n_mix + j] =
+            1.01 * (r * (hc_dim + 1.0) * 0x1p-53 * abs_sum + 2 * 0x1p-24 * std::fabs(want[t * n_mix + j])) + 1e-30;
+      }
+    }
+    for_each_simd_target([&] {
+      for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+        std::vector<float> got(tokens * n_mix, std::numeric_limits<float>::quiet_NaN());
+        fast::hc_mixes(x.data(), tokens, hc_dim, fn.data(), n_mix, 1e-20f, got.data(), p);
+        for (size_t i = 0; i < got.size(); ++i)
+          ASSERT_LE(std::fabs(static_cast<double>(got[i]) - want[i]), bound[i])
+              << "tokens " << tokens << " hc_dim " << hc_dim << " @" << i;
+      }
+    });
+  }
 }
 
 // ---- MoE ----
