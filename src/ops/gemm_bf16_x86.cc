@@ -57,29 +57,71 @@ CEDAR_X86_TARGET void tile(const uint32_t* act, size_t lda, const uint32_t* pane
 alignas(64) constexpr uint32_t kE2m1Bf16[16] = {0x0000, 0x3F00, 0x3F80, 0x3FC0, 0x4000, 0x4040, 0x4080, 0x40C0,
                                                 0x8000, 0xBF00, 0xBF80, 0xBFC0, 0xC000, 0xC040, 0xC080, 0xC0C0};
 
-CEDAR_X86_TARGET bool fp4_pairs(const uint8_t* packed, const uint8_t* scales, size_t n_blocks, uint32_t* pairs,
-                                int* lo, int* hi) {
+// The zero-masked forms with every lane set throughout: GCC 12's plain forms start from an
+// undefined vector and trip -Wmaybe-uninitialized.
+constexpr __mmask16 kAll16 = 0xFFFF;
+constexpr __mmask8 kAll8 = 0xFF;
+
+// r[c] (row c, 16 u32) -> r[p] (column p of the 16 rows): 32-bit, then 64-bit interleaves within the
+// 128-bit lanes, then two rounds of 128-bit lane shuffles.
+CEDAR_X86_TARGET inline void transpose16(__m512i* r) {
+  __m512i t[16], u[16], v[16];
+  for (size_t i = 0; i < 16; i += 2) {
+    t[i] = _mm512_maskz_unpacklo_epi32(kAll16, r[i], r[i + 1]);
+    t[i + 1] = _mm512_maskz_unpackhi_epi32(kAll16, r[i], r[i + 1]);
+  }
+  // u[4q + c]: rows 4q..4q+3 of columns c, 4 + c, 8 + c, 12 + c (one per 128-bit lane).
+  for (size_t q = 0; q < 4; ++q) {
+    const __m512i* tq = t + 4 * q;
+    u[4 * q + 0] = _mm512_maskz_unpacklo_epi64(kAll8, tq[0], tq[2]);
+    u[4 * q + 1] = _mm512_maskz_unpackhi_epi64(kAll8, tq[0], tq[2]);
+    u[4 * q + 2] = _mm512_maskz_unpacklo_epi64(kAll8, tq[1], tq[3]);
+    u[4 * q + 3] = _mm512_maskz_unpackhi_epi64(kAll8, tq[1], tq[3]);
+  }
+  // v[c] / v[4 + c]: rows 0-7 of columns c, 8 + c / 4 + c, 12 + c; v[8 + c] / v[12 + c]: rows 8-15.
+  for (size_t c = 0; c < 4; ++c) {
+    v[c] = _mm512_maskz_shuffle_i32x4(kAll16, u[c], u[4 + c], 0x88);
+    v[4 + c] = _mm512_maskz_shuffle_i32x4(kAll16, u[c], u[4 + c], 0xDD);
+    v[8 + c] = _mm512_maskz_shuffle_i32x4(kAll16, u[8 + c], u[12 + c], 0x88);
+    v[12 + c] = _mm512_maskz_shuffle_i32x4(kAll16, u[8 + c], u[12 + c], 0xDD);
+  }
+  for (size_t c = 0; c < 4; ++c) {
+    r[c] = _mm512_maskz_shuffle_i32x4(kAll16, v[c], v[8 + c], 0x88);
+    r[8 + c] = _mm512_maskz_shuffle_i32x4(kAll16, v[c], v[8 + c], 0xDD);
+    r[4 + c] = _mm512_maskz_shuffle_i32x4(kAll16, v[4 + c], v[12 + c], 0x88);
+    r[12 + c] = _mm512_maskz_shuffle_i32x4(kAll16, v[4 + c], v[12 + c], 0xDD);
+  }
+}
+
+CEDAR_X86_TARGET bool fp4_panel(const uint8_t* packed, size_t row_bytes, const uint8_t* scales, size_t scale_stride,
+                                size_t nr, size_t n_blocks, uint32_t* panel, int* lo, int* hi) {
   const __m512i table = _mm512_load_si512(kE2m1Bf16);
   const __m512i nibble = _mm512_set1_epi32(0x0F);
   const __m512i magnitude = _mm512_set1_epi16(0x7FFF);
   int s_lo = 255, s_hi = 0;
   for (size_t b = 0; b < n_blocks; ++b) {
-    const int s = scales[b];
-    if (s < 2 || s > 252) return false;
-    s_lo = std::min(s_lo, s);
-    s_hi = std::max(s_hi, s);
-    // The zero-masked forms with every lane set: GCC 12's plain forms start from an undefined vector
-    // and trip -Wmaybe-uninitialized.
-    constexpr __mmask16 kAll = 0xFFFF;
-    const __m512i bytes = _mm512_maskz_cvtepu8_epi32(kAll, _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed + 16 * b)));
-    const __m512i even = _mm512_maskz_permutexvar_epi32(kAll, _mm512_and_si512(bytes, nibble), table);
-    const __m512i odd = _mm512_maskz_permutexvar_epi32(kAll, _mm512_maskz_srli_epi32(kAll, bytes, 4), table);
-    const __m512i pair = _mm512_or_si512(even, _mm512_maskz_slli_epi32(kAll, odd, 16));
-    const __mmask32 nonzero = _mm512_test_epi16_mask(pair, magnitude);
-    const __m512i scaled = _mm512_mask_add_epi16(pair, nonzero, pair, _mm512_set1_epi16(static_cast<short>((s - 127) << 7)));
-    _mm512_storeu_si512(pairs + 16 * b, scaled);
+    __m512i r[16];
+    for (size_t c = 0; c < 16; ++c) {
+      if (c >= nr) {
+        r[c] = _mm512_setzero_si512();
+        continue;
+      }
+      const int s = scales[c * scale_stride + b];
+      if (s < 2 || s > 252) return false;
+      s_lo = std::min(s_lo, s);
+      s_hi = std::max(s_hi, s);
+      const __m512i bytes = _mm512_maskz_cvtepu8_epi32(
+          kAll16, _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed + c * row_bytes + 16 * b)));
+      const __m512i even = _mm512_maskz_permutexvar_epi32(kAll16, _mm512_and_si512(bytes, nibble), table);
+      const __m512i odd = _mm512_maskz_permutexvar_epi32(kAll16, _mm512_maskz_srli_epi32(kAll16, bytes, 4), table);
+      const __m512i pair = _mm512_or_si512(even, _mm512_maskz_slli_epi32(kAll16, odd, 16));
+      const __mmask32 nonzero = _mm512_test_epi16_mask(pair, magnitude);
+      r[c] = _mm512_mask_add_epi16(pair, nonzero, pair, _mm512_set1_epi16(static_cast<short>((s - 127) << 7)));
+    }
+    transpose16(r);
+    for (size_t p = 0; p < 16; ++p) _mm512_storeu_si512(panel + (16 * b + p) * 16, r[p]);
   }
-  if (n_blocks > 0) {
+  if (n_blocks > 0 && nr > 0) {
     *lo = std::min(*lo, s_lo - 1);
     *hi = std::max(*hi, s_hi + 2);
   }
@@ -90,9 +132,9 @@ CEDAR_X86_TARGET bool fp4_pairs(const uint8_t* packed, const uint8_t* scales, si
 
 }  // namespace
 
-bool fp4_row_to_bf16_pairs(const uint8_t* packed, const uint8_t* scales, size_t n_blocks, uint32_t* pairs, int* lo,
-                           int* hi) {
-  return fp4_pairs(packed, scales, n_blocks, pairs, lo, hi);
+bool fp4_panel_bf16_pairs(const uint8_t* packed, size_t row_bytes, const uint8_t* scales, size_t scale_stride,
+                          size_t nr, size_t n_blocks, uint32_t* panel, int* lo, int* hi) {
+  return fp4_panel(packed, row_bytes, scales, scale_stride, nr, n_blocks, panel, lo, hi);
 }
 
 bool gemm_bf16_usable() { return has_avx512_bf16() && g_allowed.load(std::memory_order_relaxed); }
@@ -113,7 +155,9 @@ void panel_tile_bf16(size_t mr, const uint32_t* act_pairs, size_t lda_pairs, con
 
 bool gemm_bf16_usable() { return false; }
 void panel_tile_bf16(size_t, const uint32_t*, size_t, const uint32_t*, size_t, float*, bool) {}
-bool fp4_row_to_bf16_pairs(const uint8_t*, const uint8_t*, size_t, uint32_t*, int*, int*) { return false; }
+bool fp4_panel_bf16_pairs(const uint8_t*, size_t, const uint8_t*, size_t, size_t, size_t, uint32_t*, int*, int*) {
+  return false;
+}
 
 #endif
 

@@ -27,14 +27,17 @@ void set_gemm_bf16_allowed(bool allowed);
 void panel_tile_bf16(size_t mr, const uint32_t* act_pairs, size_t lda_pairs, const uint32_t* panel_pairs,
                      size_t pairs, float* acc, bool first);
 
-// One FP4 weight row's blocks [kb0, kb0 + n_blocks) as bf16 pairs for a panel: pairs[16 * b + i] holds
-// the values of codes 2i (low half) and 2i + 1 (high half) of block kb0 + b, each E2M1 value times the
-// block's E8M0 scale, which is exactly a bf16 number (a packed byte is one pair). The exponent fields
-// of every nonzero value lie in [s - 1, s + 2] for scale byte s (E2M1's 0.5..6 span 2^-1..2^2), so
-// lo / hi take min(s) - 1 and max(s) + 2. Returns false (pairs incomplete) when a block's scale is
-// outside [2, 252], where a value could be subnormal, infinite or NaN: the caller decodes the row
-// the general way. Only callable when gemm_bf16_usable().
-bool fp4_row_to_bf16_pairs(const uint8_t* packed, const uint8_t* scales, size_t n_blocks, uint32_t* pairs, int* lo,
-                           int* hi);
+// A prefill panel of FP4 weights straight from the packed bytes: rows r < nr (1..16) of the weight,
+// row r at packed + r * row_bytes with its E8M0 scales at scales + r * scale_stride, blocks
+// [0, n_blocks) of each (32 columns each), written as panel[(16 * b + i) * 16 + r] = the bf16 pair of
+// codes 2i (low half) and 2i + 1 (high half) of row r's block b, each E2M1 value times its block's
+// scale (exactly a bf16 number; a packed byte is one pair); rows nr..15 are zero. The rows are
+// decoded into registers and transposed 16 x 16 there. The exponent fields of the nonzero values lie
+// in [s - 1, s + 2] for scale byte s (E2M1's 0.5..6), so lo / hi widen to min(s) - 1 and max(s) + 2.
+// Returns false (panel incomplete) when a scale is outside [2, 252], where a value could be
+// subnormal, infinite or NaN: the caller decodes that panel the general way. Only callable when
+// gemm_bf16_usable().
+bool fp4_panel_bf16_pairs(const uint8_t* packed, size_t row_bytes, const uint8_t* scales, size_t scale_stride,
+                          size_t nr, size_t n_blocks, uint32_t* panel, int* lo, int* hi);
 
 }  // namespace cedar::ops::x86

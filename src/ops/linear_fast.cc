@@ -476,13 +476,14 @@ HWY_INLINE void PanelTileRows(size_t mr, const float* act, size_t lda, const flo
 // act_pairs (may be nullptr): the activations as bf16 pairs (Fp8Activations::bf16_pairs, exponent
 // fields act_lo..act_hi); a panel whose weights are bf16 values too, with products that can neither
 // flush to zero nor overflow, then runs on the AVX512-BF16 tile.
-// decode_pairs (optional): decode_pairs(n, k0, kc, dst, &lo, &hi) writes weight row n's columns
-// [k0, k0 + kc) as bf16 pairs straight from the packed weights, widening lo / hi to their exponent
-// fields, or returns false (then the row is decoded and packed the general way).
-template <typename DecodeRow, typename Out, typename DecodePairs = std::nullptr_t>
+// decode_panel (optional): decode_panel(n0, nr, k0, kc, panel_pairs, &lo, &hi) writes the bf16
+// panel of weight rows [n0, n0 + nr), columns [k0, k0 + kc), straight from the packed weights (rows
+// past nr zero), widening lo / hi to their exponent fields, or returns false (then the panel is
+// decoded row by row and packed the general way).
+template <typename DecodeRow, typename Out, typename DecodePanel = std::nullptr_t>
 void PanelGemm(const float* act, size_t m, size_t k, size_t n_total, float* y, size_t n_begin, size_t n_end,
                const DecodeRow& decode_row, const Out& out, const uint32_t* act_pairs = nullptr, int act_lo = 0,
-               int act_hi = 0, const DecodePairs& decode_pairs = nullptr) {
+               int act_hi = 0, const DecodePanel& decode_panel = nullptr) {
   thread_local std::vector<float> acc_storage;  // [m, 16] per thread; grows to the largest m once
   const size_t acc_floats = ((m + kTileRows - 1) / kTileRows) * kTileRows * kPanelCols;
   if (acc_storage.size() < acc_floats + 16) acc_storage.resize(acc_floats + 16);
@@ -502,20 +503,22 @@ void PanelGemm(const float* act, size_t m, size_t k, size_t n_total, float* y, s
       // flushed or overflows. A panel that fails the checks is decoded again for the fp32 tile.
       if (act_pairs != nullptr) {
         int w_lo = 255, w_hi = 0;
+        bool direct = false;
+        if constexpr (!std::is_same_v<DecodePanel, std::nullptr_t>) {
+          direct = decode_panel(n0, nr, k0, kc, panel_pairs, &w_lo, &w_hi);
+        }
         bool representable = true;
-        for (size_t c = 0; c < kPanelCols && representable; ++c) {
-          if (c < nr) {
-            bool direct = false;
-            if constexpr (!std::is_same_v<DecodePairs, std::nullptr_t>) {
-              direct = decode_pairs(n0 + c, k0, kc, row_pairs, &w_lo, &w_hi);
-            }
-            if (!direct) {
+        if (!direct) {
+          w_lo = 255;
+          w_hi = 0;
+          for (size_t c = 0; c < kPanelCols && representable; ++c) {
+            if (c < nr) {
               decode_row(n0 + c, k0, kc, row);
               representable = ToBf16Pairs(row, kc / 2, row_pairs, &w_lo, &w_hi);
+              for (size_t p = 0; p < kc / 2; ++p) panel_pairs[p * kPanelCols + c] = row_pairs[p];
+            } else {
+              for (size_t p = 0; p < kc / 2; ++p) panel_pairs[p * kPanelCols + c] = 0;
             }
-            for (size_t p = 0; p < kc / 2; ++p) panel_pairs[p * kPanelCols + c] = row_pairs[p];
-          } else {
-            for (size_t p = 0; p < kc / 2; ++p) panel_pairs[p * kPanelCols + c] = 0;
           }
         }
         if (representable && act_lo + w_lo - 254 >= -126 && act_hi + w_hi - 252 <= 127) {
@@ -651,13 +654,13 @@ void FastBlockGemm(const Fp8Activations& a, const uint8_t* wdata, const uint8_t*
     }
   };
   if constexpr (kFp4) {
-    // FP4 rows go straight from their packed bytes to bf16 pairs (a byte is one pair).
-    const auto decode_pairs = [&](size_t n, size_t k0, size_t kc, uint32_t* dst, int* lo, int* hi) {
-      return x86::fp4_row_to_bf16_pairs(wdata + n * (k / 2) + k0 / 2, wscales + n * kblocks + k0 / 32, kc / 32, dst,
-                                        lo, hi);
+    // FP4 panels go straight from the packed bytes to bf16 pairs (a byte is one pair).
+    const auto decode_panel = [&](size_t n0, size_t nr, size_t k0, size_t kc, uint32_t* panel, int* lo, int* hi) {
+      return x86::fp4_panel_bf16_pairs(wdata + n0 * (k / 2) + k0 / 2, k / 2, wscales + n0 * kblocks + k0 / 32, kblocks,
+                                       nr, kc / 32, panel, lo, hi);
     };
     PanelGemm(a.values, a.m, k, n_total, y, n_begin, n_end, decode_row, [](float v) { return round_bf16(v); },
-              a.bf16_pairs, a.bf16_exp_lo, a.bf16_exp_hi, decode_pairs);
+              a.bf16_pairs, a.bf16_exp_lo, a.bf16_exp_hi, decode_panel);
   } else {
     PanelGemm(a.values, a.m, k, n_total, y, n_begin, n_end, decode_row, [](float v) { return round_bf16(v); },
               a.bf16_pairs, a.bf16_exp_lo, a.bf16_exp_hi);

@@ -10,6 +10,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -556,35 +557,56 @@ TEST(LinearFast, Fp4GemvSpecialScalesGiveWhatExactGives) {
   }
 }
 
-TEST(LinearFast, Fp4RowsAsBf16PairsEqualTheDecodedValues) {
-  // The prefill GEMM's direct FP4 -> bf16-pair decode (gemm_bf16_x86.h), on every byte value (16
-  // blocks of 16 bytes) at the extreme and ordinary scales it takes, against e2m1_table x e8m0_table;
-  // and the scales it must refuse.
+TEST(LinearFast, Fp4PanelsAsBf16PairsEqualTheDecodedValues) {
+  // The prefill GEMM's direct FP4 -> bf16-pair panels (gemm_bf16_x86.h): 16 rows x 16 blocks in
+  // which every row holds every byte value, at scales from the extremes the decode takes to 2^0,
+  // full and short panels, against e2m1_table x e8m0_table; and the scales it must refuse.
   if (!x86::gemm_bf16_usable()) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
-  std::vector<uint8_t> packed(256);
-  for (size_t i = 0; i < 256; ++i) packed[i] = static_cast<uint8_t>(i);
-  for (int scale : {2, 60, 126, 127, 128, 200, 252}) {
-    const std::vector<uint8_t> scales(16, static_cast<uint8_t>(scale));
-    std::vector<uint32_t> pairs(256, 0xDEADBEEF);  // 16 blocks x 16 pairs
+  const size_t rows = 16, blocks = 16, row_bytes = blocks * 16;
+  const int kScales[] = {2, 60, 126, 127, 128, 200, 252};
+  std::vector<uint8_t> packed(rows * row_bytes), scales(rows * blocks);
+  for (size_t r = 0; r < rows; ++r) {
+    for (size_t j = 0; j < row_bytes; ++j) packed[r * row_bytes + j] = static_cast<uint8_t>(j + 17 * r);
+    for (size_t b = 0; b < blocks; ++b) scales[r * blocks + b] = static_cast<uint8_t>(kScales[(r + 3 * b) % 7]);
+  }
+  for (size_t nr : {size_t{16}, size_t{5}, size_t{1}}) {
+    std::vector<uint32_t> panel(blocks * 16 * 16 + 16, 0xDEADBEEF);
+    uint32_t* aligned = panel.data() + (16 - reinterpret_cast<uintptr_t>(panel.data()) / 4 % 16) % 16;  // 64 bytes
     int lo = 255, hi = 0;
-    ASSERT_TRUE(x86::fp4_row_to_bf16_pairs(packed.data(), scales.data(), 16, pairs.data(), &lo, &hi)) << scale;
-    EXPECT_EQ(lo, scale - 1);
-    EXPECT_EQ(hi, scale + 2);
-    // Byte b of the row is pair b: its low nibble the even element, its high nibble the odd one.
-    for (size_t b = 0; b < 256; ++b) {
-      const float s = e8m0_table()[scale];
-      const float even = e2m1_table()[b & 15] * s, odd = e2m1_table()[b >> 4] * s;
-      ASSERT_EQ(pairs[b] & 0xFFFF, f32_to_bf16_bits(even)) << "byte " << b << " scale " << scale;
-      ASSERT_EQ(pairs[b] >> 16, f32_to_bf16_bits(odd)) << "byte " << b << " scale " << scale;
-      ASSERT_EQ(bf16_bits_to_f32(static_cast<uint16_t>(pairs[b] & 0xFFFF)), even);  // the value itself
-    }
+    ASSERT_TRUE(x86::fp4_panel_bf16_pairs(packed.data(), row_bytes, scales.data(), blocks, nr, blocks, aligned, &lo,
+                                          &hi));
+    int s_lo = 255, s_hi = 0;
+    for (size_t r = 0; r < nr; ++r)
+      for (size_t b = 0; b < blocks; ++b) {
+        s_lo = std::min<int>(s_lo, scales[r * blocks + b]);
+        s_hi = std::max<int>(s_hi, scales[r * blocks + b]);
+      }
+    EXPECT_EQ(lo, s_lo - 1);
+    EXPECT_EQ(hi, s_hi + 2);
+    for (size_t b = 0; b < blocks; ++b)
+      for (size_t i = 0; i < 16; ++i)
+        for (size_t r = 0; r < 16; ++r) {
+          const uint32_t got = aligned[(16 * b + i) * 16 + r];
+          if (r >= nr) {
+            ASSERT_EQ(got, 0u) << "nr " << nr << " row " << r;
+            continue;
+          }
+          const uint8_t byte = packed[r * row_bytes + 16 * b + i];
+          const float s = e8m0_table()[scales[r * blocks + b]];
+          const float even = e2m1_table()[byte & 15] * s, odd = e2m1_table()[byte >> 4] * s;
+          ASSERT_EQ(got & 0xFFFF, f32_to_bf16_bits(even)) << "row " << r << " block " << b << " pair " << i;
+          ASSERT_EQ(got >> 16, f32_to_bf16_bits(odd)) << "row " << r << " block " << b << " pair " << i;
+          ASSERT_EQ(bf16_bits_to_f32(static_cast<uint16_t>(got & 0xFFFF)), even);  // the value itself
+        }
   }
   for (int scale : {0, 1, 253, 254, 255}) {
-    std::vector<uint8_t> scales(16, 127);
-    scales[9] = static_cast<uint8_t>(scale);
-    std::vector<uint32_t> pairs(256);
+    std::vector<uint8_t> bad = scales;
+    bad[7 * blocks + 9] = static_cast<uint8_t>(scale);
+    std::vector<uint32_t> panel(blocks * 16 * 16 + 16);
+    uint32_t* aligned = panel.data() + (16 - reinterpret_cast<uintptr_t>(panel.data()) / 4 % 16) % 16;
     int lo = 255, hi = 0;
-    EXPECT_FALSE(x86::fp4_row_to_bf16_pairs(packed.data(), scales.data(), 16, pairs.data(), &lo, &hi)) << scale;
+    EXPECT_FALSE(x86::fp4_panel_bf16_pairs(packed.data(), row_bytes, bad.data(), blocks, 16, blocks, aligned, &lo, &hi))
+        << scale;
   }
 }
 
