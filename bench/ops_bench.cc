@@ -76,6 +76,7 @@ void LinearArgs(benchmark::internal::Benchmark* b, std::initializer_list<std::pa
         b->Args({n, k, 1, t, mode, 1});
       }
     b->Args({2304, 5120, 64, 2, mode, kCopies});
+    b->Args({2304, 5120, 8, 1, mode, kCopies});  // a 512-token chunk over 384 experts, top-6: ~8 rows each
   }
   b->Unit(benchmark::kMicrosecond)->UseRealTime();
 }
