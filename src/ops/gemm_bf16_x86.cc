@@ -4,6 +4,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
+
+#include "ops/formats.h"
 
 #include "ops/x86_features.h"
 
@@ -128,9 +131,91 @@ CEDAR_X86_TARGET bool fp4_panel(const uint8_t* packed, size_t row_bytes, const u
   return true;
 }
 
+#define CEDAR_X86_VBMI_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16,avx512vbmi")))
+
+// The bf16 bits of the E4M3 value of each 7-bit magnitude code as a high-byte and a low-byte table
+// (E4M3 values are bf16 values: the top half of their f32 bits); the sign is ORed in separately.
+struct E4m3Bf16Bytes {
+  alignas(64) uint8_t high[128];
+  alignas(64) uint8_t low[128];
+  E4m3Bf16Bytes() {
+    const float* values = e4m3_table();
+    for (int c = 0; c < 128; ++c) {
+      uint32_t bits;
+      std::memcpy(&bits, &values[c], 4);
+      high[c] = static_cast<uint8_t>(bits >> 24);
+      low[c] = static_cast<uint8_t>(bits >> 16);
+    }
+  }
+};
+
+CEDAR_X86_VBMI_TARGET bool fp8_panel(const uint8_t* codes, size_t row_bytes, const uint8_t* scales, size_t nr,
+                                     size_t n_blocks, uint32_t* panel, int* lo, int* hi) {
+  static const E4m3Bf16Bytes tables;
+  int s_lo = 255, s_hi = 0;
+  for (size_t b = 0; b < n_blocks; ++b) {
+    const int s = scales[b];
+    if (s < 10 || s > 246) return false;
+    s_lo = std::min(s_lo, s);
+    s_hi = std::max(s_hi, s);
+  }
+  const __m512i high0 = _mm512_load_si512(tables.high), high1 = _mm512_load_si512(tables.high + 64);
+  const __m512i low0 = _mm512_load_si512(tables.low), low1 = _mm512_load_si512(tables.low + 64);
+  const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80));
+  const __m512i nan_code = _mm512_set1_epi8(0x7F);
+  const __m512i magnitude = _mm512_set1_epi16(0x7FFF);
+  // Pairs 0-15 and 16-31 of a 64-code chunk from the byte unpacks' lane order (lane L of the low
+  // unpack holds pairs 8L..8L+3, of the high unpack 8L+4..8L+7).
+  const __m512i first_half = _mm512_setr_epi64(0, 1, 8, 9, 2, 3, 10, 11);
+  const __m512i second_half = _mm512_setr_epi64(4, 5, 12, 13, 6, 7, 14, 15);
+  for (size_t b = 0; b < n_blocks; b += 2) {
+    const bool two = b + 1 < n_blocks;
+    const __m512i delta0 = _mm512_set1_epi16(static_cast<short>((scales[b] - 127) << 7));
+    const __m512i delta1 = two ? _mm512_set1_epi16(static_cast<short>((scales[b + 1] - 127) << 7)) : delta0;
+    __m512i r0[16], r1[16];
+    for (size_t c = 0; c < 16; ++c) {
+      if (c >= nr) {
+        r0[c] = r1[c] = _mm512_setzero_si512();
+        continue;
+      }
+      const uint8_t* src = codes + c * row_bytes + 32 * b;
+      const __m512i code = two ? _mm512_loadu_si512(src) : _mm512_maskz_loadu_epi8(0xFFFFFFFFull, src);
+      if (_mm512_cmpeq_epi8_mask(_mm512_and_si512(code, nan_code), nan_code) != 0) return false;
+      // vpermi2b reads the low 7 bits of each index byte: the magnitude; the sign comes from bit 7.
+      const __m512i high = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(high0, code, high1), code, sign, 0xF8);
+      const __m512i low = _mm512_permutex2var_epi8(low0, code, low1);
+      const __m512i lo_unpack = _mm512_unpacklo_epi8(low, high), hi_unpack = _mm512_unpackhi_epi8(low, high);
+      __m512i p0 = _mm512_permutex2var_epi64(lo_unpack, first_half, hi_unpack);
+      __m512i p1 = _mm512_permutex2var_epi64(lo_unpack, second_half, hi_unpack);
+      p0 = _mm512_mask_add_epi16(p0, _mm512_test_epi16_mask(p0, magnitude), p0, delta0);
+      p1 = _mm512_mask_add_epi16(p1, _mm512_test_epi16_mask(p1, magnitude), p1, delta1);
+      r0[c] = p0;
+      r1[c] = p1;
+    }
+    transpose16(r0);
+    for (size_t p = 0; p < 16; ++p) _mm512_storeu_si512(panel + (16 * b + p) * 16, r0[p]);
+    if (two) {
+      transpose16(r1);
+      for (size_t p = 0; p < 16; ++p) _mm512_storeu_si512(panel + (16 * (b + 1) + p) * 16, r1[p]);
+    }
+  }
+  if (n_blocks > 0 && nr > 0) {
+    *lo = std::min(*lo, s_lo - 9);
+    *hi = std::max(*hi, s_hi + 8);
+  }
+  return true;
+}
+
+#undef CEDAR_X86_VBMI_TARGET
 #undef CEDAR_X86_TARGET
 
 }  // namespace
+
+bool fp8_panel_bf16_pairs(const uint8_t* codes, size_t row_bytes, const uint8_t* scales, size_t nr, size_t n_blocks,
+                          uint32_t* panel, int* lo, int* hi) {
+  if (!has_avx512_bf16_vbmi()) return false;
+  return fp8_panel(codes, row_bytes, scales, nr, n_blocks, panel, lo, hi);
+}
 
 bool fp4_panel_bf16_pairs(const uint8_t* packed, size_t row_bytes, const uint8_t* scales, size_t scale_stride,
                           size_t nr, size_t n_blocks, uint32_t* panel, int* lo, int* hi) {
@@ -156,6 +241,9 @@ void panel_tile_bf16(size_t mr, const uint32_t* act_pairs, size_t lda_pairs, con
 bool gemm_bf16_usable() { return false; }
 void panel_tile_bf16(size_t, const uint32_t*, size_t, const uint32_t*, size_t, float*, bool) {}
 bool fp4_panel_bf16_pairs(const uint8_t*, size_t, const uint8_t*, size_t, size_t, size_t, uint32_t*, int*, int*) {
+  return false;
+}
+bool fp8_panel_bf16_pairs(const uint8_t*, size_t, const uint8_t*, size_t, size_t, uint32_t*, int*, int*) {
   return false;
 }
 

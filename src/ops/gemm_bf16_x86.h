@@ -40,4 +40,14 @@ void panel_tile_bf16(size_t mr, const uint32_t* act_pairs, size_t lda_pairs, con
 bool fp4_panel_bf16_pairs(const uint8_t* packed, size_t row_bytes, const uint8_t* scales, size_t scale_stride,
                           size_t nr, size_t n_blocks, uint32_t* panel, int* lo, int* hi);
 
+// The same for FP8 weights (E4M3 codes [rows, k], one E8M0 scale per 32 x 32 block), on CPUs that
+// also have AVX512-VBMI (else it returns false): rows r < nr (1..16) at codes + r * row_bytes, all in
+// one 32-row scale group whose scales for these blocks are scales[0..n_blocks); panel[(16 * b + i) *
+// 16 + r] = the bf16 pair of codes 2i and 2i + 1 of row r's block b times the block's scale. Every
+// E4M3 value times a power of two is a bf16 number; the exponent fields lie in [s - 9, s + 8] (2^-9
+// .. 448), so lo / hi widen to min(s) - 9 and max(s) + 8, and scales outside [10, 246] or a NaN code
+// (0x7F, 0xFF) return false. Only callable when gemm_bf16_usable().
+bool fp8_panel_bf16_pairs(const uint8_t* codes, size_t row_bytes, const uint8_t* scales, size_t nr, size_t n_blocks,
+                          uint32_t* panel, int* lo, int* hi);
+
 }  // namespace cedar::ops::x86

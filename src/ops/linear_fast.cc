@@ -670,8 +670,15 @@ void FastBlockGemm(const Fp8Activations& a, const uint8_t* wdata, const uint8_t*
     PanelGemm(a.values, a.m, k, n_total, y, n_begin, n_end, decode_row, [](float v) { return round_bf16(v); },
               a.bf16_pairs, a.bf16_exp_lo, a.bf16_exp_hi, decode_panel);
   } else {
+    // FP8 panels likewise, where the 16 rows share one 32-row scale group (always, for callers that
+    // split rows in multiples of 16).
+    const auto decode_panel = [&](size_t n0, size_t nr, size_t k0, size_t kc, uint32_t* panel, int* lo, int* hi) {
+      if (n0 % 32 + nr > 32) return false;
+      return x86::fp8_panel_bf16_pairs(wdata + n0 * k + k0, k, wscales + (n0 / 32) * kblocks + k0 / 32, nr, kc / 32,
+                                       panel, lo, hi);
+    };
     PanelGemm(a.values, a.m, k, n_total, y, n_begin, n_end, decode_row, [](float v) { return round_bf16(v); },
-              a.bf16_pairs, a.bf16_exp_lo, a.bf16_exp_hi);
+              a.bf16_pairs, a.bf16_exp_lo, a.bf16_exp_hi, decode_panel);
   }
 }
 

@@ -26,6 +26,7 @@
 #include "ops/kernel_set.h"
 #include "ops/quant.h"
 #include "ops/simd_info.h"
+#include "ops/x86_features.h"
 #include "simd_targets.h"
 
 namespace cedar::ops {
@@ -607,6 +608,58 @@ TEST(LinearFast, Fp4PanelsAsBf16PairsEqualTheDecodedValues) {
     int lo = 255, hi = 0;
     EXPECT_FALSE(x86::fp4_panel_bf16_pairs(packed.data(), row_bytes, bad.data(), blocks, 16, blocks, aligned, &lo, &hi))
         << scale;
+  }
+}
+
+TEST(LinearFast, Fp8PanelsAsBf16PairsEqualTheDecodedValues) {
+  // The prefill GEMM's direct FP8 -> bf16-pair panels (gemm_bf16_x86.h, AVX512-VBMI): 16 rows of 9
+  // blocks (an odd count: the last block alone) in which every row holds every non-NaN code, at
+  // scales from the extremes the decode takes to 2^0, full and short panels, against e4m3_table x
+  // e8m0_table; and the scales and NaN codes it must refuse.
+  if (!x86::gemm_bf16_usable() || !x86::has_avx512_bf16_vbmi()) GTEST_SKIP() << "no AVX512-BF16 + VBMI";
+  const size_t rows = 16, blocks = 9, k = 32 * blocks;
+  const int kScales[] = {10, 60, 127, 200, 246};
+  std::vector<uint8_t> codes(rows * k), scales(blocks);
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t j = 0; j < k; ++j) {
+      const uint8_t c = static_cast<uint8_t>(j + 37 * r);
+      codes[r * k + j] = (c & 0x7F) == 0x7F ? static_cast<uint8_t>(c - 1) : c;  // NaN codes: their neighbours
+    }
+  for (size_t b = 0; b < blocks; ++b) scales[b] = static_cast<uint8_t>(kScales[b % 5]);
+  for (size_t nr : {size_t{16}, size_t{7}, size_t{1}}) {
+    std::vector<uint32_t> panel(blocks * 16 * 16, 0xDEADBEEF);
+    int lo = 255, hi = 0;
+    ASSERT_TRUE(x86::fp8_panel_bf16_pairs(codes.data(), k, scales.data(), nr, blocks, panel.data(), &lo, &hi));
+    EXPECT_EQ(lo, 10 - 9);
+    EXPECT_EQ(hi, 246 + 8);
+    for (size_t b = 0; b < blocks; ++b)
+      for (size_t i = 0; i < 16; ++i)
+        for (size_t r = 0; r < 16; ++r) {
+          const uint32_t got = panel[(16 * b + i) * 16 + r];
+          if (r >= nr) {
+            ASSERT_EQ(got, 0u) << "nr " << nr << " row " << r;
+            continue;
+          }
+          const float s = e8m0_table()[scales[b]];
+          const float even = e4m3_table()[codes[r * k + 32 * b + 2 * i]] * s;
+          const float odd = e4m3_table()[codes[r * k + 32 * b + 2 * i + 1]] * s;
+          ASSERT_EQ(got & 0xFFFF, f32_to_bf16_bits(even)) << "row " << r << " block " << b << " pair " << i;
+          ASSERT_EQ(got >> 16, f32_to_bf16_bits(odd)) << "row " << r << " block " << b << " pair " << i;
+          ASSERT_EQ(bf16_bits_to_f32(static_cast<uint16_t>(got >> 16)), odd);  // the value itself
+        }
+  }
+  std::vector<uint32_t> panel(blocks * 16 * 16);
+  for (int scale : {0, 9, 247, 255}) {
+    std::vector<uint8_t> bad = scales;
+    bad[4] = static_cast<uint8_t>(scale);
+    int lo = 255, hi = 0;
+    EXPECT_FALSE(x86::fp8_panel_bf16_pairs(codes.data(), k, bad.data(), 16, blocks, panel.data(), &lo, &hi)) << scale;
+  }
+  for (uint8_t nan : {uint8_t{0x7F}, uint8_t{0xFF}}) {
+    std::vector<uint8_t> bad = codes;
+    bad[5 * k + 200] = nan;
+    int lo = 255, hi = 0;
+    EXPECT_FALSE(x86::fp8_panel_bf16_pairs(bad.data(), k, scales.data(), 16, blocks, panel.data(), &lo, &hi));
   }
 }
 
