@@ -3,6 +3,7 @@
 
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "core/check.h"
@@ -151,6 +152,21 @@ uint8_t f32_to_e4m3(float x) {
 
 float e4m3_to_f32(uint8_t code) { return tables().e4m3[code]; }
 const float* e4m3_table() { return tables().e4m3.data(); }
+
+const E4m3Bf16Bytes& e4m3_bf16_bytes() {
+  static const E4m3Bf16Bytes bytes = [] {
+    E4m3Bf16Bytes b{};
+    const float* values = e4m3_table();
+    for (int c = 0; c < 128; ++c) {
+      uint32_t bits;
+      std::memcpy(&bits, &values[c], 4);
+      b.high[c] = static_cast<uint8_t>(bits >> 24);
+      b.low[c] = static_cast<uint8_t>(bits >> 16);
+    }
+    return b;
+  }();
+  return bytes;
+}
 
 // ---- E8M0 ----
 

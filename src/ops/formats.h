@@ -76,6 +76,15 @@ uint8_t f32_to_e4m3(float x);
 float e4m3_to_f32(uint8_t code);
 // 256-entry decode table (table[c] == e4m3_to_f32(c), NaN entries included). Static storage.
 const float* e4m3_table();
+// The bf16 bits of the E4M3 value of each 7-bit magnitude code, split into a high-byte and a low-byte
+// table for byte-permute decoders (AVX512-VBMI `vpermi2b`; the sign is ORed in separately). E4M3's
+// value is exactly a bf16 value, so the bits are the top half of its f32 bits; 0x7F (NaN) gives a
+// bf16 NaN. Static storage, 64-byte aligned.
+struct E4m3Bf16Bytes {
+  alignas(64) uint8_t high[128];
+  alignas(64) uint8_t low[128];
+};
+const E4m3Bf16Bytes& e4m3_bf16_bytes();
 
 // ---- E8M0 scales --------------------------------------------------------------------------------
 

@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstring>
 #include <vector>
 
 #include "ops/formats.h"
@@ -29,27 +28,6 @@ void set_fp8_gemv_bf16_allowed(bool allowed) { g_allowed.store(allowed, std::mem
 #ifdef CEDAR_FP8_GEMV_X86
 
 namespace {
-
-// The bf16 bits of the E4M3 value of each 7-bit magnitude code, split into a high-byte and a low-byte
-// table (the sign is ORed in separately). E4M3's value is exactly a bf16 value, so the bits are the top
-// half of its f32 bits; 0x7F (NaN) gives a bf16 NaN.
-struct E4m3Bf16Tables {
-  alignas(64) uint8_t high[128];
-  alignas(64) uint8_t low[128];
-  E4m3Bf16Tables() {
-    const float* values = e4m3_table();
-    for (int c = 0; c < 128; ++c) {
-      uint32_t bits;
-      std::memcpy(&bits, &values[c], 4);
-      high[c] = static_cast<uint8_t>(bits >> 24);
-      low[c] = static_cast<uint8_t>(bits >> 16);
-    }
-  }
-};
-const E4m3Bf16Tables& tables() {
-  static const E4m3Bf16Tables t;
-  return t;
-}
 
 constexpr size_t kChunk = 64;                // codes per step (one cache line, one zmm)
 constexpr uint32_t kMinActBits = 0x05000000;  // f32 bits of 2^-117
@@ -104,7 +82,7 @@ CEDAR_X86_TARGET bool prescale_group(const float* act, size_t m, size_t k, const
 template <size_t R>
 CEDAR_X86_TARGET void group_rows(const uint16_t* prescaled, const uint8_t* codes, size_t n_total, size_t k, float* y,
                                  size_t n_begin, size_t n_end) {
-  const E4m3Bf16Tables& t = tables();
+  const E4m3Bf16Bytes& t = e4m3_bf16_bytes();
   const __m512i high0 = _mm512_load_si512(t.high), high1 = _mm512_load_si512(t.high + 64);
   const __m512i low0 = _mm512_load_si512(t.low), low1 = _mm512_load_si512(t.low + 64);
   const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80));

@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstring>
 
 #include "ops/formats.h"
 
@@ -133,25 +132,9 @@ CEDAR_X86_TARGET bool fp4_panel(const uint8_t* packed, size_t row_bytes, const u
 
 #define CEDAR_X86_VBMI_TARGET __attribute__((target("avx512f,avx512bw,avx512bf16,avx512vbmi")))
 
-// The bf16 bits of the E4M3 value of each 7-bit magnitude code as a high-byte and a low-byte table
-// (E4M3 values are bf16 values: the top half of their f32 bits); the sign is ORed in separately.
-struct E4m3Bf16Bytes {
-  alignas(64) uint8_t high[128];
-  alignas(64) uint8_t low[128];
-  E4m3Bf16Bytes() {
-    const float* values = e4m3_table();
-    for (int c = 0; c < 128; ++c) {
-      uint32_t bits;
-      std::memcpy(&bits, &values[c], 4);
-      high[c] = static_cast<uint8_t>(bits >> 24);
-      low[c] = static_cast<uint8_t>(bits >> 16);
-    }
-  }
-};
-
 CEDAR_X86_VBMI_TARGET bool fp8_panel(const uint8_t* codes, size_t row_bytes, const uint8_t* scales, size_t nr,
                                      size_t n_blocks, uint32_t* panel, int* lo, int* hi) {
-  static const E4m3Bf16Bytes tables;
+  const E4m3Bf16Bytes& tables = e4m3_bf16_bytes();
   int s_lo = 255, s_hi = 0;
   for (size_t b = 0; b < n_blocks; ++b) {
     const int s = scales[b];

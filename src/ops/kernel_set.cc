@@ -52,7 +52,7 @@ const KernelSet& kernel_set(Numerics n) {
                               .linear_bf16 = fast::linear_bf16,
                               .linear_f32 = fast::linear_f32,
                               .linear_fp8_bf16 = fast::linear_fp8_bf16,
-                              .linear_fp8_bf16_rows = fast::linear_fp8_bf16_rows_of,
+                              .linear_fp8_bf16_rows = fast::linear_fp8_bf16_rows,
                               .pair_unquantized = fast::pair_unquantized,
                               .swiglu_clamped = fast::swiglu_clamped,
                               .hc_mixes = fast::hc_mixes,

@@ -1003,8 +1003,8 @@ void linear_f32(const float* x, size_t m, const F32Weight& w, float* y, ThreadPo
   for_rows(pool, w.n, [&](size_t b, size_t e) { HWY_DYNAMIC_DISPATCH(FastLinearF32)(x, m, w, y, b, e); });
 }
 
-void linear_fp8_bf16_rows_of(const Fp8Activations& x, const Fp8Weight& w, float* y, LinearOut out, size_t n_begin,
-                             size_t n_end) {
+void linear_fp8_bf16_rows(const Fp8Activations& x, const Fp8Weight& w, float* y, LinearOut out, size_t n_begin,
+                          size_t n_end) {
   CEDAR_CHECK(w.k % 32 == 0, "linear_fp8_bf16: k %zu is not a multiple of 32", w.k);
   CEDAR_CHECK(x.k == w.k, "linear_fp8_bf16: x has %zu columns, the weight %zu", x.k, w.k);
   // The FP8 GEMMs read `values` as given when dequantized: x itself, unquantised. They round to bf16;
@@ -1016,11 +1016,6 @@ void linear_fp8_bf16_rows_of(const Fp8Activations& x, const Fp8Weight& w, float*
   a.bf16_exp_lo = x.bf16_exp_lo;
   a.bf16_exp_hi = x.bf16_exp_hi;
   HWY_DYNAMIC_DISPATCH(FastGemmFp8)(a, w, y, n_begin, n_end);
-}
-
-void linear_fp8_bf16_rows(const float* x, size_t m, const Fp8Weight& w, float* y, LinearOut out, size_t n_begin,
-                          size_t n_end) {
-  linear_fp8_bf16_rows_of(Fp8Activations{x, nullptr, m, w.k}, w, y, out, n_begin, n_end);
 }
 
 bool pair_unquantized(Fp8Activations* a, uint32_t* pairs) {
@@ -1041,7 +1036,7 @@ void linear_fp8_bf16(const float* x, size_t m, const Fp8Weight& w, float* y, Lin
     if (pairs.size() < m * w.k / 2) pairs.resize(m * w.k / 2);
     pair_unquantized(&a, pairs.data());
   }
-  for_rows(pool, w.n, [&](size_t b, size_t e) { fast::linear_fp8_bf16_rows_of(a, w, y, out, b, e); });
+  for_rows(pool, w.n, [&](size_t b, size_t e) { fast::linear_fp8_bf16_rows(a, w, y, out, b, e); });
 }
 
 }  // namespace fast

@@ -41,12 +41,10 @@ Fp8Activations quantize_activations_fp8(const float* x, size_t m, size_t k, std:
 void linear_fp8(const float* x, size_t m, const Fp8Weight& w, float* y, std::span<float> scratch,
                 ThreadPool* pool);
 void linear_fp8_bf16(const float* x, size_t m, const Fp8Weight& w, float* y, LinearOut out, ThreadPool* pool);
-void linear_fp8_bf16_rows(const float* x, size_t m, const Fp8Weight& w, float* y, LinearOut out, size_t n_begin,
+// Rows [n_begin, n_end) of linear_fp8_bf16 with x given as activations (a.values, a.m, a.k), carrying
+// x as bf16 pairs when pair_unquantized packed them.
+void linear_fp8_bf16_rows(const Fp8Activations& a, const Fp8Weight& w, float* y, LinearOut out, size_t n_begin,
                           size_t n_end);
-// The same rows with x given as activations (a.values, a.m, a.k), carrying x as bf16 pairs when
-// pair_unquantized packed them.
-void linear_fp8_bf16_rows_of(const Fp8Activations& a, const Fp8Weight& w, float* y, LinearOut out, size_t n_begin,
-                             size_t n_end);
 // Where the CPU has AVX512-BF16 and a is GEMM-sized (a->m >= kFastGemmMinRows, a->k % 32 == 0): packs
 // a->values into pairs (a->m * a->k / 2 words) and, when every value is zero or a normal bf16 number,
 // points a->bf16_pairs at them with their exponent range. Returns whether it did.

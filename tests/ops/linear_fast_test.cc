@@ -571,11 +571,10 @@ TEST(LinearFast, Fp4PanelsAsBf16PairsEqualTheDecodedValues) {
     for (size_t b = 0; b < blocks; ++b) scales[r * blocks + b] = static_cast<uint8_t>(kScales[(r + 3 * b) % 7]);
   }
   for (size_t nr : {size_t{16}, size_t{5}, size_t{1}}) {
-    std::vector<uint32_t> panel(blocks * 16 * 16 + 16, 0xDEADBEEF);
-    uint32_t* aligned = panel.data() + (16 - reinterpret_cast<uintptr_t>(panel.data()) / 4 % 16) % 16;  // 64 bytes
+    std::vector<uint32_t> panel(blocks * 16 * 16, 0xDEADBEEF);
     int lo = 255, hi = 0;
-    ASSERT_TRUE(x86::fp4_panel_bf16_pairs(packed.data(), row_bytes, scales.data(), blocks, nr, blocks, aligned, &lo,
-                                          &hi));
+    ASSERT_TRUE(x86::fp4_panel_bf16_pairs(packed.data(), row_bytes, scales.data(), blocks, nr, blocks, panel.data(),
+                                          &lo, &hi));
     int s_lo = 255, s_hi = 0;
     for (size_t r = 0; r < nr; ++r)
       for (size_t b = 0; b < blocks; ++b) {
@@ -587,7 +586,7 @@ TEST(LinearFast, Fp4PanelsAsBf16PairsEqualTheDecodedValues) {
     for (size_t b = 0; b < blocks; ++b)
       for (size_t i = 0; i < 16; ++i)
         for (size_t r = 0; r < 16; ++r) {
-          const uint32_t got = aligned[(16 * b + i) * 16 + r];
+          const uint32_t got = panel[(16 * b + i) * 16 + r];
           if (r >= nr) {
             ASSERT_EQ(got, 0u) << "nr " << nr << " row " << r;
             continue;
@@ -603,10 +602,10 @@ TEST(LinearFast, Fp4PanelsAsBf16PairsEqualTheDecodedValues) {
   for (int scale : {0, 1, 253, 254, 255}) {
     std::vector<uint8_t> bad = scales;
     bad[7 * blocks + 9] = static_cast<uint8_t>(scale);
-    std::vector<uint32_t> panel(blocks * 16 * 16 + 16);
-    uint32_t* aligned = panel.data() + (16 - reinterpret_cast<uintptr_t>(panel.data()) / 4 % 16) % 16;
+    std::vector<uint32_t> panel(blocks * 16 * 16);
     int lo = 255, hi = 0;
-    EXPECT_FALSE(x86::fp4_panel_bf16_pairs(packed.data(), row_bytes, bad.data(), blocks, 16, blocks, aligned, &lo, &hi))
+    EXPECT_FALSE(x86::fp4_panel_bf16_pairs(packed.data(), row_bytes, bad.data(), blocks, 16, blocks, panel.data(), &lo,
+                                           &hi))
         << scale;
   }
 }
