@@ -947,7 +947,7 @@ void gemm_fp8(const Fp8Activations& a, const Fp8Weight& w, float* y, ThreadPool*
   CEDAR_CHECK(a.dequantized, "fast::gemm_fp8 needs activations from fast::quantize_activations");
   CEDAR_CHECK(a.k == w.k && w.k % 32 == 0, "gemm_fp8: activation k %zu vs weight k %zu (multiple of 32)", a.k,
               w.k);
-  for_rows(pool, w.n, [&](size_t b, size_t e) { HWY_DYNAMIC_DISPATCH(FastGemmFp8)(a, w, y, b, e); });
+  for_rows(pool, w.n, [&](size_t b, size_t e) { HWY_DYNAMIC_DISPATCH(FastGemmFp8)(a, w, y, b, e); }, 32);
 }
 
 void gemm_fp4(const Fp8Activations& a, const Fp4Weight& w, float* y, ThreadPool* pool) {
@@ -1036,7 +1036,7 @@ void linear_fp8_bf16(const float* x, size_t m, const Fp8Weight& w, float* y, Lin
     if (pairs.size() < m * w.k / 2) pairs.resize(m * w.k / 2);
     pair_unquantized(&a, pairs.data());
   }
-  for_rows(pool, w.n, [&](size_t b, size_t e) { fast::linear_fp8_bf16_rows(a, w, y, out, b, e); });
+  for_rows(pool, w.n, [&](size_t b, size_t e) { fast::linear_fp8_bf16_rows(a, w, y, out, b, e); }, 32);
 }
 
 }  // namespace fast

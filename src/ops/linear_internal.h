@@ -18,15 +18,16 @@ inline float block_dot32_exact(const float* a, const float* w) {
   return static_cast<float>(sum);
 }
 
-// Splits the output rows [0, n) of a linear over the pool in multiples of 16 (one fast GEMM panel;
-// large enough to amortise the hand-off); small outputs run inline.
+// Splits the output rows [0, n) of a linear over the pool in multiples of `grain`: by default 16 (one
+// fast GEMM panel; large enough to amortise the hand-off), 32 for FP8 weights (one row of weight
+// scales, which the fast GEMV prepares once per range). Small outputs run inline.
 template <typename Fn>
-void for_rows(ThreadPool* pool, size_t n, Fn&& fn) {
+void for_rows(ThreadPool* pool, size_t n, Fn&& fn, size_t grain = 16) {
   if (pool == nullptr || pool->size() <= 1 || n < 64) {
     fn(size_t{0}, n);
     return;
   }
-  pool->parallel_for(n, 16, [&](size_t begin, size_t end, int) { fn(begin, end); });
+  pool->parallel_for(n, grain, [&](size_t begin, size_t end, int) { fn(begin, end); });
 }
 
 }  // namespace cedar::ops
