@@ -20,9 +20,6 @@ namespace cedar::ops::x86 {
 namespace {
 std::atomic<bool> g_allowed{true};
 
-// Lane l of an 8-block group's sums holds block kLaneBlock[l] (the order the horizontal adds leave).
-constexpr size_t kLaneBlock[8] = {0, 2, 4, 6, 1, 3, 5, 7};
-constexpr size_t kBlockLane[8] = {0, 4, 1, 5, 2, 6, 3, 7};
 constexpr int kWeightOffset = 12;  // w' = 2·E2M1 + 12
 }  // namespace
 
@@ -31,17 +28,17 @@ void set_fp4_gemv_vnni_allowed(bool allowed) { g_allowed.store(allowed, std::mem
 size_t fp4_vnni_padded_blocks(size_t kblocks) { return (kblocks + 7) / 8 * 8; }
 
 void fp4_vnni_pack_block_scalar(const int32_t* p, size_t kb, int8_t* row_plane, int32_t* row_correction) {
-  int8_t* pair = row_plane + (kb / 2) * 128 + (kb % 2) * 16;
+  int8_t* quad = row_plane + (kb / 4) * 256 + (kb % 4) * 16;
   int32_t sum = 0;
   for (size_t j = 0; j < 32; ++j) {
     const int32_t hi = (p[j] + 128) >> 8;  // rounds p / 256 to nearest: |hi| <= 120 for |p| <= 30720
     const int32_t lo = p[j] - 256 * hi;     // -128..127
-    int8_t* slot = pair + (j % 2) * 32 + j / 2;
+    int8_t* slot = quad + (j % 2) * 64 + j / 2;
     slot[0] = static_cast<int8_t>(hi);
-    slot[64] = static_cast<int8_t>(lo);
+    slot[128] = static_cast<int8_t>(lo);
     sum += p[j];
   }
-  row_correction[kb / 8 * 8 + kBlockLane[kb % 8]] = kWeightOffset * sum;
+  row_correction[kb] = kWeightOffset * sum;
 }
 
 #ifdef CEDAR_FP4_GEMV_X86
@@ -53,45 +50,52 @@ alignas(16) constexpr int8_t kE2m1Offset[16] = {12, 13, 14, 15, 16, 18, 20, 24, 
 
 #define CEDAR_X86_TARGET __attribute__((target("avx2,fma,avx512f,avx512bw,avx512vl,avx512vnni")))
 
-// Σ over each of 8 blocks (lane order kLaneBlock) of w'·p for R activation rows: `blocks` (1..8) of
-// them are present from block g on; the others count zero (their plane bytes are zero padding).
+// Σ over each of 8 blocks of w'·p for R activation rows, lane b holding block g + b: `blocks` (1..8)
+// of them are present from block g on; the others count zero (their plane bytes are zero padding).
+// A zmm step takes four blocks (64 packed bytes): one byte shuffle per 64 weights, four `vpdpbusd`
+// per row (the high and low activation bytes, each against the even and odd weights).
 template <size_t R>
 CEDAR_X86_TARGET inline void group_sums(const uint8_t* wrow, size_t g, size_t blocks, const int8_t* const* plane,
                                         __m256i* sums) {
-  const __m256i table = _mm256_broadcastsi128_si256(_mm_load_si128(reinterpret_cast<const __m128i*>(kE2m1Offset)));
-  const __m256i nibble = _mm256_set1_epi8(0x0F);
-  __m256i pair_sum[R][4];
-  for (size_t j = 0; j < 4; ++j) {
-    const uint8_t* src = wrow + (g + 2 * j) * 16;
-    __m256i packed;
+  // The zero-masked forms with every lane set: GCC 12's plain forms of these intrinsics start from an
+  // undefined vector and trip -Wmaybe-uninitialized.
+  constexpr __mmask16 kAll = 0xFFFF;
+  constexpr __mmask8 kAll64 = 0xFF;
+  const __m512i table =
+      _mm512_maskz_broadcast_i32x4(kAll, _mm_load_si128(reinterpret_cast<const __m128i*>(kE2m1Offset)));
+  const __m512i nibble = _mm512_set1_epi8(0x0F);
+  __m512i quad_sum[R][2];
+  for (size_t q = 0; q < 2; ++q) {
+    const uint8_t* src = wrow + (g + 4 * q) * 16;
+    __m512i packed;
     if (blocks == 8) {
-      packed = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
+      packed = _mm512_loadu_si512(src);
     } else {
       // Bytes past the row's last block are not read: codes 0 there meet zero plane bytes.
-      const size_t bytes = std::min<size_t>(32, blocks > 2 * j ? (blocks - 2 * j) * 16 : 0);
-      packed = _mm256_maskz_loadu_epi8(static_cast<__mmask32>((uint64_t{1} << bytes) - 1), src);
+      const size_t bytes = std::min<size_t>(64, blocks > 4 * q ? (blocks - 4 * q) * 16 : 0);
+      packed = _mm512_maskz_loadu_epi8(bytes == 64 ? ~__mmask64{0} : (__mmask64{1} << bytes) - 1, src);
     }
-    const __m256i even = _mm256_shuffle_epi8(table, _mm256_and_si256(packed, nibble));
-    const __m256i odd = _mm256_shuffle_epi8(table, _mm256_and_si256(_mm256_srli_epi16(packed, 4), nibble));
+    const __m512i even = _mm512_shuffle_epi8(table, _mm512_and_si512(packed, nibble));
+    const __m512i odd = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_maskz_srli_epi16(~__mmask32{0}, packed, 4), nibble));
     for (size_t r = 0; r < R; ++r) {
-      const int8_t* q = plane[r] + (g / 2 + j) * 128;
-      const auto bytes = [q](size_t at) CEDAR_X86_TARGET {
-        return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + at));
-      };
-      // 256·Σ w'·hi + Σ w'·lo, the two as separate chains (as one chain of four each step waited on
-      // the last: 3 % slower).
-      const __m256i hi = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), even, bytes(0)), odd, bytes(32));
-      const __m256i lo = _mm256_dpbusd_epi32(_mm256_dpbusd_epi32(_mm256_setzero_si256(), even, bytes(64)), odd, bytes(96));
-      pair_sum[r][j] = _mm256_add_epi32(_mm256_slli_epi32(hi, 8), lo);
+      const int8_t* at = plane[r] + (g / 4 + q) * 256;
+      const auto bytes = [at](size_t off) CEDAR_X86_TARGET { return _mm512_loadu_si512(at + off); };
+      // 256·Σ w'·hi + Σ w'·lo, the two as separate chains.
+      const __m512i hi = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), even, bytes(0)), odd, bytes(64));
+      const __m512i lo = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), even, bytes(128)), odd, bytes(192));
+      quad_sum[r][q] = _mm512_add_epi32(_mm512_maskz_slli_epi32(kAll, hi, 8), lo);
     }
   }
-  // pair_sum[j] holds block 2j in its low 4 lanes and 2j+1 in its high 4: three horizontal adds give
-  // one sum per block, blocks 0, 2, 4, 6 | 1, 3, 5, 7. A lane sums at most 8 products below 2^13·2^8
-  // and a block 32: below 2^25, no overflow.
+  // quad_sum[q] holds block g + 4q + i in 128-bit lane i (4 int32 each). The two quads' halves are
+  // added within each 128-bit lane (quad 0 in int32 lane 0, quad 1 in lane 2), then one permute puts
+  // the eight block sums in order. A lane sums at most 8 products below 2^13·2^8 and a block 32:
+  // below 2^25, no overflow.
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 2, 6, 10, 14, 0, 0, 0, 0, 0, 0, 0, 0);
   for (size_t r = 0; r < R; ++r) {
-    const __m256i low = _mm256_hadd_epi32(pair_sum[r][0], pair_sum[r][1]);
-    const __m256i high = _mm256_hadd_epi32(pair_sum[r][2], pair_sum[r][3]);
-    sums[r] = _mm256_hadd_epi32(low, high);
+    const __m512i halves = _mm512_add_epi32(_mm512_maskz_unpacklo_epi64(kAll64, quad_sum[r][0], quad_sum[r][1]),
+                                            _mm512_maskz_unpackhi_epi64(kAll64, quad_sum[r][0], quad_sum[r][1]));
+    const __m512i whole = _mm512_add_epi32(halves, _mm512_maskz_shuffle_epi32(kAll, halves, _MM_PERM_CDAB));
+    sums[r] = _mm512_maskz_extracti64x4_epi64(0xF, _mm512_maskz_permutexvar_epi32(kAll, order, whole), 0);
   }
 }
 
@@ -127,7 +131,6 @@ CEDAR_X86_TARGET void gemv_rows(const Fp4GemvPlanes& planes, const float* ascale
   const size_t kblocks = k / 32;
   const size_t padded = fp4_vnni_padded_blocks(kblocks);
   const float* e8m0 = e8m0_table();
-  const __m256i lane_order = _mm256_setr_epi32(0, 2, 4, 6, 1, 3, 5, 7);
   const __m256 unscale = _mm256_set1_ps(256.0f);  // planes.factor is for the Highway kernel's 256·2·E2M1
   const int8_t* plane[R];
   for (size_t r = 0; r < R; ++r) plane[r] = planes.vnni_plane + r * padded * 64;
@@ -162,8 +165,7 @@ CEDAR_X86_TARGET void gemv_rows(const Fp4GemvPlanes& planes, const float* ascale
         const __m256 factor = blocks == 8 ? _mm256_loadu_ps(planes.factor + r * kblocks + g)
                                           : _mm256_maskz_loadu_ps(static_cast<__mmask8>((1u << blocks) - 1),
                                                                   planes.factor + r * kblocks + g);
-        const __m256 scale = _mm256_permutevar8x32_ps(_mm256_mul_ps(weight_scale, _mm256_mul_ps(factor, unscale)),
-                                                      lane_order);
+        const __m256 scale = _mm256_mul_ps(weight_scale, _mm256_mul_ps(factor, unscale));
         const __m256i exact = _mm256_sub_epi32(
             sums[r], _mm256_loadu_si256(reinterpret_cast<const __m256i*>(planes.vnni_correction + r * padded + g)));
         acc[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(exact), scale, acc[r]);
@@ -190,7 +192,7 @@ CEDAR_X86_TARGET void pack_block_avx512(const int32_t* p, size_t kb, int8_t* row
   const __m512i first = _mm512_loadu_si512(p), second = _mm512_loadu_si512(p + 16);
   const __m512i even_index = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
   const __m512i odd_index = _mm512_add_epi32(even_index, _mm512_set1_epi32(1));
-  int8_t* pair = row_plane + (kb / 2) * 128 + (kb % 2) * 16;
+  int8_t* quad = row_plane + (kb / 4) * 256 + (kb % 4) * 16;
   // The zero-masked forms with every lane set, and the sum through memory: GCC 12's plain shift,
   // narrowing and reduction intrinsics start from an undefined vector and trip -Wuninitialized.
   constexpr __mmask16 kAll = 0xFFFF;
@@ -198,15 +200,15 @@ CEDAR_X86_TARGET void pack_block_avx512(const int32_t* p, size_t kb, int8_t* row
     const __m512i high = _mm512_maskz_srai_epi32(kAll, _mm512_add_epi32(v, _mm512_set1_epi32(128)), 8);
     const __m512i low = _mm512_sub_epi32(v, _mm512_maskz_slli_epi32(kAll, high, 8));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(high_slot), _mm512_maskz_cvtepi32_epi8(kAll, high));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(high_slot + 64), _mm512_maskz_cvtepi32_epi8(kAll, low));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(high_slot + 128), _mm512_maskz_cvtepi32_epi8(kAll, low));
   };
-  store_split(_mm512_permutex2var_epi32(first, even_index, second), pair);
-  store_split(_mm512_permutex2var_epi32(first, odd_index, second), pair + 32);
+  store_split(_mm512_permutex2var_epi32(first, even_index, second), quad);
+  store_split(_mm512_permutex2var_epi32(first, odd_index, second), quad + 64);
   alignas(64) int32_t lanes[16];
   _mm512_store_si512(lanes, _mm512_add_epi32(first, second));
   int32_t sum = 0;
   for (int32_t lane : lanes) sum += lane;
-  row_correction[kb / 8 * 8 + kBlockLane[kb % 8]] = kWeightOffset * sum;
+  row_correction[kb] = kWeightOffset * sum;
 }
 
 #undef CEDAR_X86_TARGET

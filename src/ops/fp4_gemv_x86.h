@@ -7,14 +7,14 @@
 // vector operations per 32 weights, compute-bound at about 12 GB/s per core where a core reads 30.
 // Here the weights stay bytes and meet the activations in `vpdpbusd` (unsigned x signed bytes, four
 // products per int32 lane):
-//   * weights: the low and high nibbles of 32 packed bytes (two blocks) are looked up as w' = 2·E2M1
-//     + 12, an unsigned byte 0..24, so one byte shuffle per 32 weights decodes them;
+//   * weights: the low and high nibbles of 64 packed bytes (four blocks, one zmm) are looked up as
+//     w' = 2·E2M1 + 12, an unsigned byte 0..24, so one byte shuffle per 64 weights decodes them;
 //   * activations: each block's int16 plane value p (Fp4GemvPlanes, |p| <= 15·2^11 = 30720) is split
 //     into signed bytes p = 256·hi + lo (hi in -120..120, lo in -128..127), so Σ w'·p = 256·Σ w'·hi
 //     + Σ w'·lo is two byte dot products; Σ 2·E2M1·p = Σ w'·p - 12·Σ p, the correction 12·Σ p being
 //     per block and computed once with the planes;
-//   * eight blocks' lanes are added to one int32 per block (three horizontal adds), the correction is
-//     subtracted and the eight sums become floats at once, each an exact integer below 2^24
+//   * eight blocks' lanes are added to one int32 per block (two unpacks, a shuffle and a permute), the
+//     correction is subtracted and the eight sums become floats at once, each an exact integer below 2^24
 //     (|Σ 2·E2M1·p| <= 32·12·30720), then one FMA applies the eight blocks' scales.
 // So the only rounding is the fp32 accumulation across blocks, as in the Highway kernel, and the
 // residual blocks of the planes (elements below the int16 plane's precision) are added exactly.
@@ -34,10 +34,10 @@ bool fp4_gemv_vnni_usable();
 // Tests: false makes fast::quantize_activations pack the Highway kernel's planes instead, so both run.
 void set_fp4_gemv_vnni_allowed(bool allowed);
 
-// Byte-plane layout, per activation row: blocks padded to a multiple of 8 (zeros), in pairs of 128
-// bytes: for blocks 2i and 2i+1 the high bytes of the even elements (block 2i's 16 then block 2i+1's),
-// the high bytes of the odd elements, then the low bytes likewise. The correction 12·Σ p of the
-// row's blocks, [fp4_vnni_padded_blocks], in lane order: per 8 blocks 0, 2, 4, 6, 1, 3, 5, 7.
+// Byte-plane layout, per activation row: blocks padded to a multiple of 8 (zeros), in quads of 256
+// bytes: for blocks 4i..4i+3 the high bytes of the even elements (16 per block, in block order), the
+// high bytes of the odd elements, then the low bytes likewise. The correction 12·Σ p of the row's
+// blocks, [fp4_vnni_padded_blocks], in block order.
 size_t fp4_vnni_padded_blocks(size_t kblocks);
 // Writes block kb of one row (p: its 32 plane values in element order, |p| <= 30720) into that row's
 // byte plane and correction array: AVX-512 where the CPU has it, else the scalar reference below,
