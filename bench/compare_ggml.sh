@@ -8,7 +8,7 @@
 # cases. ggml's MXFP4 has the same 4.25 bits/weight as V4.1's FP4 experts (E2M1 + E8M0 per 32);
 # q8_0 stands in for FP8 (8.5 bits/weight vs 8 + 1/128); bf16 is bf16.
 #
-# usage: [ROUNDS=3] bench/compare_ggml.sh [BUILD_DIR]   (default build; cedar_bench must be built there)
+# usage: [ROUNDS=3] [SHAPES=...] bench/compare_ggml.sh [BUILD_DIR]   (default build; cedar_bench must be built there)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${1:-build}
@@ -54,22 +54,35 @@ if [ ! -x "$WORK/build/bin/test-backend-ops" ]; then
   cmake --build "$WORK/build" --target test-backend-ops -j "$(nproc)"
 fi
 
-# The VM's memory bandwidth drifts with its neighbours over minutes, so the two sides alternate:
-# ROUNDS rounds of (ggml T=1, ggml T=2, cedar), each row's ratio taken within a round, and the
-# median over rounds reported.
+# The VM's memory bandwidth drifts with its neighbours within minutes, so the two sides alternate
+# shape by shape: each of ROUNDS rounds runs, for every shape, ggml with 1 and 2 threads and then cedar
+# with both, back to back (about 20 s). Each ratio is taken within a round and the median over the
+# rounds reported.
 ROUNDS=${ROUNDS:-3}
+# SHAPES (type:rows:k, space-separated) reruns some rows only, e.g. SHAPES=bf16:16384:5120 ROUNDS=9.
+SHAPES=${SHAPES:-"mxfp4:2304:5120 mxfp4:32768:5120 q8_0:2304:5120 q8_0:32768:1280 bf16:16384:5120"}
 for r in $(seq 1 "$ROUNDS"); do
-  for t in 1 2; do
-    # test-backend-ops gives its CPU backend N_THREADS/2 threads; -p keeps only the shapes above.
-    GGML_NTHREADS=$((2 * t)) "$WORK/build/bin/test-backend-ops" perf -o MUL_MAT -b CPU \
-      -p 'm=(2304|32768|16384),n=1,k=(5120|1280),bs=\[1,1\],nr=\[1,1\]' >"$WORK/ggml_t${t}_r$r.txt" 2>&1 || true
+  rm -f "$WORK"/ggml_t[12]_r"$r".txt "$WORK"/cedar_r"$r"_*.json
+  for shape in $SHAPES; do
+    IFS=: read -r type m k <<<"$shape"
+    for t in 1 2; do
+      # test-backend-ops gives its CPU backend N_THREADS/2 threads; -p keeps only this shape.
+      GGML_NTHREADS=$((2 * t)) "$WORK/build/bin/test-backend-ops" perf -o MUL_MAT -b CPU \
+        -p "type_a=$type,type_b=f32,m=$m,n=1,k=$k,bs=\\[1,1\\],nr=\\[1,1\\]" >>"$WORK/ggml_t${t}_r$r.txt" 2>&1 || true
+    done
+    case $type in
+      mxfp4) filter="BM_OpsLinearFp4/$m/$k/1/[12]/1/[0-9]+/" ;;
+      q8_0) filter="BM_OpsLinearFp8/$m/$k/1/[12]/1/[0-9]+/" ;;
+      bf16) filter="BM_OpsLinearBf16/$m/$k/[12]/1/[0-9]+/" ;;
+    esac
+    "$BUILD/bench/cedar_bench" --benchmark_filter="$filter" --benchmark_min_time=0.5 --benchmark_format=json \
+      >"$WORK/cedar_r${r}_$type-$m-$k.json" 2>/dev/null
   done
-  "$BUILD/bench/cedar_bench" --benchmark_filter='BM_OpsLinear(Fp8|Fp4)/[0-9]+/[0-9]+/1/[12]/1/[0-9]+/|BM_OpsLinearBf16/[0-9]+/[0-9]+/[12]/1/' \
-    --benchmark_min_time=0.5 --benchmark_format=json >"$WORK/cedar_r$r.json" 2>/dev/null
 done
-python3 - "$WORK" "$ROUNDS" <<'EOF'
-import json, re, statistics, sys
+python3 - "$WORK" "$ROUNDS" "$SHAPES" <<'EOF'
+import glob, json, re, statistics, sys
 work, rounds = sys.argv[1], int(sys.argv[2])
+shapes = [(t, int(m), int(k)) for t, m, k in (s.split(":") for s in sys.argv[3].split())]
 # Weight bytes per weight on each side: ggml's MXFP4 17 and q8_0 34 bytes per 32 weights, bf16 2;
 # cedar's FP4 the same 17/32, FP8 one byte plus one E8M0 scale per 32x32 block, bf16 2.
 GGML_BPW = {"mxfp4": 17 / 32, "q8_0": 34 / 32, "bf16": 2}
@@ -89,18 +102,18 @@ def ggml_round(r):
 
 def cedar_round(r):
     out = {}
-    for b in json.load(open(f"{work}/cedar_r{r}.json"))["benchmarks"]:
-        parts = b["name"].split("/")
-        kind = {"BM_OpsLinearFp4": "mxfp4", "BM_OpsLinearFp8": "q8_0", "BM_OpsLinearBf16": "bf16"}[parts[0]]
-        copies = 8
-        if kind == "bf16":
-            n, k, t, mode = map(int, parts[1:5])
-        else:
-            n, k, m, t, mode, copies = map(int, parts[1:7])
-            if m != 1:
-                continue
-        if mode == 1:
-            out[(kind, n, k, t, copies)] = b["bytes_per_second"] / 1e9
+    for path in glob.glob(f"{work}/cedar_r{r}_*.json"):
+        for b in json.load(open(path))["benchmarks"]:
+            parts = b["name"].split("/")
+            kind = {"BM_OpsLinearFp4": "mxfp4", "BM_OpsLinearFp8": "q8_0", "BM_OpsLinearBf16": "bf16"}[parts[0]]
+            if kind == "bf16":
+                n, k, t, mode, copies = map(int, parts[1:6])
+            else:
+                n, k, m, t, mode, copies = map(int, parts[1:7])
+                if m != 1:
+                    continue
+            if mode == 1:
+                out[(kind, n, k, t, copies)] = b["bytes_per_second"] / 1e9
     return out
 
 
@@ -110,24 +123,26 @@ med = lambda xs: statistics.median(xs) if xs else None
 fmt = lambda x, f="{:.1f}": f.format(x) if x is not None else "n/a"
 label = {"mxfp4": "FP4 (ggml MXFP4)", "q8_0": "FP8 (ggml q8_0)", "bf16": "bf16"}
 # ggml's test-backend-ops reuses one weight copy, so a matrix that fits the last-level cache stays
-# there between runs; cedar's row is the same hot measurement (1 copy) for the block formats, with the
-# cold figure (8 copies cycled, as a real model's weights) beside it. bf16 16384x5120 (168 MB) is
-# read from DRAM on both sides (cedar cycles 4 copies). "Same GEMV" compares the time one GEMV of the
-# shape takes (weights per second): q8_0 reads 6 % more bytes than cedar's FP8 for the same work.
+# there between runs, and L3 keeps part of one that does not (bf16 16384x5120, 168 MB: one copy reads
+# 5-10 % faster than four cycled). cedar's row is the same measurement (1 copy), with the cold figure
+# (8 copies cycled, 4 for bf16, as a real model's weights) beside it. cedar's weights sit on 2 MiB
+# pages, as its mapped checkpoint does; ggml's on whatever its allocator gets (4 KiB where transparent
+# huge pages are madvise-only), as llama.cpp's mapped GGUF does. "Same GEMV" compares the time one GEMV
+# of the shape takes (weights per second): q8_0 reads 6 % more bytes than cedar's FP8 for the same work.
 print(f"Medians over {rounds} alternating rounds; each ratio is taken within a round.\n")
 print("| single-token GEMV | T | cedar fast GB/s | ggml GB/s | cedar / ggml (GB/s) | cedar / ggml (same GEMV) "
-      "| same GEMV, per round | cedar cold (8 copies) GB/s |")
+      "| same GEMV, per round | cedar cold GB/s (copies) |")
 print("|---|---|---|---|---|---|---|---|")
-for kind, n, k in [("mxfp4", 2304, 5120), ("mxfp4", 32768, 5120), ("q8_0", 2304, 5120), ("q8_0", 32768, 1280), ("bf16", 16384, 5120)]:
+for kind, n, k in shapes:
+    cold_copies = 4 if kind == "bf16" else 8
     for t in (1, 2):
-        hot = kind != "bf16"
-        key, gkey = (kind, n, k, t, 1 if hot else 8), (kind, n, k, t)
+        key, gkey = (kind, n, k, t, 1), (kind, n, k, t)
         cs = [c[key] for c in cedar if key in c]
         gs = [g[gkey] for g in ggml if gkey in g]
         ratios = [c[key] / g[gkey] for c, g in zip(cedar, ggml) if key in c and gkey in g]
         same = [x * GGML_BPW[kind] / CEDAR_BPW[kind] for x in ratios]
-        colds = [c[(kind, n, k, t, 8)] for c in cedar if (kind, n, k, t, 8) in c] if hot else []
+        colds = [c[(kind, n, k, t, cold_copies)] for c in cedar if (kind, n, k, t, cold_copies) in c]
         print(f"| {label[kind]} {n}x{k} | {t} | {fmt(med(cs))} | {fmt(med(gs))} | {fmt(med(ratios), '{:.2f}')} "
               f"| {fmt(med(same), '{:.2f}')} | {' / '.join(f'{x:.2f}' for x in same)} "
-              f"| {fmt(med(colds)) if colds else ''} |")
+              f"| {fmt(med(colds))} ({cold_copies}) |")
 EOF
