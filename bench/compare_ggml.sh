@@ -54,6 +54,13 @@ if [ ! -x "$WORK/build/bin/test-backend-ops" ]; then
   cmake --build "$WORK/build" --target test-backend-ops -j "$(nproc)"
 fi
 
+# The bf16 row once more with both sides in one process (bench/ggml_bf16_side_by_side.cc), against
+# the ggml libraries built above and cedar's libraries in $BUILD.
+GGML_ROOT="$SRC/ggml"
+"${CXX:-g++}" -O2 -std=c++20 -I"$GGML_ROOT/include" -Isrc bench/ggml_bf16_side_by_side.cc -o "$WORK/ggml_bf16_side_by_side" \
+  "$BUILD/src/ops/libcedar_ops.a" "$BUILD/src/core/libcedar_core.a" "$WORK/build/ggml/src/libggml.a" \
+  "$WORK/build/ggml/src/libggml-cpu.a" "$WORK/build/ggml/src/libggml-base.a" -lhwy -fopenmp -lpthread -ldl
+
 # The VM's memory bandwidth drifts with its neighbours within minutes, so the two sides alternate
 # shape by shape: each of ROUNDS rounds runs, for every shape, ggml with 1 and 2 threads and then cedar
 # with both, back to back (about 20 s). Each ratio is taken within a round and the median over the
@@ -62,7 +69,7 @@ ROUNDS=${ROUNDS:-3}
 # SHAPES (type:rows:k, space-separated) reruns some rows only, e.g. SHAPES=bf16:16384:5120 ROUNDS=9.
 SHAPES=${SHAPES:-"mxfp4:2304:5120 mxfp4:32768:5120 q8_0:2304:5120 q8_0:32768:1280 bf16:16384:5120"}
 for r in $(seq 1 "$ROUNDS"); do
-  rm -f "$WORK"/ggml_t[12]_r"$r".txt "$WORK"/cedar_r"$r"_*.json
+  rm -f "$WORK"/ggml_t[12]_r"$r".txt "$WORK"/cedar_r"$r"_*.json "$WORK"/inprocess_t[12]_r"$r".txt
   for shape in $SHAPES; do
     IFS=: read -r type m k <<<"$shape"
     for t in 1 2; do
@@ -77,6 +84,9 @@ for r in $(seq 1 "$ROUNDS"); do
     esac
     "$BUILD/bench/cedar_bench" --benchmark_filter="$filter" --benchmark_min_time=0.5 --benchmark_format=json \
       >"$WORK/cedar_r${r}_$type-$m-$k.json" 2>/dev/null
+    if [ "$type" = bf16 ]; then
+      for t in 1 2; do "$WORK/ggml_bf16_side_by_side" "$t" 20 >"$WORK/inprocess_t${t}_r$r.txt"; done
+    fi
   done
 done
 python3 - "$WORK" "$ROUNDS" "$SHAPES" <<'EOF'
@@ -145,4 +155,26 @@ for kind, n, k in shapes:
         print(f"| {label[kind]} {n}x{k} | {t} | {fmt(med(cs))} | {fmt(med(gs))} | {fmt(med(ratios), '{:.2f}')} "
               f"| {fmt(med(same), '{:.2f}')} | {' / '.join(f'{x:.2f}' for x in same)} "
               f"| {fmt(med(colds))} ({cold_copies}) |")
+
+# The in-process runs of the bf16 GEMV: each line "threads ggml_us cedar_us ratio", the ratio the median
+# over 20 back-to-back rounds of ggml's time / cedar's.
+inproc = {1: [], 2: []}
+for r in range(1, rounds + 1):
+    for t in (1, 2):
+        try:
+            fields = open(f"{work}/inprocess_t{t}_r{r}.txt").read().split()
+            inproc[t].append(tuple(map(float, fields[1:4])))
+        except (OSError, ValueError):
+            pass
+if any(inproc.values()):
+    print("\nbf16 16384x5120 with both sides in one process, alternating call by call "
+          "(bench/ggml_bf16_side_by_side.cc; GB/s from the per-run median times):\n")
+    print("| T | cedar GB/s | ggml GB/s | cedar / ggml (same GEMV) | per run |")
+    print("|---|---|---|---|---|")
+    gb = 16384 * 5120 * 2 / 1e3
+    for t in (1, 2):
+        runs = inproc[t]
+        if runs:
+            print(f"| {t} | {gb / med([c for _, c, _ in runs]):.1f} | {gb / med([g for g, _, _ in runs]):.1f} "
+                  f"| {med([x for _, _, x in runs]):.2f} | {' / '.join(f'{x:.2f}' for _, _, x in runs)} |")
 EOF
