@@ -5,12 +5,12 @@
 // Run: build/bench/cedar_bench --benchmark_filter=Ops
 #include <benchmark/benchmark.h>
 
-#include <cstdint>
 #include <cmath>
-#include <cstring>
-#include <random>
+#include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <new>
+#include <random>
 #include <vector>
 
 #include <sys/mman.h>

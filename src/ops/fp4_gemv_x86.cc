@@ -76,13 +76,15 @@ CEDAR_X86_TARGET inline void group_sums(const uint8_t* wrow, size_t g, size_t bl
       packed = _mm512_maskz_loadu_epi8(bytes == 64 ? ~__mmask64{0} : (__mmask64{1} << bytes) - 1, src);
     }
     const __m512i even = _mm512_shuffle_epi8(table, _mm512_and_si512(packed, nibble));
-    const __m512i odd = _mm512_shuffle_epi8(table, _mm512_and_si512(_mm512_maskz_srli_epi16(~__mmask32{0}, packed, 4), nibble));
+    const __m512i high_nibbles = _mm512_maskz_srli_epi16(~__mmask32{0}, packed, 4);
+    const __m512i odd = _mm512_shuffle_epi8(table, _mm512_and_si512(high_nibbles, nibble));
     for (size_t r = 0; r < R; ++r) {
       const int8_t* at = plane[r] + (g / 4 + q) * 256;
       const auto bytes = [at](size_t off) CEDAR_X86_TARGET { return _mm512_loadu_si512(at + off); };
       // 256·Σ w'·hi + Σ w'·lo, the two as separate chains.
-      const __m512i hi = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), even, bytes(0)), odd, bytes(64));
-      const __m512i lo = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), even, bytes(128)), odd, bytes(192));
+      const __m512i zero = _mm512_setzero_si512();
+      const __m512i hi = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, even, bytes(0)), odd, bytes(64));
+      const __m512i lo = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(zero, even, bytes(128)), odd, bytes(192));
       quad_sum[r][q] = _mm512_add_epi32(_mm512_maskz_slli_epi32(kAll, hi, 8), lo);
     }
   }
