@@ -16,6 +16,7 @@
 #include <cstring>
 #include <limits>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -558,6 +559,28 @@ TEST(LinearFast, Fp4GemvSpecialScalesGiveWhatExactGives) {
   }
 }
 
+// Checks a bf16-pair panel (gemm_bf16_x86.h: panel[(16 * b + i) * 16 + r] holds pair i of row r's
+// block b) against the decoded values: want(r, b, i) gives the pair's two f32 values, computed from the
+// format tables. Rows nr..15 must be zero.
+template <typename Want>
+void expect_panel_holds(const std::vector<uint32_t>& panel, size_t blocks, size_t nr, const Want& want) {
+  for (size_t b = 0; b < blocks; ++b)
+    for (size_t i = 0; i < 16; ++i)
+      for (size_t r = 0; r < 16; ++r) {
+        const uint32_t got = panel[(16 * b + i) * 16 + r];
+        if (r >= nr) {
+          ASSERT_EQ(got, 0u) << "nr " << nr << " row " << r;
+          continue;
+        }
+        const auto [even, odd] = want(r, b, i);
+        ASSERT_EQ(got & 0xFFFF, f32_to_bf16_bits(even)) << "row " << r << " block " << b << " pair " << i;
+        ASSERT_EQ(got >> 16, f32_to_bf16_bits(odd)) << "row " << r << " block " << b << " pair " << i;
+        // The values themselves (the bits of a bf16 number are its value's top half).
+        ASSERT_EQ(bf16_bits_to_f32(static_cast<uint16_t>(got & 0xFFFF)), even);
+        ASSERT_EQ(bf16_bits_to_f32(static_cast<uint16_t>(got >> 16)), odd);
+      }
+}
+
 TEST(LinearFast, Fp4PanelsAsBf16PairsEqualTheDecodedValues) {
   // The prefill GEMM's direct FP4 -> bf16-pair panels (gemm_bf16_x86.h): 16 rows x 16 blocks in
   // which every row holds every byte value, at scales from the extremes the decode takes to 2^0,
@@ -583,21 +606,11 @@ TEST(LinearFast, Fp4PanelsAsBf16PairsEqualTheDecodedValues) {
       }
     EXPECT_EQ(lo, s_lo - 1);
     EXPECT_EQ(hi, s_hi + 2);
-    for (size_t b = 0; b < blocks; ++b)
-      for (size_t i = 0; i < 16; ++i)
-        for (size_t r = 0; r < 16; ++r) {
-          const uint32_t got = panel[(16 * b + i) * 16 + r];
-          if (r >= nr) {
-            ASSERT_EQ(got, 0u) << "nr " << nr << " row " << r;
-            continue;
-          }
-          const uint8_t byte = packed[r * row_bytes + 16 * b + i];
-          const float s = e8m0_table()[scales[r * blocks + b]];
-          const float even = e2m1_table()[byte & 15] * s, odd = e2m1_table()[byte >> 4] * s;
-          ASSERT_EQ(got & 0xFFFF, f32_to_bf16_bits(even)) << "row " << r << " block " << b << " pair " << i;
-          ASSERT_EQ(got >> 16, f32_to_bf16_bits(odd)) << "row " << r << " block " << b << " pair " << i;
-          ASSERT_EQ(bf16_bits_to_f32(static_cast<uint16_t>(got & 0xFFFF)), even);  // the value itself
-        }
+    expect_panel_holds(panel, blocks, nr, [&](size_t r, size_t b, size_t i) {
+      const uint8_t byte = packed[r * row_bytes + 16 * b + i];
+      const float s = e8m0_table()[scales[r * blocks + b]];
+      return std::pair{e2m1_table()[byte & 15] * s, e2m1_table()[byte >> 4] * s};
+    });
   }
   for (int scale : {0, 1, 253, 254, 255}) {
     std::vector<uint8_t> bad = scales;
@@ -631,21 +644,11 @@ TEST(LinearFast, Fp8PanelsAsBf16PairsEqualTheDecodedValues) {
     ASSERT_TRUE(x86::fp8_panel_bf16_pairs(codes.data(), k, scales.data(), nr, blocks, panel.data(), &lo, &hi));
     EXPECT_EQ(lo, 10 - 9);
     EXPECT_EQ(hi, 246 + 8);
-    for (size_t b = 0; b < blocks; ++b)
-      for (size_t i = 0; i < 16; ++i)
-        for (size_t r = 0; r < 16; ++r) {
-          const uint32_t got = panel[(16 * b + i) * 16 + r];
-          if (r >= nr) {
-            ASSERT_EQ(got, 0u) << "nr " << nr << " row " << r;
-            continue;
-          }
-          const float s = e8m0_table()[scales[b]];
-          const float even = e4m3_table()[codes[r * k + 32 * b + 2 * i]] * s;
-          const float odd = e4m3_table()[codes[r * k + 32 * b + 2 * i + 1]] * s;
-          ASSERT_EQ(got & 0xFFFF, f32_to_bf16_bits(even)) << "row " << r << " block " << b << " pair " << i;
-          ASSERT_EQ(got >> 16, f32_to_bf16_bits(odd)) << "row " << r << " block " << b << " pair " << i;
-          ASSERT_EQ(bf16_bits_to_f32(static_cast<uint16_t>(got >> 16)), odd);  // the value itself
-        }
+    expect_panel_holds(panel, blocks, nr, [&](size_t r, size_t b, size_t i) {
+      const float s = e8m0_table()[scales[b]];
+      const uint8_t* pair = codes.data() + r * k + 32 * b + 2 * i;
+      return std::pair{e4m3_table()[pair[0]] * s, e4m3_table()[pair[1]] * s};
+    });
   }
   std::vector<uint32_t> panel(blocks * 16 * 16);
   for (int scale : {0, 9, 247, 255}) {
