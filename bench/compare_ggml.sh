@@ -6,7 +6,9 @@
 # built outside the tree in $WORK; nothing of it is committed. Its test-backend-ops has no thread
 # option, so a local patch reads the count from GGML_NTHREADS and adds the shapes below to its perf
 # cases. ggml's MXFP4 has the same 4.25 bits/weight as V4.1's FP4 experts (E2M1 + E8M0 per 32);
-# q8_0 stands in for FP8 (8.5 bits/weight vs 8 + 1/128); bf16 is bf16.
+# q8_0 stands in for FP8 (8.5 bits/weight vs 8 + 1/128); bf16 is bf16 on ggml's side, and cedar's bf16
+# row is its GEMV as the model runs the head in fast numerics, on the weights re-coded losslessly in 12
+# bits (ops/bf16_coded.h), with a second row of the same kernel family on the plain bf16 bits.
 #
 # usage: [ROUNDS=3] [SHAPES=...] bench/compare_ggml.sh [BUILD_DIR]   (default build; cedar_bench must be built there)
 set -euo pipefail
@@ -80,7 +82,7 @@ for r in $(seq 1 "$ROUNDS"); do
     case $type in
       mxfp4) filter="BM_OpsLinearFp4/$m/$k/1/[12]/1/[0-9]+/" ;;
       q8_0) filter="BM_OpsLinearFp8/$m/$k/1/[12]/1/[0-9]+/" ;;
-      bf16) filter="BM_OpsLinearBf16/$m/$k/[12]/1/[0-9]+/" ;;
+      bf16) filter="BM_OpsLinearBf16/$m/$k/[12]/1/[0-9]+/[01]/" ;;
     esac
     "$BUILD/bench/cedar_bench" --benchmark_filter="$filter" --benchmark_min_time=0.5 --benchmark_format=json \
       >"$WORK/cedar_r${r}_$type-$m-$k.json" 2>/dev/null
@@ -95,8 +97,10 @@ work, rounds = sys.argv[1], int(sys.argv[2])
 shapes = [(t, int(m), int(k)) for t, m, k in (s.split(":") for s in sys.argv[3].split())]
 # Weight bytes per weight on each side: ggml's MXFP4 17 and q8_0 34 bytes per 32 weights, bf16 2;
 # cedar's FP4 the same 17/32, FP8 one byte plus one E8M0 scale per 32x32 block, bf16 2.
-GGML_BPW = {"mxfp4": 17 / 32, "q8_0": 34 / 32, "bf16": 2}
-CEDAR_BPW = {"mxfp4": 17 / 32, "q8_0": 1 + 1 / 1024, "bf16": 2}
+# cedar_bench counts 2 bytes per weight for the bf16 GEMV in both of cedar's forms (the coded form reads
+# 1.5), so its GB/s compare as times do.
+GGML_BPW = {"mxfp4": 17 / 32, "q8_0": 34 / 32, "bf16": 2, "bf16-plain": 2}
+CEDAR_BPW = {"mxfp4": 17 / 32, "q8_0": 1 + 1 / 1024, "bf16": 2, "bf16-plain": 2}
 
 
 def ggml_round(r):
@@ -117,7 +121,9 @@ def cedar_round(r):
             parts = b["name"].split("/")
             kind = {"BM_OpsLinearFp4": "mxfp4", "BM_OpsLinearFp8": "q8_0", "BM_OpsLinearBf16": "bf16"}[parts[0]]
             if kind == "bf16":
-                n, k, t, mode, copies = map(int, parts[1:6])
+                n, k, t, mode, copies, coded = map(int, parts[1:7])
+                if not coded:  # cedar's kernel on plain bf16, beside the coded form the model runs
+                    kind = "bf16-plain"
             else:
                 n, k, m, t, mode, copies = map(int, parts[1:7])
                 if m != 1:
@@ -131,7 +137,8 @@ ggml = [ggml_round(r) for r in range(1, rounds + 1)]
 cedar = [cedar_round(r) for r in range(1, rounds + 1)]
 med = lambda xs: statistics.median(xs) if xs else None
 fmt = lambda x, f="{:.1f}": f.format(x) if x is not None else "n/a"
-label = {"mxfp4": "FP4 (ggml MXFP4)", "q8_0": "FP8 (ggml q8_0)", "bf16": "bf16"}
+label = {"mxfp4": "FP4 (ggml MXFP4)", "q8_0": "FP8 (ggml q8_0)", "bf16": "bf16 (cedar: 12-bit coded, as its head)",
+         "bf16-plain": "bf16 (cedar: plain bf16)"}
 # ggml's test-backend-ops reuses one weight copy, so a matrix that fits the last-level cache stays
 # there between runs, and L3 keeps part of one that does not (bf16 16384x5120, 168 MB: one copy reads
 # 5-10 % faster than four cycled). cedar's row is the same measurement (1 copy), with the cold figure
@@ -143,10 +150,15 @@ print(f"Medians over {rounds} alternating rounds; each ratio is taken within a r
 print("| single-token GEMV | T | cedar fast GB/s | ggml GB/s | cedar / ggml (GB/s) | cedar / ggml (same GEMV) "
       "| same GEMV, per round | cedar cold GB/s (copies) |")
 print("|---|---|---|---|---|---|---|---|")
+rows = []
 for kind, n, k in shapes:
-    cold_copies = 4 if kind == "bf16" else 8
+    rows.append((kind, kind, n, k))
+    if kind == "bf16":
+        rows.append(("bf16-plain", kind, n, k))
+for kind, gkind, n, k in rows:
+    cold_copies = 4 if kind.startswith("bf16") else 8
     for t in (1, 2):
-        key, gkey = (kind, n, k, t, 1), (kind, n, k, t)
+        key, gkey = (kind, n, k, t, 1), (gkind, n, k, t)
         cs = [c[key] for c in cedar if key in c]
         gs = [g[gkey] for g in ggml if gkey in g]
         ratios = [c[key] / g[gkey] for c, g in zip(cedar, ggml) if key in c and gkey in g]
@@ -163,18 +175,21 @@ for r in range(1, rounds + 1):
     for t in (1, 2):
         try:
             fields = open(f"{work}/inprocess_t{t}_r{r}.txt").read().split()
-            inproc[t].append(tuple(map(float, fields[1:4])))
+            inproc[t].append(tuple(map(float, fields[1:6])))
         except (OSError, ValueError):
             pass
 if any(inproc.values()):
     print("\nbf16 16384x5120 with both sides in one process, alternating call by call "
           "(bench/ggml_bf16_side_by_side.cc; GB/s from the per-run median times):\n")
-    print("| T | cedar GB/s | ggml GB/s | cedar / ggml (same GEMV) | per run |")
-    print("|---|---|---|---|---|")
-    gb = 16384 * 5120 * 2 / 1e3
+    print("| T | cedar GB/s (coded) | ggml GB/s | cedar / ggml (same GEMV) | per run "
+          "| cedar on plain bf16 GB/s | plain / ggml | per run |")
+    print("|---|---|---|---|---|---|---|---|")
+    gb = 16384 * 5120 * 2 / 1e3  # bf16 bytes: GB/s compare as times do
     for t in (1, 2):
         runs = inproc[t]
         if runs:
-            print(f"| {t} | {gb / med([c for _, c, _ in runs]):.1f} | {gb / med([g for g, _, _ in runs]):.1f} "
-                  f"| {med([x for _, _, x in runs]):.2f} | {' / '.join(f'{x:.2f}' for _, _, x in runs)} |")
+            print(f"| {t} | {gb / med([r[1] for r in runs]):.1f} | {gb / med([r[0] for r in runs]):.1f} "
+                  f"| {med([r[2] for r in runs]):.2f} | {' / '.join(f'{r[2]:.2f}' for r in runs)} "
+                  f"| {gb / med([r[3] for r in runs]):.1f} | {med([r[4] for r in runs]):.2f} "
+                  f"| {' / '.join(f'{r[4]:.2f}' for r in runs)} |")
 EOF

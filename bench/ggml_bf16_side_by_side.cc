@@ -5,10 +5,12 @@
 // round's ratio is taken over back-to-back calls. Built by compare_ggml.sh against its ggml build;
 // not part of cedar's build (cedar never links ggml).
 //
+// cedar runs the GEMV as its model runs the head in fast numerics: on the 12-bit coded form of the
+// weights (ops/bf16_coded.h); it also runs its kernel on the plain bf16 bits, the same bytes as ggml.
+//
 // usage: ggml_bf16_side_by_side THREADS [ROUNDS]
-// prints: threads, ggml us, cedar us (medians per call), median of the per-round time ratios ggml/cedar
-#include <sys/mman.h>
-
+// prints: threads, ggml us, cedar us (medians per call), median of the per-round time ratios ggml/cedar,
+// then cedar's plain-bf16 us and its median ratio
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -18,9 +20,11 @@
 #include <random>
 #include <vector>
 
+#include "core/huge_pages.h"
 #include "core/thread_pool.h"
 #include "ggml-cpu.h"
 #include "ggml.h"
+#include "ops/bf16_coded.h"
 #include "ops/formats.h"
 #include "ops/kernel_set.h"
 #include "ops/linear.h"
@@ -61,42 +65,53 @@ int main(int argc, char** argv) {
   auto* x_values = static_cast<float*>(x->data);
   for (int64_t i = 0; i < kCols; ++i) x_values[i] = cedar::ops::round_bf16(normal(rng));
 
-  // cedar's side as its model runs it: a copy of the weights on 2 MiB pages (io::MappedFile maps the
-  // checkpoint for them), the fast kernel set, cedar's thread pool.
-  const size_t huge = size_t{2} << 20, bytes = (kRows * kCols * 2 + huge - 1) / huge * huge;
-  auto* cedar_bits = static_cast<uint16_t*>(std::aligned_alloc(huge, bytes));
-  if (cedar_bits == nullptr) return 1;
-  (void)madvise(cedar_bits, bytes, MADV_HUGEPAGE);
+  // cedar's side as its model runs it: the weights re-coded on 2 MiB pages (Model::set_numerics does
+  // this for the head), the fast kernel set, cedar's thread pool; and the plain bits on 2 MiB pages, as
+  // io::MappedFile maps the checkpoint.
+  cedar::HugePageBytes cedar_bytes = cedar::allocate_huge_page_bytes(kRows * kCols * 2);
+  if (cedar_bytes == nullptr) return 1;
+  auto* cedar_bits = reinterpret_cast<uint16_t*>(cedar_bytes.get());
   std::memcpy(cedar_bits, w_bits, kRows * kCols * 2);
   cedar::ThreadPool pool(threads);
   const cedar::ops::KernelSet& ks = cedar::ops::kernel_set(cedar::ops::Numerics::kFast);
-  const cedar::ops::Bf16Weight weight{cedar_bits, static_cast<size_t>(kRows), static_cast<size_t>(kCols)};
-  std::vector<float> cedar_y(kRows);
+  const cedar::ops::Bf16Weight plain{cedar_bits, static_cast<size_t>(kRows), static_cast<size_t>(kCols)};
+  const auto coded = cedar::ops::code_bf16(plain);
+  if (coded == nullptr) return 1;
+  cedar::ops::Bf16Weight weight = plain;
+  weight.coded = coded.get();
+  std::vector<float> cedar_y(kRows), plain_y(kRows);
 
   using clock = std::chrono::steady_clock;
-  std::vector<double> ggml_us, cedar_us, ratio;
-  for (int r = 0; r < rounds + 1; ++r) {  // round 0 warms both sides up and is not counted
+  std::vector<double> ggml_us, cedar_us, plain_us, ratio, plain_ratio;
+  for (int r = 0; r < rounds + 1; ++r) {  // round 0 warms every side up and is not counted
     const auto t0 = clock::now();
     ggml_graph_compute_with_ctx(ctx, graph, threads);
     const auto t1 = clock::now();
     for (int c = 0; c < kCalls; ++c)
       ks.linear_bf16(x_values, 1, weight, cedar_y.data(), cedar::ops::LinearOut::kF32, &pool);
     const auto t2 = clock::now();
+    for (int c = 0; c < kCalls; ++c)
+      ks.linear_bf16(x_values, 1, plain, plain_y.data(), cedar::ops::LinearOut::kF32, &pool);
+    const auto t3 = clock::now();
     if (r == 0) continue;
     ggml_us.push_back(std::chrono::duration<double, std::micro>(t1 - t0).count() / kCalls);
     cedar_us.push_back(std::chrono::duration<double, std::micro>(t2 - t1).count() / kCalls);
+    plain_us.push_back(std::chrono::duration<double, std::micro>(t3 - t2).count() / kCalls);
     ratio.push_back(ggml_us.back() / cedar_us.back());
+    plain_ratio.push_back(ggml_us.back() / plain_us.back());
   }
-  // The two sides must have computed the same thing (fp32 sums in different orders).
+  // Every side must have computed the same thing (fp32 sums in different orders).
   const auto* ggml_y = static_cast<const float*>(y->data);
   for (int64_t i = 0; i < kRows; ++i) {
-    if (std::fabs(ggml_y[i] - cedar_y[i]) > 1e-3f * (1.0f + std::fabs(ggml_y[i]))) {
-      std::fprintf(stderr, "row %lld differs: ggml %g, cedar %g\n", static_cast<long long>(i), ggml_y[i], cedar_y[i]);
-      return 1;
+    for (const float got : {cedar_y[i], plain_y[i]}) {
+      if (std::fabs(ggml_y[i] - got) > 1e-3f * (1.0f + std::fabs(ggml_y[i]))) {
+        std::fprintf(stderr, "row %lld differs: ggml %g, cedar %g\n", static_cast<long long>(i), ggml_y[i], got);
+        return 1;
+      }
     }
   }
-  std::printf("%d %.1f %.1f %.3f\n", threads, median(ggml_us), median(cedar_us), median(ratio));
+  std::printf("%d %.1f %.1f %.3f %.1f %.3f\n", threads, median(ggml_us), median(cedar_us), median(ratio),
+              median(plain_us), median(plain_ratio));
   ggml_free(ctx);
-  std::free(cedar_bits);
   return 0;
 }

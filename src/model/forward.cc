@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "core/log.h"
 #include "model/forward_internal.h"
 #include "model/streaming_source.h"
 #include "model/weight_inventory.h"
@@ -38,6 +39,7 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const ModelOp
   CEDAR_ASSIGN_OR_RETURN(WeightMap map, WeightMap::bind(m->checkpoint_, weight_inventory(c)));
   m->weight_map_ = std::make_unique<WeightMap>(std::move(map));
   CEDAR_ASSIGN_OR_RETURN(m->weights_, bind_model_weights(c, m->plan_, *m->weight_map_));
+  m->set_numerics(options.numerics);
   CEDAR_RETURN_IF_ERROR(m->init_residency());
 
   // One RoPE table per (theta, YaRN) pair: SWA-only layers use the base theta without YaRN, every
@@ -66,12 +68,26 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const ModelOp
   return m;
 }
 
+void Model::set_numerics(ops::Numerics n) {
+  options_.numerics = n;
+  ops::Bf16Weight& head = weights_->head;
+  if (n != ops::Numerics::kFast || head.coded != nullptr || !ops::bf16_codable(head.k)) return;
+  weights_->head_coded = ops::code_bf16(head);
+  if (weights_->head_coded == nullptr) {
+    CEDAR_LOG_WARN("could not allocate %.2f GiB to re-code the head; its GEMV reads bf16 (a quarter more bytes)",
+                   1.5 * static_cast<double>(head.n * head.k) / (1 << 30));
+    return;
+  }
+  head.coded = weights_->head_coded.get();
+}
+
 Status Model::plan_residency_for_load() {
   const ResidencyOptions& r = options_.residency;
   const ParamCounts counts = count_params(weight_inventory(config_));
-  residency_plan_ = resident_plan(config_, plan_, counts);
+  ResidencyPlanOptions po;
+  po.coded_head = options_.numerics == ops::Numerics::kFast;
+  residency_plan_ = resident_plan(config_, plan_, counts, po);
   if (r.memory_budget > 0) {
-    ResidencyPlanOptions po;
     po.kv_reserve_bytes = r.kv_reserve;
     CEDAR_ASSIGN_OR_RETURN(residency_plan_, plan_residency(config_, plan_, counts, r.memory_budget, po));
   }

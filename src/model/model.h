@@ -96,11 +96,13 @@ class Model {
   ~Model();
 
   const ModelConfig& config() const { return config_; }
+  const ModelWeights& weights() const { return *weights_; }
   const LayerPlan& plan() const { return plan_; }
   const ModelOptions& options() const { return options_; }
   void set_index_key_mode(IndexKeyMode m) { options_.index_keys = m; }
   void set_decoder_narrowing(bool on) { options_.decoder_narrowing = on; }
-  void set_numerics(ops::Numerics n) { options_.numerics = n; }
+  // Fast numerics also re-code the head for the fast GEMV, once (ModelWeights::head_coded).
+  void set_numerics(ops::Numerics n);
   void set_kv_dtype(KvDtype d) { options_.kv_dtype = d; }  // for sequences made afterwards
   const ops::KernelSet& kernels() const { return ops::kernel_set(options_.numerics); }
   void set_layer_observer(LayerObserver obs) { observer_ = std::move(obs); }
@@ -142,9 +144,10 @@ class Model {
 
   // Like forward() for one sequence's chunk (same semantics: the prefill path at position 0, the
   // decode path after), but the head runs on every row, in blocks of rows handed to `sink` in order,
-  // instead of on the last token only (what scoring text needs: `cedar eval`). Each row's logits are
-  // bit-identical to the last-token logits forward() gives when the chunk ends at that row (the head
-  // is per-row). With decoder narrowing, a prefill chunk longer than the window only has rows for its
+  // instead of on the last token only (what scoring text needs: `cedar eval`). In exact numerics each
+  // row's logits are bit-identical to the last-token logits forward() gives when the chunk ends at that
+  // row (the head is per-row); fast numerics sum a block of rows in another order than a single row
+  // (the GEMM against the GEMV on the re-coded head), within the bound of ops/linear_fast.h. With decoder narrowing, a prefill chunk longer than the window only has rows for its
   // last window_size tokens (the others never reach the head); `sink` sees just those.
   Status forward_all_rows(const SeqChunk& chunk, const RowLogitsSink& sink, ThreadPool* pool);
 

@@ -6,6 +6,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "ops/bf16_coded.h"
+
 namespace cedar::model {
 namespace {
 
@@ -55,9 +57,16 @@ int64_t expert_slot_bytes(const ModelConfig& c) {
 int64_t engram_row_bytes(const ModelConfig& c) { return c.engram_head_dim + c.engram_head_dim / 32; }
 int64_t engram_slot_bytes(const ModelConfig& c) { return (engram_row_bytes(c) + 63) / 64 * 64; }
 
-ResidencyPlan resident_plan(const ModelConfig& c, const LayerPlan& plan, const ParamCounts& counts) {
+ResidencyPlan resident_plan(const ModelConfig& c, const LayerPlan& plan, const ParamCounts& counts,
+                            const ResidencyPlanOptions& options) {
   ResidencyPlan p;
   p.dense_bytes = dense_resident_bytes(c, counts);
+  if (options.coded_head && ops::bf16_codable(static_cast<size_t>(c.dim))) {
+    // 1.5 bytes per weight and a 16-byte table per row; blocks with rare high bytes add 132 bytes
+    // each (the small preset's Gaussian head and cedar-mini's trained one have none: left out).
+    p.coded_head_bytes = static_cast<int64_t>(
+        ops::bf16_coded_base_bytes(static_cast<size_t>(c.vocab_size), static_cast<size_t>(c.dim)));
+  }
   p.routed_expert_total = counts.routed_expert_bytes;
   p.engram_table_total = engram_table_bytes(c);
   p.n_experts = total_experts(c, plan);
@@ -76,14 +85,14 @@ ResidencyPlan resident_plan(const ModelConfig& c, const LayerPlan& plan, const P
 
 Result<ResidencyPlan> plan_residency(const ModelConfig& c, const LayerPlan& plan, const ParamCounts& counts,
                                      uint64_t budget, const ResidencyPlanOptions& options) {
-  ResidencyPlan p = resident_plan(c, plan, counts);
+  ResidencyPlan p = resident_plan(c, plan, counts, options);
   p.budget = budget;
   p.kv_reserve_bytes = static_cast<int64_t>(options.kv_reserve_bytes);
   p.prefill_chunk = options.prefill_chunk;
   // Activations and scratch: a few percent of the budget, at most 2 GiB (the released model's
   // decode workspace is tens of MiB; a 512-token prefill chunk needs a few hundred).
   p.workspace_reserve = std::min<int64_t>(2 * kGiB, static_cast<int64_t>(budget / 50));
-  const int64_t fixed = p.dense_bytes + p.kv_reserve_bytes + p.workspace_reserve;
+  const int64_t fixed = p.dense_bytes + p.kv_reserve_bytes + p.workspace_reserve + p.coded_head_bytes;
   const int64_t everything = fixed + p.routed_expert_total + p.engram_table_total;
   if (static_cast<int64_t>(budget) >= everything) return p;  // fully resident: no streaming
 
@@ -97,7 +106,8 @@ Result<ResidencyPlan> plan_residency(const ModelConfig& c, const LayerPlan& plan
   if (static_cast<int64_t>(budget) < min_needed) {
     return failed_precondition(
         "--memory-budget " + gib(static_cast<double>(budget)) + " cannot hold the dense weights (" + gib(p.dense_bytes) +
-        ")" + (p.kv_reserve_bytes ? " plus the KV reserve (" + gib(p.kv_reserve_bytes) + ")" : std::string()) +
+        ")" + (p.coded_head_bytes ? " plus the re-coded head (" + gib(p.coded_head_bytes) + ")" : std::string()) +
+        (p.kv_reserve_bytes ? " plus the KV reserve (" + gib(p.kv_reserve_bytes) + ")" : std::string()) +
         " and the smallest streaming caches (" + gib(n_active * p.expert_slot + min_engram) +
         "); raise --memory-budget to at least " + gib(min_needed) + " (" +
         (min_needed >= kGiB ? std::to_string((min_needed + kGiB - 1) / kGiB) + "G"
@@ -142,6 +152,7 @@ std::string residency_plan_text(const ResidencyPlan& p) {
     o << buf;
   };
   row("dense weights", p.dense_bytes, "resident (attention, shared experts, routers, embeddings, head)");
+  if (p.coded_head_bytes) row("head, re-coded", p.coded_head_bytes, "12 bits per weight for the fast GEMV");
   if (p.kv_reserve_bytes) row("KV reserve", p.kv_reserve_bytes, "");
   if (p.streaming) row("workspace", p.workspace_reserve, "activations, scratch");
   std::snprintf(buf, sizeof buf, "%lld of %lld experts (%.1f%%), %s each", static_cast<long long>(p.expert_slots),
@@ -172,6 +183,7 @@ nlohmann::json residency_plan_json(const ResidencyPlan& p) {
            {{"dense", p.dense_bytes},
             {"kv_reserve", p.kv_reserve_bytes},
             {"workspace", p.workspace_reserve},
+            {"coded_head", p.coded_head_bytes},
             {"expert_slab", p.expert_slab_bytes},
             {"engram_cache", p.engram_cache_bytes},
             {"total", p.resident_total()}}},

@@ -23,6 +23,8 @@ namespace cedar::model {
 struct ResidencyPlanOptions {
   uint64_t kv_reserve_bytes = 0;   // KV state the caller keeps beside the weights (serve --kv-memory)
   int prefill_chunk = 512;         // tokens per prefill chunk (each chunk reads its experts once)
+  // Fast numerics (the commands' default) keep the head re-coded for the GEMV (ops/bf16_coded.h).
+  bool coded_head = true;
 };
 
 // Bytes of one routed expert as stored (w1, w2, w3 and their scales), and the slab slot that holds
@@ -43,6 +45,7 @@ struct ResidencyPlan {
   int64_t dense_bytes = 0;         // backbone without routed experts and Engram tables
   int64_t kv_reserve_bytes = 0;
   int64_t workspace_reserve = 0;   // activations and scratch
+  int64_t coded_head_bytes = 0;    // the head re-coded for the fast GEMV (anonymous, beside its mapping)
   int64_t expert_slab_bytes = 0;
   int64_t engram_cache_bytes = 0;
   // Totals on disk.
@@ -58,7 +61,8 @@ struct ResidencyPlan {
   double ssd_bytes_per_prefill_token = 0;
   int prefill_chunk = 0;
   int64_t resident_total() const {
-    return dense_bytes + kv_reserve_bytes + workspace_reserve + expert_slab_bytes + engram_cache_bytes;
+    return dense_bytes + kv_reserve_bytes + workspace_reserve + coded_head_bytes + expert_slab_bytes +
+           engram_cache_bytes;
   }
 };
 
@@ -67,7 +71,8 @@ struct ResidencyPlan {
 Result<ResidencyPlan> plan_residency(const ModelConfig& c, const LayerPlan& plan, const ParamCounts& counts,
                                      uint64_t budget, const ResidencyPlanOptions& options = {});
 // A fully resident plan (no budget given).
-ResidencyPlan resident_plan(const ModelConfig& c, const LayerPlan& plan, const ParamCounts& counts);
+ResidencyPlan resident_plan(const ModelConfig& c, const LayerPlan& plan, const ParamCounts& counts,
+                            const ResidencyPlanOptions& options = {});
 
 std::string residency_plan_text(const ResidencyPlan& p);
 nlohmann::json residency_plan_json(const ResidencyPlan& p);

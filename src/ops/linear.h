@@ -51,11 +51,16 @@ struct Fp4Weight {
   size_t k = 0;  // multiple of 32
 };
 
+struct Bf16Coded;
+
 // bf16 weight [n, k] as raw bf16 bits.
 struct Bf16Weight {
   const uint16_t* bits = nullptr;  // [n, k]
   size_t n = 0;
   size_t k = 0;
+  // The same weight in 12 bits per weight (ops/bf16_coded.h), when the model coded it for the fast
+  // kernels' GEMV; the exact kernels and the fast GEMM read `bits`.
+  const Bf16Coded* coded = nullptr;
 };
 
 // f32 weight [n, k].

@@ -18,6 +18,7 @@
 
 #include "core/check.h"
 #include "core/thread_pool.h"
+#include "ops/bf16_coded.h"
 #include "ops/formats.h"
 #include "ops/fp4_gemv_x86.h"
 #include "ops/fp8_gemv_x86.h"
@@ -985,6 +986,10 @@ void linear_fp4(const float* x, size_t m, const Fp4Weight& w, float* y, std::spa
 
 void linear_bf16(const float* x, size_t m, const Bf16Weight& w, float* y, LinearOut out, ThreadPool* pool) {
   const bool bf16_out = out == LinearOut::kBf16;
+  if (w.coded != nullptr && m < kFastGemmMinRows) {
+    for_rows(pool, w.n, [&](size_t b, size_t e) { bf16_coded_gemv(x, m, *w.coded, y, bf16_out, b, e); });
+    return;
+  }
   // A GEMM whose activations are bf16 values runs on the AVX512-BF16 tile where the CPU has it: x is
   // packed into pairs once here, before the threads split the rows (a thread's buffer, grown once).
   const uint32_t* x_pairs = nullptr;

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/thread_pool.h"
+#include "ops/bf16_coded.h"
 #include "tiny_model_util.h"
 
 namespace cedar::model {
@@ -170,6 +171,31 @@ TEST(Forward, DecoderNarrowingIsExactWithinTheWindow) {
   std::vector<float> logits(m->config().vocab_size);
   ASSERT_TRUE(m->forward({&ch, 1}, logits.data(), &pool).ok());
   for (float v : logits) ASSERT_TRUE(std::isfinite(v));
+}
+
+// Fast numerics re-code the head for the GEMV (ModelWeights::head_coded), losslessly, on the trained
+// cedar-mini (192 columns: one coded block and a plain tail per row); exact numerics leave it alone
+// until a switch to fast.
+TEST(Forward, FastNumericsReCodeTheHeadLosslessly) {
+  const std::string dir = std::string(CEDAR_SOURCE_DIR) + "/models/cedar-mini";
+  ModelOptions fast;
+  fast.numerics = ops::Numerics::kFast;
+  auto m = Model::load(dir, fast);
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  const ops::Bf16Weight& head = (*m)->weights().head;
+  ASSERT_NE(head.coded, nullptr);
+  EXPECT_EQ(head.coded, (*m)->weights().head_coded.get());
+  for (size_t r = 0; r < head.n; r += 61)
+    for (size_t i = 0; i < head.k; ++i)
+      ASSERT_EQ(ops::bf16_coded_bits(*head.coded, r, i), head.bits[r * head.k + i]) << "row " << r << " col " << i;
+  EXPECT_GT((*m)->residency_plan().coded_head_bytes, 0);
+
+  auto e = Model::load(dir);  // the library's default: exact
+  ASSERT_TRUE(e.ok()) << e.status().to_string();
+  EXPECT_EQ((*e)->weights().head.coded, nullptr);
+  EXPECT_EQ((*e)->residency_plan().coded_head_bytes, 0);
+  (*e)->set_numerics(ops::Numerics::kFast);
+  EXPECT_NE((*e)->weights().head.coded, nullptr);
 }
 
 TEST(Forward, RejectsBadInput) {

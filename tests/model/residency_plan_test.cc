@@ -61,6 +61,23 @@ TEST(ResidencyPlan, TooSmallNamesTheSmallestBudget) {
   EXPECT_NE(p.status().message().find("raise --memory-budget to at least"), std::string::npos);
 }
 
+TEST(ResidencyPlan, FastNumericsCountTheReCodedHead) {
+  const Released r = released();
+  // head [129280, 5120]: 5120 · 1.5 bytes per row, a 16-byte table per row, 129,281 row offsets.
+  const int64_t coded = int64_t{129280} * 7680 + 129280 * 16 + 129281 * 4;
+  ResidencyPlanOptions exact;
+  exact.coded_head = false;
+  EXPECT_EQ(resident_plan(r.c, r.plan, r.counts).coded_head_bytes, coded);
+  EXPECT_EQ(resident_plan(r.c, r.plan, r.counts, exact).coded_head_bytes, 0);
+  auto fast_plan = plan_residency(r.c, r.plan, r.counts, uint64_t{64} << 30);
+  auto exact_plan = plan_residency(r.c, r.plan, r.counts, uint64_t{64} << 30, exact);
+  ASSERT_TRUE(fast_plan.ok() && exact_plan.ok());
+  EXPECT_LE(fast_plan->resident_total(), int64_t{64} << 30);
+  // The head's bytes come out of the expert slab.
+  EXPECT_LT(fast_plan->expert_slots, exact_plan->expert_slots);
+  EXPECT_GE(exact_plan->expert_slab_bytes - fast_plan->expert_slab_bytes, coded - fast_plan->expert_slot);
+}
+
 TEST(ResidencyPlan, ParseSize) {
   EXPECT_EQ(*parse_size("64G", "--memory-budget"), uint64_t{64} << 30);
   EXPECT_EQ(*parse_size("512M", "--memory-budget"), uint64_t{512} << 20);
