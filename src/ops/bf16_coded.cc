@@ -161,12 +161,20 @@ std::unique_ptr<Bf16Coded> code_bf16(const Bf16Weight& w) {
   c->row_exceptions.resize(w.n + 1);
   for (size_t n = 0; n < w.n; ++n) {
     const uint16_t* src = w.bits + n * w.k;
-    // The row's 16 most frequent high bytes (ties to the smaller byte, so the coding is deterministic).
+    // The row's 16 most frequent high bytes (ties to the smaller byte, so the coding is deterministic;
+    // a row of fewer distinct high bytes fills the table with bytes it does not hold). A row holds a
+    // few tens of distinct high bytes, so only those are ranked.
     std::array<uint32_t, 256> count{};
     for (size_t i = 0; i < blocks * kBf16CodedBlock; ++i) ++count[src[i] >> 8];
     std::array<uint8_t, 256> order;
-    for (size_t v = 0; v < 256; ++v) order[v] = static_cast<uint8_t>(v);
-    std::stable_sort(order.begin(), order.end(), [&](uint8_t a, uint8_t b) { return count[a] > count[b]; });
+    size_t distinct = 0;
+    for (size_t v = 0; v < 256; ++v)
+      if (count[v] != 0) order[distinct++] = static_cast<uint8_t>(v);
+    for (size_t v = 0; v < 256 && distinct < 16; ++v)
+      if (count[v] == 0) order[distinct++] = static_cast<uint8_t>(v);
+    std::partial_sort(order.begin(), order.begin() + 16, order.begin() + distinct, [&](uint8_t a, uint8_t b) {
+      return count[a] != count[b] ? count[a] > count[b] : a < b;
+    });
     std::array<int, 256> code;
     code.fill(-1);
     uint8_t* table = c->tables.data() + 16 * n;
