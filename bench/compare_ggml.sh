@@ -168,8 +168,9 @@ for kind, gkind, n, k in rows:
               f"| {fmt(med(same), '{:.2f}')} | {' / '.join(f'{x:.2f}' for x in same)} "
               f"| {fmt(med(colds))} ({cold_copies}) |")
 
-# The in-process runs of the bf16 GEMV: each line "threads ggml_us cedar_us ratio", the ratio the median
-# over 20 back-to-back rounds of ggml's time / cedar's.
+# The in-process runs of the bf16 GEMV: each line "threads ggml_us cedar_us ratio plain_us plain_ratio",
+# cedar_us its coded form's time, plain_us its kernel's on the plain bf16 bits, each ratio the median over
+# 20 back-to-back rounds of ggml's time / cedar's.
 inproc = {1: [], 2: []}
 for r in range(1, rounds + 1):
     for t in (1, 2):

@@ -72,13 +72,17 @@ void Model::set_numerics(ops::Numerics n) {
   options_.numerics = n;
   ops::Bf16Weight& head = weights_->head;
   if (n != ops::Numerics::kFast || head.coded != nullptr || !ops::bf16_codable(head.k)) return;
+  // Under a memory budget the copy is only made where the plan holds it (fast numerics at load); a
+  // model loaded exact and switched to fast then reads the bf16 head.
+  if (options_.residency.memory_budget > 0 && residency_plan_.coded_head_bytes == 0) return;
   weights_->head_coded = ops::code_bf16(head);
   if (weights_->head_coded == nullptr) {
-    CEDAR_LOG_WARN("could not allocate %.2f GiB to re-code the head; its GEMV reads bf16 (a quarter more bytes)",
-                   1.5 * static_cast<double>(head.n * head.k) / (1 << 30));
+    CEDAR_LOG_WARN("could not allocate %.2f GiB to re-code the head; its GEMV reads bf16 (a third more bytes)",
+                   static_cast<double>(ops::bf16_coded_base_bytes(head.n, head.k)) / (1 << 30));
     return;
   }
   head.coded = weights_->head_coded.get();
+  residency_plan_.coded_head_bytes = static_cast<int64_t>(weights_->head_coded->bytes());
 }
 
 Status Model::plan_residency_for_load() {
@@ -408,7 +412,8 @@ void ForwardPass::head(float* logits) {
 }
 
 // head() for every row of the (single) chunk, kRowBlock rows per head GEMM: each row's collapse, norm
-// and logits are computed exactly as head() computes a last row (per-row ops), so they are bit-identical.
+// and logits are computed as head() computes a last row (per-row ops), so in exact numerics they are
+// bit-identical; fast numerics sum the GEMM of a block of rows in another order than the GEMV of one.
 void ForwardPass::head_all_rows(const RowLogitsSink& sink, size_t sink_base) {
   constexpr size_t kRowBlock = 16;
   const size_t dim = c_.dim, vocab = c_.vocab_size;

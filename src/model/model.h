@@ -101,7 +101,9 @@ class Model {
   const ModelOptions& options() const { return options_; }
   void set_index_key_mode(IndexKeyMode m) { options_.index_keys = m; }
   void set_decoder_narrowing(bool on) { options_.decoder_narrowing = on; }
-  // Fast numerics also re-code the head for the fast GEMV, once (ModelWeights::head_coded).
+  // Fast numerics also re-code the head for the fast GEMV, once (ModelWeights::head_coded; under a
+  // memory budget only when the model was loaded fast, as the residency plan holds it). Not while a
+  // forward pass runs: it writes the shared weights.
   void set_numerics(ops::Numerics n);
   void set_kv_dtype(KvDtype d) { options_.kv_dtype = d; }  // for sequences made afterwards
   const ops::KernelSet& kernels() const { return ops::kernel_set(options_.numerics); }

@@ -122,6 +122,9 @@ void Bf16CodedGemv(const float* x, size_t m, const Bf16Coded& w, float* y, bool 
     }
 #else
   const size_t vbytes = hn::Lanes(hn::ScalableTag<uint8_t>());
+  // A step takes one vector of the 64 code bytes of a block: vectors wider than 64 bytes (SVE, RVV)
+  // would need another step.
+  CEDAR_CHECK(vbytes <= 64 && 64 % vbytes == 0, "bf16_coded_gemv: %zu-byte vectors", vbytes);
   thread_local std::vector<float> permuted;  // [m, k], grown once per thread
   if (permuted.size() < m * w.k) permuted.resize(m * w.k);
   for (size_t r = 0; r < m; ++r) PermuteActivations(x + r * w.k, w.k, vbytes, permuted.data() + r * w.k);
@@ -132,7 +135,7 @@ void Bf16CodedGemv(const float* x, size_t m, const Bf16Coded& w, float* y, bool 
     case 3: CodedGemvTile<3>(xp, w, y, bf16_out, n_begin, n_end); break;
     case 4: CodedGemvTile<4>(xp, w, y, bf16_out, n_begin, n_end); break;
     default:
-      // Five rows: four, then one (each output's sum is the same either way).
+      // More rows: four, then the rest (each output's sum is the same either way).
       CodedGemvTile<4>(xp, w, y, bf16_out, n_begin, n_end);
       Bf16CodedGemv(x + 4 * w.k, m - 4, w, y + 4 * w.n, bf16_out, n_begin, n_end);
       break;
@@ -231,7 +234,7 @@ uint16_t bf16_coded_bits(const Bf16Coded& w, size_t row, size_t i) {
 namespace fast {
 void bf16_coded_gemv(const float* x, size_t m, const Bf16Coded& w, float* y, bool bf16_out, size_t n_begin,
                      size_t n_end) {
-  CEDAR_CHECK(m >= 1 && m <= 5, "bf16_coded_gemv: %zu rows (1..5)", m);
+  if (m == 0) return;
   HWY_DYNAMIC_DISPATCH(Bf16CodedGemv)(x, m, w, y, bf16_out, n_begin, n_end);
 }
 }  // namespace fast

@@ -66,7 +66,7 @@ uint16_t bf16_coded_bits(const Bf16Coded& w, size_t row, size_t i);
 
 namespace fast {
 // Rows [n_begin, n_end) of y[r, n] = Σ_i x[r, i] · w[n, i] in fp32 (rounded to bf16 when bf16_out) for
-// m activation rows (1 <= m < kFastGemmMinRows) of w.k floats, y with w.n columns. Each output is one
+// m activation rows of w.k floats (any m; fast::linear_bf16 sends GEMV-sized ones), y with w.n columns. Each output is one
 // thread's fixed-order sum; the products are exact, so |y - exact| obeys linear_fast.h's bound.
 void bf16_coded_gemv(const float* x, size_t m, const Bf16Coded& w, float* y, bool bf16_out, size_t n_begin,
                      size_t n_end);

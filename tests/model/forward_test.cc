@@ -198,6 +198,54 @@ TEST(Forward, FastNumericsReCodeTheHeadLosslessly) {
   EXPECT_NE((*e)->weights().head.coded, nullptr);
 }
 
+// Under a memory budget the re-coded head exists only where the plan holds it: loaded fast, it is
+// coded and counted; loaded exact and switched to fast, the GEMV reads the bf16 head (uncounted memory
+// would break the budget).
+TEST(Forward, UnderABudgetTheHeadIsCodedOnlyWhenPlanned) {
+  const std::string dir = std::string(CEDAR_SOURCE_DIR) + "/models/cedar-mini";
+  ModelOptions o;
+  o.residency.memory_budget = uint64_t{4} << 30;
+  o.numerics = ops::Numerics::kFast;
+  auto fast = Model::load(dir, o);
+  ASSERT_TRUE(fast.ok()) << fast.status().to_string();
+  EXPECT_NE((*fast)->weights().head.coded, nullptr);
+  EXPECT_EQ((*fast)->residency_plan().coded_head_bytes, static_cast<int64_t>((*fast)->weights().head.coded->bytes()));
+  o.numerics = ops::Numerics::kExact;
+  auto exact = Model::load(dir, o);
+  ASSERT_TRUE(exact.ok()) << exact.status().to_string();
+  (*exact)->set_numerics(ops::Numerics::kFast);
+  EXPECT_EQ((*exact)->weights().head.coded, nullptr);
+  EXPECT_EQ((*exact)->residency_plan().coded_head_bytes, 0);
+}
+
+// Exact numerics ignore the coded head: a model that ran fast (and coded its head) gives the exact
+// run's logits bit for bit when switched back.
+TEST(Forward, ExactLogitsSurviveAFastRun) {
+  auto m = Model::load(std::string(CEDAR_SOURCE_DIR) + "/models/cedar-mini");
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  Model& model = **m;
+  ThreadPool pool(2);
+  const size_t V = model.config().vocab_size;
+  const std::vector<int32_t> prompt = {0, 400, 1200, 77, 5005, 31};
+  const auto run = [&](std::vector<float>& logits) {
+    SequenceState seq = model.new_sequence(16);
+    SeqChunk c{&seq, prompt};
+    ASSERT_TRUE(model.forward({&c, 1}, logits.data(), &pool).ok());
+    const int32_t next = 9;
+    SeqChunk d{&seq, {&next, 1}};  // one decode step: the head's GEMV
+    ASSERT_TRUE(model.forward({&d, 1}, logits.data(), &pool).ok());
+  };
+  std::vector<float> before(V), fast(V), after(V);
+  run(before);
+  model.set_numerics(ops::Numerics::kFast);
+  ASSERT_NE(model.weights().head.coded, nullptr);
+  run(fast);
+  model.set_numerics(ops::Numerics::kExact);
+  run(after);
+  EXPECT_EQ(std::memcmp(before.data(), after.data(), V * sizeof(float)), 0);
+  EXPECT_NE(std::memcmp(before.data(), fast.data(), V * sizeof(float)), 0) << "the fast run did run fast";
+}
+
 TEST(Forward, RejectsBadInput) {
   auto m = load_tiny(1);
   SequenceState s = m->new_sequence(8);

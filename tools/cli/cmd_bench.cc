@@ -209,15 +209,12 @@ int cmd_bench(const std::vector<std::string>& argv) {
   std::vector<float> logits(c.vocab_size);
 
   // Weight bytes a decoded token reads under a kernel set: the plan's count, with the head at its
-  // 12-bit size where the fast kernels read it re-coded (Model::set_numerics codes it).
+  // 12-bit size where the fast kernels read it re-coded (Model::set_numerics codes it, when it can).
   const auto decode_bytes = [&](ops::Numerics mode) {
     const ops::Bf16Weight& head = m.weights().head;
     int64_t bytes = plan.decode_bytes_per_token;
-    if (mode == ops::Numerics::kFast && ops::bf16_codable(head.k)) {
-      // Before a fast run has coded it: the size without exception blocks.
-      const size_t coded = head.coded != nullptr ? head.coded->bytes() : ops::bf16_coded_base_bytes(head.n, head.k);
-      bytes += static_cast<int64_t>(coded) - static_cast<int64_t>(head.n * head.k * 2);
-    }
+    if (mode == ops::Numerics::kFast && head.coded != nullptr)
+      bytes += static_cast<int64_t>(head.coded->bytes()) - static_cast<int64_t>(head.n * head.k * 2);
     return bytes;
   };
   std::vector<BenchResult> results;
@@ -316,9 +313,10 @@ int cmd_bench(const std::vector<std::string>& argv) {
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
-  std::printf("decode reads %.1f MB of weights per token (%.1f MB in fast numerics: the head re-coded in 12 bits); "
-              "prefill does %.2f GFLOP of matmuls per token\n\n",
-              decode_bytes(ops::Numerics::kExact) / 1e6, decode_bytes(ops::Numerics::kFast) / 1e6, flop_per_token / 1e9);
+  std::printf("decode reads %.1f MB of weights per token", decode_bytes(ops::Numerics::kExact) / 1e6);
+  if (m.weights().head.coded != nullptr)
+    std::printf(" (%.1f MB in fast numerics: the head re-coded in 12 bits)", decode_bytes(ops::Numerics::kFast) / 1e6);
+  std::printf("; prefill does %.2f GFLOP of matmuls per token\n\n", flop_per_token / 1e9);
   std::printf("| numerics | threads | test | depth | tok/s | weights GB/s | %% of read bw | GFLOP/s | %% of GEMM peak |\n");
   std::printf("|---|---:|---|---:|---:|---:|---:|---:|---:|\n");
   for (const BenchResult& r : results) {
