@@ -17,7 +17,7 @@ struct HugePageFree {
 };
 using HugePageBytes = std::unique_ptr<uint8_t[], HugePageFree>;
 
-inline constexpr size_t kHugePageBytes = size_t{2} << 20;
+inline constexpr size_t kHugePageBytes = size_t{2} << 20;  // a PMD on x86-64 and on arm64 with 4 KiB pages
 
 // `bytes` (rounded up to whole 2 MiB pages) aligned to 2 MiB and, when `advise`, advised
 // MADV_HUGEPAGE (refused advice leaves 4 KiB pages). nullptr when the memory cannot be had.

@@ -18,7 +18,6 @@ size_t page_size() {
   return kPage;
 }
 
-constexpr size_t kHugePageBytes = kHugePageAlignment;  // a PMD on x86-64 and on arm64 with 4 KiB pages
 
 }  // namespace
 

@@ -7,12 +7,13 @@
 #include <span>
 #include <string>
 
+#include "core/huge_pages.h"
 #include "core/status.h"
 
 namespace cedar::io {
 
 // The alignment (and the smallest size) of the mappings advised for huge pages.
-inline constexpr size_t kHugePageAlignment = size_t{2} << 20;
+inline constexpr size_t kHugePageAlignment = kHugePageBytes;
 
 class MappedFile {
  public:

@@ -5,11 +5,10 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "core/huge_pages.h"
 
 namespace cedar::io {
 namespace {
-
-constexpr size_t kHugePage = size_t{2} << 20;
 
 size_t round_up(size_t n, size_t a) { return (n + a - 1) / a * a; }
 
@@ -34,16 +33,16 @@ Result<std::unique_ptr<SlotCache>> SlotCache::create(BlockReader* reader, SlotFi
   if (options.slot_align == 0 || (options.slot_align & (options.slot_align - 1)))
     return invalid_argument(options.label + ": slot alignment must be a power of two");
   c->slot_bytes_ = round_up(options.slot_bytes, options.slot_align);
-  c->slab_len_ = round_up(c->slot_bytes_ * options.n_slots, kHugePage);
+  c->slab_len_ = round_up(c->slot_bytes_ * options.n_slots, kHugePageBytes);
   // Over-map by one huge page so the slab can start on a 2 MiB boundary (THP needs that).
-  void* p = ::mmap(nullptr, c->slab_len_ + kHugePage, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  void* p = ::mmap(nullptr, c->slab_len_ + kHugePageBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (p == MAP_FAILED)
     return resource_exhausted(options.label + ": cannot allocate a " + std::to_string(c->slab_len_ >> 20) +
                               " MiB slab; lower --memory-budget");
   uint8_t* base = static_cast<uint8_t*>(p);
-  uint8_t* aligned = reinterpret_cast<uint8_t*>(round_up(reinterpret_cast<uintptr_t>(base), kHugePage));
+  uint8_t* aligned = reinterpret_cast<uint8_t*>(round_up(reinterpret_cast<uintptr_t>(base), kHugePageBytes));
   if (aligned > base) ::munmap(base, aligned - base);
-  const size_t tail = (base + c->slab_len_ + kHugePage) - (aligned + c->slab_len_);
+  const size_t tail = (base + c->slab_len_ + kHugePageBytes) - (aligned + c->slab_len_);
   if (tail) ::munmap(aligned + c->slab_len_, tail);
   c->slab_ = aligned;
   if (options.huge_pages) (void)::madvise(c->slab_, c->slab_len_, MADV_HUGEPAGE);  // refused: 4 KiB pages

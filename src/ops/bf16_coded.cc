@@ -28,7 +28,7 @@ namespace hn = hwy::HWY_NAMESPACE;
 // low bytes within 128-bit lanes into bf16 words, and each word vector yields its even and its odd
 // words as floats. So one V-byte step of a half produces four float vectors (lower even, lower odd,
 // upper even, upper odd), lane 4j + i holding weight 16j + 8·(q / 2) + 2i + q % 2 of the half's step
-// for vector q. The activations are laid out once per call in that order.
+// for vector q. The activations are laid out once per GEMV call in that order (Bf16CodedPermute).
 // The plain tail (k % 128 == 64) keeps its order.
 HWY_INLINE void PermuteActivations(const float* x, size_t k, size_t vbytes, float* xp) {
   const size_t floats = vbytes / 4, whole = k - k % kBf16CodedBlock;
@@ -111,25 +111,32 @@ HWY_NOINLINE void CodedGemvTile(const float* xp, const Bf16Coded& w, float* y, b
 }
 #endif  // HWY_TARGET != HWY_SCALAR
 
-void Bf16CodedGemv(const float* x, size_t m, const Bf16Coded& w, float* y, bool bf16_out, size_t n_begin,
-                   size_t n_end) {
+// xp [m, k]: each row of x in the kernel's lane order (PermuteActivations); the scalar target reads x
+// in element order.
+void Bf16CodedPermute(const float* x, size_t m, size_t k, float* xp) {
 #if HWY_TARGET == HWY_SCALAR
-  for (size_t n = n_begin; n < n_end; ++n)
-    for (size_t r = 0; r < m; ++r) {
-      float s = 0.0f;
-      for (size_t i = 0; i < w.k; ++i) s += x[r * w.k + i] * bf16_bits_to_f32(bf16_coded_bits(w, n, i));
-      y[r * w.n + n] = bf16_out ? round_bf16(s) : s;
-    }
+  std::memcpy(xp, x, m * k * sizeof(float));
 #else
   const size_t vbytes = hn::Lanes(hn::ScalableTag<uint8_t>());
   // A step takes one vector of the 64 code bytes of a block: vectors wider than 64 bytes (SVE, RVV)
   // would need another step.
   CEDAR_CHECK(vbytes <= 64 && 64 % vbytes == 0, "bf16_coded_gemv: %zu-byte vectors", vbytes);
-  thread_local std::vector<float> permuted;  // [m, k], grown once per thread
-  if (permuted.size() < m * w.k) permuted.resize(m * w.k);
-  for (size_t r = 0; r < m; ++r) PermuteActivations(x + r * w.k, w.k, vbytes, permuted.data() + r * w.k);
-  const float* xp = permuted.data();
+  for (size_t r = 0; r < m; ++r) PermuteActivations(x + r * k, k, vbytes, xp + r * k);
+#endif
+}
+
+void Bf16CodedGemvPermuted(const float* xp, size_t m, const Bf16Coded& w, float* y, bool bf16_out, size_t n_begin,
+                           size_t n_end) {
+#if HWY_TARGET == HWY_SCALAR
+  for (size_t n = n_begin; n < n_end; ++n)
+    for (size_t r = 0; r < m; ++r) {
+      float s = 0.0f;
+      for (size_t i = 0; i < w.k; ++i) s += xp[r * w.k + i] * bf16_bits_to_f32(bf16_coded_bits(w, n, i));
+      y[r * w.n + n] = bf16_out ? round_bf16(s) : s;
+    }
+#else
   switch (m) {
+    case 0: break;
     case 1: CodedGemvTile<1>(xp, w, y, bf16_out, n_begin, n_end); break;
     case 2: CodedGemvTile<2>(xp, w, y, bf16_out, n_begin, n_end); break;
     case 3: CodedGemvTile<3>(xp, w, y, bf16_out, n_begin, n_end); break;
@@ -137,7 +144,7 @@ void Bf16CodedGemv(const float* x, size_t m, const Bf16Coded& w, float* y, bool 
     default:
       // More rows: four, then the rest (each output's sum is the same either way).
       CodedGemvTile<4>(xp, w, y, bf16_out, n_begin, n_end);
-      Bf16CodedGemv(x + 4 * w.k, m - 4, w, y + 4 * w.n, bf16_out, n_begin, n_end);
+      Bf16CodedGemvPermuted(xp + 4 * w.k, m - 4, w, y + 4 * w.n, bf16_out, n_begin, n_end);
       break;
   }
 #endif
@@ -150,7 +157,8 @@ HWY_AFTER_NAMESPACE();
 #if HWY_ONCE
 namespace cedar::ops {
 
-HWY_EXPORT(Bf16CodedGemv);
+HWY_EXPORT(Bf16CodedPermute);
+HWY_EXPORT(Bf16CodedGemvPermuted);
 
 std::unique_ptr<Bf16Coded> code_bf16(const Bf16Weight& w) {
   CEDAR_CHECK(bf16_codable(w.k), "code_bf16: k %zu is not a multiple of 64 from 128", w.k);
@@ -232,10 +240,21 @@ uint16_t bf16_coded_bits(const Bf16Coded& w, size_t row, size_t i) {
 }
 
 namespace fast {
+void bf16_coded_permute(const float* x, size_t m, size_t k, float* xp) {
+  HWY_DYNAMIC_DISPATCH(Bf16CodedPermute)(x, m, k, xp);
+}
+
+void bf16_coded_gemv_permuted(const float* xp, size_t m, const Bf16Coded& w, float* y, bool bf16_out, size_t n_begin,
+                              size_t n_end) {
+  HWY_DYNAMIC_DISPATCH(Bf16CodedGemvPermuted)(xp, m, w, y, bf16_out, n_begin, n_end);
+}
+
 void bf16_coded_gemv(const float* x, size_t m, const Bf16Coded& w, float* y, bool bf16_out, size_t n_begin,
                      size_t n_end) {
-  if (m == 0) return;
-  HWY_DYNAMIC_DISPATCH(Bf16CodedGemv)(x, m, w, y, bf16_out, n_begin, n_end);
+  thread_local std::vector<float> permuted;  // [m, k], grown once per thread
+  if (permuted.size() < m * w.k) permuted.resize(m * w.k);
+  bf16_coded_permute(x, m, w.k, permuted.data());
+  bf16_coded_gemv_permuted(permuted.data(), m, w, y, bf16_out, n_begin, n_end);
 }
 }  // namespace fast
 

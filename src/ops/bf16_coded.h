@@ -66,10 +66,16 @@ uint16_t bf16_coded_bits(const Bf16Coded& w, size_t row, size_t i);
 
 namespace fast {
 // Rows [n_begin, n_end) of y[r, n] = Σ_i x[r, i] · w[n, i] in fp32 (rounded to bf16 when bf16_out) for
-// m activation rows of w.k floats (any m; fast::linear_bf16 sends GEMV-sized ones), y with w.n columns. Each output is one
-// thread's fixed-order sum; the products are exact, so |y - exact| obeys linear_fast.h's bound.
+// m activation rows of w.k floats (any m; fast::linear_bf16 sends GEMV-sized ones), y with w.n columns.
+// Each output is one thread's fixed-order sum; the products are exact, so |y - exact| obeys
+// linear_fast.h's bound.
 void bf16_coded_gemv(const float* x, size_t m, const Bf16Coded& w, float* y, bool bf16_out, size_t n_begin,
                      size_t n_end);
+// The same in two steps, so that threads splitting the rows share one layout of the activations:
+// xp [m, k] is x in the lane order of the dispatched SIMD target, then any row ranges of the GEMV.
+void bf16_coded_permute(const float* x, size_t m, size_t k, float* xp);
+void bf16_coded_gemv_permuted(const float* xp, size_t m, const Bf16Coded& w, float* y, bool bf16_out, size_t n_begin,
+                              size_t n_end);
 }  // namespace fast
 
 }  // namespace cedar::ops

@@ -987,7 +987,13 @@ void linear_fp4(const float* x, size_t m, const Fp4Weight& w, float* y, std::spa
 void linear_bf16(const float* x, size_t m, const Bf16Weight& w, float* y, LinearOut out, ThreadPool* pool) {
   const bool bf16_out = out == LinearOut::kBf16;
   if (w.coded != nullptr && m < kFastGemmMinRows) {
-    for_rows(pool, w.n, [&](size_t b, size_t e) { bf16_coded_gemv(x, m, *w.coded, y, bf16_out, b, e); });
+    // The activations in the kernel's lane order once, before the threads split the rows.
+    thread_local std::vector<float> permuted;  // grown once
+    if (permuted.size() < m * w.k) permuted.resize(m * w.k);
+    bf16_coded_permute(x, m, w.k, permuted.data());
+    // Named here: inside the lambda `permuted` would be the running thread's own thread_local.
+    const float* xp = permuted.data();
+    for_rows(pool, w.n, [&](size_t b, size_t e) { bf16_coded_gemv_permuted(xp, m, *w.coded, y, bf16_out, b, e); });
     return;
   }
   // A GEMM whose activations are bf16 values runs on the AVX512-BF16 tile where the CPU has it: x is
