@@ -24,6 +24,7 @@
 #include <memory>
 #include <mutex>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 namespace cedar {
@@ -43,10 +44,13 @@ class ThreadPool {
   // thread count only if fn's own arithmetic does.
   template <typename Fn>
   void parallel_for(size_t n, size_t grain, Fn&& fn) {
+    // fn may be an lvalue (Fn a reference type, possibly to const): the thunk calls it through a
+    // pointer to the referred type.
+    using F = std::remove_reference_t<Fn>;
     struct Thunk {
-      static void call(void* ctx, size_t b, size_t e, int t) { (*static_cast<Fn*>(ctx))(b, e, t); }
+      static void call(void* ctx, size_t b, size_t e, int t) { (*static_cast<F*>(ctx))(b, e, t); }
     };
-    run(n, grain, &Thunk::call, static_cast<void*>(&fn));
+    run(n, grain, &Thunk::call, const_cast<void*>(static_cast<const void*>(&fn)));
   }
 
   // Process-wide pool, sized by set_default_threads() or CEDAR_THREADS or the core count.

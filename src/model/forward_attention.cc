@@ -22,6 +22,8 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr float kPosInf = std::numeric_limits<float>::infinity();
+// KV entries per chunk when a pool dequantises them: a few microseconds of work each.
+constexpr size_t kDequantGrain = 8;
 
 // Window entries: E4M3 + E8M0 (reference) or bf16 (the KvDtype::kBf16 experiment).
 void store_window_entry(const KvEntryFormat& f, const float* x, uint8_t* slot) {
@@ -299,10 +301,15 @@ void ForwardPass::decode_token(int l, const ChunkSpan& ch, size_t t) {
   }
   // The whole ring, oldest slot first; slots not yet written (slot > i) are -1, and so are slots
   // holding a position below the window floor (bounded replay truncates the window).
+  // Dequantised on all threads: with one, this loop is a serial gap of every layer in which the other
+  // threads only wait. Slots not yet written are skipped (their index below is -1).
   const float* rows = scratch(ws_.window_rows, win * hd);
-  for (size_t s = 0; s < win; ++s) {
-    load_window_entry(fmt, ring + s * fmt.window_bytes(), ws_.window_rows.data() + s * hd);
-  }
+  const size_t written = std::min<size_t>(win, static_cast<size_t>(i) + 1);
+  const auto load_slots = [&](size_t s0, size_t s1, int) {
+    for (size_t s = s0; s < s1; ++s) load_window_entry(fmt, ring + s * fmt.window_bytes(), ws_.window_rows.data() + s * hd);
+  };
+  if (pool_) pool_->parallel_for(written, kDequantGrain, load_slots);
+  else load_slots(0, written, 0);
   if (ws_.query_scratch.empty()) ws_.query_scratch.resize(1);
   Workspace::QueryScratch& qs = ws_.query_scratch[0];
   int32_t* widx = scratch(qs.window_idx, win);
@@ -555,6 +562,10 @@ void ForwardPass::attend(int l, const ChunkSpan& ch, size_t row, const float* wi
   size_t n_gathered = 0;
   if (n_comp) {
     const KvOwnerState& owner = ch.seq->owner(e.kv_from);
+    // First the compact order (which selected entry lands in which gathered row), then the
+    // dequantisation, on all threads where the caller has them (a decode step; a prefill runs its
+    // queries in parallel instead and passes no pool).
+    int32_t* entry_of = scratch(qs.gather_entry, n_comp);
     for (size_t j = 0; j < n_comp; ++j) {
       if (comp[j] < 0) {
         idx[n_window_idx + j] = -1;
@@ -563,10 +574,16 @@ void ForwardPass::attend(int l, const ChunkSpan& ch, size_t row, const float* wi
       const int64_t entry = comp[j] - static_cast<int64_t>(n_window_rows);
       CEDAR_CHECK(entry >= 0 && entry < owner.n_entries, "layer %d: compressed index %lld out of range", l,
                   static_cast<long long>(entry));
-      load_main_entry(fmt, owner.main.data() + entry * fmt.main_bytes(), gathered + n_gathered * hd);
+      entry_of[n_gathered] = static_cast<int32_t>(entry);
       idx[n_window_idx + j] = static_cast<int32_t>(n_window_rows + n_gathered);
       ++n_gathered;
     }
+    const auto load_entries = [&](size_t g0, size_t g1, int) {
+      for (size_t g = g0; g < g1; ++g)
+        load_main_entry(fmt, owner.main.data() + static_cast<size_t>(entry_of[g]) * fmt.main_bytes(), gathered + g * hd);
+    };
+    if (inner) inner->parallel_for(n_gathered, kDequantGrain, load_entries);
+    else load_entries(0, n_gathered, 0);
   }
   ops::KvRows kv{window_rows, n_window_rows, gathered, n_gathered};
   const float scale = static_cast<float>(std::pow(static_cast<double>(hd), -0.5));

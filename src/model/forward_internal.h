@@ -56,7 +56,7 @@ struct Workspace {
   // parallel, each thread on its own set.
   struct QueryScratch {
     std::vector<float> scores, block_scores, gathered, cand_scores;
-    std::vector<int32_t> window_idx, idx, topk_out, topk_scratch, cand_keys;
+    std::vector<int32_t> window_idx, idx, topk_out, topk_scratch, cand_keys, gather_entry;
     std::vector<uint8_t> tile_mask;
   };
   std::vector<QueryScratch> query_scratch;
