@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstring>
 
 #include "ops/formats.h"
 #include "ops/linear.h"
@@ -14,16 +15,37 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define CEDAR_FP4_GEMV_X86 1
+#include "ops/x86_lane_sum.h"
 #endif
 
 namespace cedar::ops::x86 {
 namespace {
 std::atomic<bool> g_allowed{true};
+std::atomic<bool> g_bf16_allowed{true};
 
 constexpr int kWeightOffset = 12;  // w' = 2·E2M1 + 12
+constexpr uint32_t kMinBf16ActBits = 0x01000000;  // f32 bits of 2^-125
 }  // namespace
 
 void set_fp4_gemv_vnni_allowed(bool allowed) { g_allowed.store(allowed, std::memory_order_relaxed); }
+void set_fp4_gemv_bf16_allowed(bool allowed) { g_bf16_allowed.store(allowed, std::memory_order_relaxed); }
+
+size_t fp4_bf16_plane_words(size_t k) { return (k + 127) / 128 * 128; }
+
+bool fp4_bf16_pack_row_scalar(const float* values, size_t k, uint16_t* plane) {
+  std::fill(plane, plane + fp4_bf16_plane_words(k), uint16_t{0});
+  bool ok = true;
+  for (size_t j = 0; j < k; ++j) {
+    uint32_t bits;
+    std::memcpy(&bits, &values[j], sizeof(bits));
+    const uint32_t magnitude = bits & 0x7FFFFFFFu;
+    ok &= (bits & 0xFFFFu) == 0 && (magnitude == 0 || magnitude >= kMinBf16ActBits);
+    // Element e of block b of group g: run (e / 16) * 2 + e % 2, word 8 b + (e % 16) / 2 of it.
+    const size_t g = j / 128, b = (j / 32) % 4, e = j % 32;
+    plane[g * 128 + ((e / 16) * 2 + e % 2) * 32 + 8 * b + (e % 16) / 2] = static_cast<uint16_t>(bits >> 16);
+  }
+  return ok;
+}
 
 size_t fp4_vnni_padded_blocks(size_t kblocks) { return (kblocks + 7) / 8 * 8; }
 
@@ -215,7 +237,160 @@ CEDAR_X86_TARGET void pack_block_avx512(const int32_t* p, size_t kb, int8_t* row
 
 #undef CEDAR_X86_TARGET
 
+#define CEDAR_X86_BF16_TARGET __attribute__((target("avx2,fma,avx512f,avx512bw,avx512bf16")))
+
+// The bf16 bits of E2M1 code c & 15 for every 5-bit index c: vpermw reads the low 5 bits of a lane,
+// which for an unshifted byte include the high nibble's lowest bit.
+alignas(64) constexpr uint16_t kE2m1Bf16Words[32] = {
+    0x0000, 0x3F00, 0x3F80, 0x3FC0, 0x4000, 0x4040, 0x4080, 0x40C0, 0x8000, 0xBF00, 0xBF80, 0xBFC0, 0xC000, 0xC040, 0xC080, 0xC0C0,
+    0x0000, 0x3F00, 0x3F80, 0x3FC0, 0x4000, 0x4040, 0x4080, 0x40C0, 0x8000, 0xBF00, 0xBF80, 0xBFC0, 0xC000, 0xC040, 0xC080, 0xC0C0};
+
+// fp4_bf16_pack_row in zmm registers: a group's four blocks become bf16 words (vcvtne2ps2bf16, exact for
+// bf16 numbers), then two rounds of two-source word permutes sort them into the four runs.
+CEDAR_X86_BF16_TARGET bool pack_row_avx512(const float* values, size_t k, uint16_t* plane) {
+  const __m512i low16 = _mm512_set1_epi32(0xFFFF);
+  const __m512i magnitude = _mm512_set1_epi32(0x7FFFFFFF);
+  const __m512i below_min = _mm512_set1_epi32(static_cast<int>(kMinBf16ActBits - 1));
+  const __m512i one = _mm512_set1_epi32(1);
+  // Stage 1 (blocks b, b + 1 -> one vector): the even words 0..14 of each, then the odd words 1..15
+  // (low elements); +16 for the high elements. Stage 2: the first or second halves of two such vectors.
+  alignas(64) uint16_t first_low[32], first_high[32], runs_even[32], runs_odd[32];
+  for (int i = 0; i < 8; ++i) {
+    first_low[i] = static_cast<uint16_t>(2 * i);
+    first_low[8 + i] = static_cast<uint16_t>(32 + 2 * i);
+    first_low[16 + i] = static_cast<uint16_t>(2 * i + 1);
+    first_low[24 + i] = static_cast<uint16_t>(32 + 2 * i + 1);
+  }
+  for (int i = 0; i < 32; ++i) {
+    first_high[i] = static_cast<uint16_t>(first_low[i] + 16);
+    runs_even[i] = static_cast<uint16_t>(i < 16 ? i : 32 + i - 16);
+    runs_odd[i] = static_cast<uint16_t>(runs_even[i] + 16);
+  }
+  const __m512i idx_low = _mm512_load_si512(first_low), idx_high = _mm512_load_si512(first_high);
+  const __m512i idx_even = _mm512_load_si512(runs_even), idx_odd = _mm512_load_si512(runs_odd);
+  __mmask16 bad = 0;
+  for (size_t g = 0; g * 128 < k; ++g) {
+    __m512i block[4];
+    for (size_t b = 0; b < 4; ++b) {
+      const size_t at = g * 128 + b * 32;
+      __m512 v[2];
+      for (size_t h = 0; h < 2; ++h)
+        v[h] = at < k ? _mm512_loadu_ps(values + at + 16 * h) : _mm512_setzero_ps();
+      for (const __m512 x : v) {
+        const __m512i bits = _mm512_castps_si512(x);
+        bad |= _mm512_test_epi32_mask(bits, low16);
+        // Nonzero below 2^-125 (magnitude - 1 wraps for zero).
+        bad |= _mm512_cmplt_epu32_mask(_mm512_sub_epi32(_mm512_and_si512(bits, magnitude), one), below_min);
+      }
+      block[b] = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(v[1], v[0]));
+    }
+    const __m512i low01 = _mm512_maskz_permutex2var_epi16(~__mmask32{0}, block[0], idx_low, block[1]);
+    const __m512i low23 = _mm512_maskz_permutex2var_epi16(~__mmask32{0}, block[2], idx_low, block[3]);
+    const __m512i high01 = _mm512_maskz_permutex2var_epi16(~__mmask32{0}, block[0], idx_high, block[1]);
+    const __m512i high23 = _mm512_maskz_permutex2var_epi16(~__mmask32{0}, block[2], idx_high, block[3]);
+    uint16_t* out = plane + g * 128;
+    _mm512_storeu_si512(out, _mm512_maskz_permutex2var_epi16(~__mmask32{0}, low01, idx_even, low23));
+    _mm512_storeu_si512(out + 32, _mm512_maskz_permutex2var_epi16(~__mmask32{0}, low01, idx_odd, low23));
+    _mm512_storeu_si512(out + 64, _mm512_maskz_permutex2var_epi16(~__mmask32{0}, high01, idx_even, high23));
+    _mm512_storeu_si512(out + 96, _mm512_maskz_permutex2var_epi16(~__mmask32{0}, high01, idx_odd, high23));
+  }
+  return bad == 0;
+}
+
+// True when none of the four E8M0 bytes is 0 or 255: then each scale is the float with that exponent
+// field (a shift), else the table gives 2^-127 and NaN.
+inline bool plain_scales(uint32_t four) {
+  const auto has_zero_byte = [](uint32_t v) { return ((v - 0x01010101u) & ~v & 0x80808080u) != 0; };
+  return !has_zero_byte(four) && !has_zero_byte(~four);
+}
+
+template <size_t R>
+CEDAR_X86_BF16_TARGET void gemv_rows_bf16(const uint16_t* plane, const uint8_t* wdata, const uint8_t* wscales,
+                                          size_t n_total, size_t k, float* y, size_t n_begin, size_t n_end) {
+  constexpr __mmask16 kAll = 0xFFFF;
+  const size_t kblocks = k / 32, groups = (kblocks + 3) / 4, full = kblocks / 4;
+  const size_t words = groups * 128;
+  const float* e8m0 = e8m0_table();
+  const __m512i table = _mm512_load_si512(kE2m1Bf16Words);
+  // Byte b of a 32-bit lane in 128-bit lane b, zero-extended: block b's scale byte in its four lanes.
+  const __m512i spread = _mm512_set_epi32(0xFFFFFF03, 0xFFFFFF03, 0xFFFFFF03, 0xFFFFFF03, 0xFFFFFF02, 0xFFFFFF02,
+                                          0xFFFFFF02, 0xFFFFFF02, 0xFFFFFF01, 0xFFFFFF01, 0xFFFFFF01, 0xFFFFFF01,
+                                          0xFFFFFF00, 0xFFFFFF00, 0xFFFFFF00, 0xFFFFFF00);
+  const __m512i quarter = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+  for (size_t n = n_begin; n < n_end; ++n) {
+    const uint8_t* wrow = wdata + n * (k / 2);
+    const uint8_t* srow = wscales + n * kblocks;
+    __m512 acc[R][2];
+    for (size_t r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    for (size_t g = 0; g < groups; ++g) {
+      prefetch_weight_stream(wrow + g * 64);
+      __m512i packed;
+      __m512 scale;
+      if (g < full) {
+        packed = _mm512_loadu_si512(wrow + g * 64);
+        uint32_t four;
+        std::memcpy(&four, srow + 4 * g, sizeof(four));
+        if (plain_scales(four)) {
+          scale = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(
+              kAll, _mm512_maskz_shuffle_epi8(~__mmask64{0}, _mm512_set1_epi32(static_cast<int>(four)), spread), 23));
+        } else {
+          scale = _mm512_maskz_permutexvar_ps(
+              kAll, quarter, _mm512_zextps128_ps512(_mm_setr_ps(e8m0[srow[4 * g]], e8m0[srow[4 * g + 1]],
+                                                                e8m0[srow[4 * g + 2]], e8m0[srow[4 * g + 3]])));
+        }
+      } else {
+        // The short last group: its blocks' bytes only (codes 0 beyond meet zero activations), and
+        // zero scales for the absent blocks.
+        const size_t blocks = kblocks - 4 * g;
+        packed = _mm512_maskz_loadu_epi8((__mmask64{1} << (16 * blocks)) - 1, wrow + g * 64);
+        alignas(16) float s[4] = {};
+        for (size_t b = 0; b < blocks; ++b) s[b] = e8m0[srow[4 * g + b]];
+        scale = _mm512_maskz_permutexvar_ps(kAll, quarter, _mm512_zextps128_ps512(_mm_load_ps(s)));
+      }
+      const __m512i zero = _mm512_setzero_si512();
+      const __m512i low = _mm512_maskz_unpacklo_epi8(~__mmask64{0}, packed, zero);   // elements 0-15 per block
+      const __m512i high = _mm512_maskz_unpackhi_epi8(~__mmask64{0}, packed, zero);  // elements 16-31
+      const __m512bh w[4] = {
+          reinterpret_cast<__m512bh>(_mm512_maskz_permutexvar_epi16(~__mmask32{0}, low, table)),
+          reinterpret_cast<__m512bh>(_mm512_maskz_permutexvar_epi16(~__mmask32{0}, _mm512_maskz_srli_epi16(~__mmask32{0}, low, 4), table)),
+          reinterpret_cast<__m512bh>(_mm512_maskz_permutexvar_epi16(~__mmask32{0}, high, table)),
+          reinterpret_cast<__m512bh>(_mm512_maskz_permutexvar_epi16(~__mmask32{0}, _mm512_maskz_srli_epi16(~__mmask32{0}, high, 4), table))};
+      for (size_t r = 0; r < R; ++r) {
+        const uint16_t* a = plane + r * words + g * 128;
+        const auto act = [a](size_t run) CEDAR_X86_BF16_TARGET {
+          return reinterpret_cast<__m512bh>(_mm512_loadu_si512(a + 32 * run));
+        };
+        const __m512 sum_low = _mm512_dpbf16_ps(_mm512_dpbf16_ps(_mm512_setzero_ps(), w[0], act(0)), w[1], act(1));
+        const __m512 sum_high = _mm512_dpbf16_ps(_mm512_dpbf16_ps(_mm512_setzero_ps(), w[2], act(2)), w[3], act(3));
+        acc[r][0] = _mm512_fmadd_ps(sum_low, scale, acc[r][0]);
+        acc[r][1] = _mm512_fmadd_ps(sum_high, scale, acc[r][1]);
+      }
+    }
+    for (size_t r = 0; r < R; ++r)
+      y[r * n_total + n] = round_bf16(sum_lanes_avx512(_mm512_add_ps(acc[r][0], acc[r][1])));
+  }
+}
+
+#undef CEDAR_X86_BF16_TARGET
+
 }  // namespace
+
+bool fp4_gemv_bf16_usable() { return has_avx512_bf16() && g_bf16_allowed.load(std::memory_order_relaxed); }
+
+bool fp4_bf16_pack_row(const float* values, size_t k, uint16_t* plane) {
+  if (has_avx512_bf16()) return pack_row_avx512(values, k, plane);
+  return fp4_bf16_pack_row_scalar(values, k, plane);
+}
+
+void fp4_gemv_bf16(const uint16_t* plane, size_t m, const uint8_t* wdata, const uint8_t* wscales, size_t n_total,
+                   size_t k, float* y, size_t n_begin, size_t n_end) {
+  switch (m) {
+    case 4: return gemv_rows_bf16<4>(plane, wdata, wscales, n_total, k, y, n_begin, n_end);
+    case 3: return gemv_rows_bf16<3>(plane, wdata, wscales, n_total, k, y, n_begin, n_end);
+    case 2: return gemv_rows_bf16<2>(plane, wdata, wscales, n_total, k, y, n_begin, n_end);
+    default: return gemv_rows_bf16<1>(plane, wdata, wscales, n_total, k, y, n_begin, n_end);
+  }
+}
 
 void fp4_vnni_pack_block(const int32_t* p, size_t kb, int8_t* row_plane, int32_t* row_correction) {
   if (has_avx512_vnni()) return pack_block_avx512(p, kb, row_plane, row_correction);
@@ -240,6 +415,11 @@ void fp4_vnni_pack_block(const int32_t* p, size_t kb, int8_t* row_plane, int32_t
   fp4_vnni_pack_block_scalar(p, kb, row_plane, row_correction);
 }
 bool fp4_gemv_vnni_usable() { return false; }
+bool fp4_gemv_bf16_usable() { return false; }
+bool fp4_bf16_pack_row(const float* values, size_t k, uint16_t* plane) {
+  return fp4_bf16_pack_row_scalar(values, k, plane);
+}
+void fp4_gemv_bf16(const uint16_t*, size_t, const uint8_t*, const uint8_t*, size_t, size_t, float*, size_t, size_t) {}
 void fp4_gemv_vnni(const Fp4GemvPlanes&, size_t, const float*, const uint8_t*, const uint8_t*, size_t, size_t, float*,
                    size_t, size_t) {}
 

@@ -18,6 +18,22 @@
 //     (|Σ 2·E2M1·p| <= 32·12·30720), then one FMA applies the eight blocks' scales.
 // So the only rounding is the fp32 accumulation across blocks, as in the Highway kernel, and the
 // residual blocks of the planes (elements below the int16 plane's precision) are added exactly.
+//
+// On CPUs that also have AVX512-BF16 (Zen 4, Sapphire Rapids and later) a second form runs instead,
+// with half the multiply instructions: the weights decode to bf16 and meet the activations in
+// `vdpbf16ps` (two products per fp32 lane):
+//   * weights: 64 packed bytes (four blocks) are widened to 16-bit lanes by the two byte unpacks, and
+//     one `vpermw` per 32 lanes looks up the bf16 bits of the E2M1 value (0, ±0.5 .. ±6) from
+//     the low or (after a shift) the high nibble; each 128-bit lane then holds one block, so the fp32
+//     lanes of the dot products are per block and one FMA applies the four blocks' scales;
+//   * activations: the quantised values q·s, exactly bf16 numbers (an E4M3 value has 4 significant
+//     bits), laid out once per call in the weights' lane order (fp4_bf16_pack_row);
+//   * every product of a bf16 activation and an E2M1 value is exact in fp32, so again the only
+//     rounding is fp32 accumulation. The instruction treats subnormal inputs as zero and flushes
+//     subnormal results: the layout is only built when every activation is zero or at least 2^-125 in
+//     magnitude, so no product (>= 2^-126) is flushed; a partial sum that cancels into the subnormal
+//     range is, an absolute error below 2^-126 per addition (as in gemm_bf16_x86.h). The weight scale
+//     is applied by an ordinary FMA, so 2^-127 scales are not flushed.
 #pragma once
 
 #include <cstddef>
@@ -50,5 +66,27 @@ void fp4_vnni_pack_block_scalar(const int32_t* p, size_t kb, int8_t* row_plane, 
 // low nibble), wscales [n_total, k/32] E8M0. Only callable when fp4_gemv_vnni_usable().
 void fp4_gemv_vnni(const Fp4GemvPlanes& planes, size_t m, const float* ascales, const uint8_t* wdata,
                    const uint8_t* wscales, size_t n_total, size_t k, float* y, size_t n_begin, size_t n_end);
+
+// Whether this CPU has AVX512-F/BW and AVX512-BF16 and tests have not turned the bf16 form off.
+bool fp4_gemv_bf16_usable();
+// Tests: false makes fast::quantize_activations pack the VNNI (or Highway) planes instead.
+void set_fp4_gemv_bf16_allowed(bool allowed);
+
+// The bf16 layout of one activation row of width k (a multiple of 32): 128 u16 per group of four
+// blocks (the last group zero-padded), in four runs of 32: the even elements 0..14 of the group's
+// blocks 0-3 (8 per block, block b at 8b), their odd elements 1..15, the even elements 16..30, the odd
+// elements 17..31.
+size_t fp4_bf16_plane_words(size_t k);
+// Writes a row's layout from its quantised values (exact bf16 numbers); false when a value is
+// nonzero and below 2^-125 in magnitude (or not a bf16 number), and then the layout must not be used.
+// AVX-512 where the CPU has the form, else the scalar reference below, which it equals word for word.
+bool fp4_bf16_pack_row(const float* values, size_t k, uint16_t* plane);
+bool fp4_bf16_pack_row_scalar(const float* values, size_t k, uint16_t* plane);
+
+// y[r * n_total + n] = bf16( Σ_k act[r, k] · w[n, k] ) for rows r < m (1..4) of `plane` (m layouts of
+// fp4_bf16_plane_words(k) each) and weight rows [n_begin, n_end): wdata [n_total, k/2] packed E2M1,
+// wscales [n_total, k/32] E8M0 (0 and 255 included). Only callable when fp4_gemv_bf16_usable().
+void fp4_gemv_bf16(const uint16_t* plane, size_t m, const uint8_t* wdata, const uint8_t* wscales, size_t n_total,
+                   size_t k, float* y, size_t n_begin, size_t n_end);
 
 }  // namespace cedar::ops::x86

@@ -91,6 +91,9 @@ struct Fp4GemvPlanes {
   const int16_t* residual_plane = nullptr;  // [m, k/32, 32], likewise
   const int8_t* vnni_plane = nullptr;       // [m, padded k/32, 64]
   const int32_t* vnni_correction = nullptr; // [m, padded k/32]
+  // On CPUs with AVX512-BF16: the values as bf16 in fp4_gemv_x86.h's layout, [m, fp4_bf16_plane_words(k)];
+  // when present the other planes are absent.
+  const uint16_t* bf16_plane = nullptr;
 };
 
 // Where element j of a block goes in its int16 plane: even elements 0-7, odd 0-7, even 8-15, odd 8-15

@@ -346,9 +346,17 @@ HWY_NOINLINE void FastQuantBlock(const float* x, float s, float* values, int32_t
   const hn::RebindToSigned<decltype(df)> di;
   const size_t lanes = hn::Lanes(df);
   const auto vs = hn::Set(df, s);
+  // x / s as x · (1 / s): for a normal power of two s the reciprocal is exact (2^-127 included), and
+  // both forms are the correctly rounded value of the same quotient, bit for bit; a multiply is a
+  // fraction of a divide's cost. Any other scale divides.
+  uint32_t s_bits;
+  std::memcpy(&s_bits, &s, sizeof(s_bits));
+  const bool pow2 = (s_bits & 0x7FFFFFu) == 0 && ((s_bits >> 23) & 0xFFu) != 0 && ((s_bits >> 23) & 0xFFu) != 0xFFu;
+  const auto inv = hn::Set(df, 1.0f / s);
+  const auto scaled = [&](size_t j) { return pow2 ? hn::Mul(hn::LoadU(df, x + j), inv) : hn::Div(hn::LoadU(df, x + j), vs); };
   bool special = !(s == s);  // NaN scale: the block holds a NaN
   for (size_t j = 0; j < kFp8ActBlock && !special; j += lanes) {
-    const auto a = hn::Abs(hn::Div(hn::LoadU(df, x + j), vs));
+    const auto a = hn::Abs(scaled(j));
     special = !hn::AllTrue(df, hn::Lt(a, hn::Set(df, kE4M3Max)));  // false for NaN too
   }
   if (special) {
@@ -362,7 +370,7 @@ HWY_NOINLINE void FastQuantBlock(const float* x, float s, float* values, int32_t
   }
   const auto sign_bit = hn::Set(di, static_cast<int32_t>(0x80000000u));
   for (size_t j = 0; j < kFp8ActBlock; j += lanes) {
-    const auto v = hn::Div(hn::LoadU(df, x + j), vs);  // exact: s is a power of two
+    const auto v = scaled(j);  // exact for a power-of-two s (barring underflow, rounded as the divide)
     const auto bits = hn::BitCast(di, v);
     const auto sign = hn::And(bits, sign_bit);
     const auto mag = hn::AndNot(sign_bit, bits);
@@ -551,6 +559,14 @@ template <bool kFp4>
 void FastBlockGemm(const Fp8Activations& a, const uint8_t* wdata, const uint8_t* wscales, size_t n_total, size_t k,
                    float* y, size_t n_begin, size_t n_end) {
 #if HWY_TARGET <= HWY_AVX2
+  if (kFp4 && a.m < fast::kFastGemmMinRows && a.fp4_planes.bf16_plane != nullptr) {
+    // Laid out for the AVX512-BF16 form (ops/fp4_gemv_x86.h): only on CPUs that have it.
+    const size_t words = x86::fp4_bf16_plane_words(k);
+    for (size_t m0 = 0; m0 < a.m; m0 += kGemvRows)
+      x86::fp4_gemv_bf16(a.fp4_planes.bf16_plane + m0 * words, std::min(kGemvRows, a.m - m0), wdata, wscales, n_total,
+                         k, y + m0 * n_total, n_begin, n_end);
+    return;
+  }
   if (kFp4 && a.m < fast::kFastGemmMinRows && a.fp4_planes.vnni_plane != nullptr) {
     // Planes packed for the AVX512-VNNI kernel (ops/fp4_gemv_x86.h): only on CPUs that have it.
     const size_t kblocks = k / 32;
@@ -858,6 +874,23 @@ namespace {
 // quantize_activations, plus the integer planes.
 Fp4GemvPlanes quantize_fp4_planes(const float* x, size_t m, size_t k, float* values, float* scales, float* storage) {
   const size_t kblocks = k / kFp8ActBlock;
+  if (x86::fp4_gemv_bf16_usable()) {
+    // The bf16 form needs only the values, laid out once; the planes below are the fallback for
+    // activations it cannot take exactly (nonzero values below 2^-125).
+    for (size_t b = 0; b < m * kblocks; ++b) {
+      scales[b] = HWY_DYNAMIC_DISPATCH(FastActBlockScale)(x + b * kFp8ActBlock);
+      HWY_DYNAMIC_DISPATCH(FastQuantBlock)(x + b * kFp8ActBlock, scales[b], values + b * kFp8ActBlock, nullptr);
+    }
+    uint16_t* plane = reinterpret_cast<uint16_t*>(storage);
+    const size_t words = x86::fp4_bf16_plane_words(k);
+    bool ok = true;
+    for (size_t r = 0; r < m && ok; ++r) ok = x86::fp4_bf16_pack_row(values + r * k, k, plane + r * words);
+    if (ok) {
+      Fp4GemvPlanes planes;
+      planes.bf16_plane = plane;
+      return planes;
+    }
+  }
   int16_t* plane = reinterpret_cast<int16_t*>(storage);
   int16_t* residual_plane = plane + m * k;
   float* factor = storage + m * k;

@@ -36,10 +36,10 @@ namespace {
 using testing::for_each_simd_target;
 
 // Every SIMD target, and on a CPU with AVX512-VBMI and AVX512-BF16 the AVX-512 targets twice: with the
-// FP8 GEMV of fp8_gemv_x86.h and without it (their Highway kernel), so both are tested. Likewise on a
-// CPU with AVX512-VNNI, the AVX2 and AVX-512 targets run with and without the FP4 GEMV of
-// fp4_gemv_x86.h, and on a CPU with AVX512-BF16 every target runs with and without the GEMM tile of
-// gemm_bf16_x86.h.
+// FP8 GEMV of fp8_gemv_x86.h and without it (their Highway kernel), so both are tested. Likewise the
+// AVX2 and AVX-512 targets run the FP4 GEMV of fp4_gemv_x86.h in its bf16 form (AVX512-BF16), its
+// VNNI form (AVX512-VNNI) and neither (the Highway kernel), as far as the CPU has them, and on a CPU
+// with AVX512-BF16 every target runs with and without the GEMM tile of gemm_bf16_x86.h.
 template <typename Fn>
 void for_each_kernel(Fn&& fn) {
   for_each_simd_target([&] {
@@ -51,12 +51,20 @@ void for_each_kernel(Fn&& fn) {
       x86::set_fp8_gemv_bf16_allowed(true);
     }
     const std::string target = dispatched_simd_target();
-    if (x86::fp4_gemv_vnni_usable() && (target.rfind("AVX3", 0) == 0 || target == "AVX2")) {
-      SCOPED_TRACE("without the AVX512-VNNI FP4 GEMV");
+    const bool fp4_x86 = target.rfind("AVX3", 0) == 0 || target == "AVX2";
+    // The FP4 GEMV forms, each with the ones it takes precedence over turned off.
+    x86::set_fp4_gemv_bf16_allowed(false);
+    if (x86::has_avx512_bf16() && fp4_x86) {
+      SCOPED_TRACE("without the AVX512-BF16 FP4 GEMV");
+      fn();
+    }
+    if (x86::fp4_gemv_vnni_usable() && fp4_x86) {
+      SCOPED_TRACE("without the AVX512-BF16 and AVX512-VNNI FP4 GEMVs");
       x86::set_fp4_gemv_vnni_allowed(false);
       fn();
       x86::set_fp4_gemv_vnni_allowed(true);
     }
+    x86::set_fp4_gemv_bf16_allowed(true);
     if (x86::gemm_bf16_usable()) {
       SCOPED_TRACE("without the AVX512-BF16 GEMM tile");
       x86::set_gemm_bf16_allowed(false);
@@ -479,6 +487,43 @@ TEST(Fp4VnniPlanes, PackedBlocksEqualTheScalarPacker) {
   }
 }
 
+// The bf16 form's activation layout: the vector packer writes the scalar reference's words, for
+// widths with a short last group too, and both decline a nonzero value below 2^-125 or one that is not
+// a bf16 number. The reference itself is checked against the layout's definition.
+TEST(Fp4Bf16Plane, PackedRowsEqualTheScalarPacker) {
+  std::mt19937 rng(14);
+  std::uniform_int_distribution<int> code(0, 255), exponent(-20, 20);
+  for (size_t k : {32, 96, 128, 160, 416, 5120}) {
+    const size_t words = x86::fp4_bf16_plane_words(k);
+    ASSERT_EQ(words % 128, 0u);
+    ASSERT_GE(words, k);
+    std::vector<float> v(k);
+    for (auto& x : v) x = code(rng) % 7 == 0 ? 0.0f : std::ldexp(e4m3_to_f32(static_cast<uint8_t>(code(rng) & 0xFE)), exponent(rng));
+    std::vector<uint16_t> want(words, 0xDEAD), got(words, 0xBEEF);
+    ASSERT_TRUE(x86::fp4_bf16_pack_row_scalar(v.data(), k, want.data())) << k;
+    ASSERT_TRUE(x86::fp4_bf16_pack_row(v.data(), k, got.data())) << k;
+    ASSERT_EQ(got, want) << "k " << k;
+    for (size_t j = 0; j < k; ++j) {
+      const size_t g = j / 128, b = (j / 32) % 4, e = j % 32;
+      const size_t run = (e >= 16 ? 2 : 0) + e % 2;
+      ASSERT_EQ(bf16_bits_to_f32(want[g * 128 + run * 32 + 8 * b + (e % 16) / 2]), v[j]) << "k " << k << " @" << j;
+    }
+    for (size_t j = k; j < words; ++j) {
+      const size_t g = j / 128, b = (j / 32) % 4, e = j % 32;
+      ASSERT_EQ(want[g * 128 + ((e >= 16 ? 2 : 0) + e % 2) * 32 + 8 * b + (e % 16) / 2], 0) << "padding @" << j;
+    }
+    for (const float bad : {0x1p-126f, -0x1.8p-127f, 1.0f + 0x1p-10f}) {
+      std::vector<float> w(v);
+      w[k / 2] = bad;
+      EXPECT_FALSE(x86::fp4_bf16_pack_row_scalar(w.data(), k, want.data())) << bad;
+      EXPECT_FALSE(x86::fp4_bf16_pack_row(w.data(), k, got.data())) << bad;
+    }
+    std::vector<float> w(v);
+    w[k - 1] = -0x1p-125f;  // the smallest magnitude taken
+    EXPECT_TRUE(x86::fp4_bf16_pack_row(w.data(), k, got.data()));
+  }
+}
+
 // FP4 weights of random codes with E8M0 scale 128 (2^1): every weight is an integer (E2M1 values
 // are halves), so sums with integer activations stay exact in any order.
 BlockWeights integer_fp4_weights(size_t n, size_t k, std::mt19937& rng) {
@@ -490,6 +535,32 @@ BlockWeights integer_fp4_weights(size_t n, size_t k, std::mt19937& rng) {
   for (auto& b : w.data) b = static_cast<uint8_t>(rng() & 0xFF);
   w.scales.assign(n * (k / 32), 128);
   return w;
+}
+
+TEST(LinearFast, Fp4GemvBf16KeepsTheSmallestQuantisedActivations) {
+  if (!x86::fp4_gemv_bf16_usable()) GTEST_SKIP() << "this CPU lacks AVX512-BF16";
+  // The quantiser's amax floor (1e-4: block scale 2^-22) keeps every nonzero value at or above
+  // 2^-9 · 2^-22 = 2^-31, far above the 2^-125 the bf16 form needs, so it always takes the layout. A
+  // row whose only nonzero block sits at that floor (E4M3 subnormals 1..7 · 2^-9) against integer
+  // weights has exact sums: a flushed product would show as a difference.
+  std::mt19937 rng(33);
+  const size_t n = 40, k = 256;
+  const BlockWeights w = integer_fp4_weights(n, k, rng);
+  std::vector<float> x(k, 0.0f);
+  for (size_t j = 0; j < 32; ++j) x[64 + j] = std::ldexp(static_cast<float>(j % 8) * (j % 3 ? 1.0f : -1.0f), -31);
+  std::vector<float> scratch(fast::act_scratch_floats(1, k));
+  const Fp8Activations a = fast::quantize_activations(x.data(), 1, k, scratch);
+  ASSERT_NE(a.fp4_planes.bf16_plane, nullptr);
+  for (size_t j = 0; j < k; ++j) ASSERT_EQ(a.values[j], x[j]) << "the values must quantise exactly @" << j;
+  std::vector<float> want(n), got(n);
+  run_exact(w, x.data(), 1, want.data());
+  fast::linear_fp4(x.data(), 1, w.fp4w(), got.data(), scratch, nullptr);
+  size_t nonzero = 0;
+  for (size_t i = 0; i < n; ++i) {
+    ASSERT_EQ(got[i], want[i]) << "row " << i;
+    nonzero += want[i] != 0.0f;
+  }
+  EXPECT_GT(nonzero, n / 2);
 }
 
 TEST(LinearFast, Fp4GemvResidualBlocksAreExact) {
@@ -509,7 +580,9 @@ TEST(LinearFast, Fp4GemvResidualBlocksAreExact) {
     BlockWeights w = integer_fp4_weights(n, k, rng);
     for (size_t i = 0; i < w.scales.size(); i += 11) w.scales[i] = 0;
     std::vector<float> scratch(fast::act_scratch_floats(m, k));
+    x86::set_fp4_gemv_bf16_allowed(false);  // the integer planes, which the bf16 form does without
     const Fp8Activations a = fast::quantize_activations(x.data(), m, k, scratch);
+    x86::set_fp4_gemv_bf16_allowed(true);
     ASSERT_GT(a.fp4_planes.residual_count[0], 0u) << "the data must exercise the residual blocks";
     std::vector<float> want(m * n);
     run_exact(w, x.data(), m, want.data());
