@@ -132,6 +132,21 @@ void BM_OpsLinearFp4(benchmark::State& state) {
 }
 BENCHMARK(BM_OpsLinearFp4)->Apply([](auto* b) { LinearArgs(b, {{2304, 5120}, {32768, 5120}}); });
 
+// Args: m, k. The fast activation quantiser as a decode step runs it before every GEMV batch (FP8
+// codes, block scales and, for m < 6, the FP4 GEMV's layout), on the calling thread.
+void BM_OpsQuantizeActivations(benchmark::State& state) {
+  const size_t m = state.range(0), k = state.range(1);
+  const KernelSet& ks = kernel_set(Numerics::kFast);
+  const auto x = random_bf16(m * k, 5);
+  std::vector<float> scratch(ks.act_scratch_floats(m, k));
+  for (auto _ : state) {
+    const Fp8Activations a = ks.quantize_activations(x.data(), m, k, scratch);
+    benchmark::DoNotOptimize(a.values);
+  }
+  state.SetItemsProcessed(static_cast<int64_t>(state.iterations() * m * k));
+}
+BENCHMARK(BM_OpsQuantizeActivations)->Args({1, 1024})->Args({1, 5120})->Args({4, 5120})->Unit(benchmark::kMicrosecond);
+
 void BM_OpsLinearBf16(benchmark::State& state) {
   const size_t n = state.range(0), k = state.range(1);
   ThreadPool* pool = pool_for(static_cast<int>(state.range(2)));

@@ -104,29 +104,20 @@ void HcPostToken(const float* y, const float* r, const float* post, const float*
                  float* out) {
   const hn::ScalableTag<float> df;
   const size_t N = hn::Lanes(df);
-  // Columns outer, outputs inner: each column of y and of the residual streams is loaded once for all
-  // hc outputs (held in registers for up to kHeld streams). The sums keep their order, so the
-  // result is the same bit for bit.
-  constexpr size_t kHeld = 8;
-  const bool held = hc <= kHeld;
-  size_t d = 0;
-  for (; d + N <= dim; d += N) {
-    const auto yd = hn::LoadU(df, y + d);
-    hn::Vec<decltype(df)> rd[kHeld];
-    for (size_t j = 0; j < hc && held; ++j) rd[j] = hn::LoadU(df, r + j * dim + d);
-    for (size_t k = 0; k < hc; ++k) {
+  for (size_t k = 0; k < hc; ++k) {
+    const auto p = hn::Set(df, post[k]);
+    size_t d = 0;
+    for (; d + N <= dim; d += N) {
       auto mix = hn::Zero(df);
-      for (size_t j = 0; j < hc; ++j)
-        mix = hn::Add(mix, hn::Mul(hn::Set(df, comb[j * hc + k]), held ? rd[j] : hn::LoadU(df, r + j * dim + d)));
-      hn::StoreU(RoundBf16(df, hn::Add(hn::Mul(hn::Set(df, post[k]), yd), mix)), df, out + k * dim + d);
+      for (size_t j = 0; j < hc; ++j) mix = hn::Add(mix, hn::Mul(hn::Set(df, comb[j * hc + k]), hn::LoadU(df, r + j * dim + d)));
+      hn::StoreU(RoundBf16(df, hn::Add(hn::Mul(p, hn::LoadU(df, y + d)), mix)), df, out + k * dim + d);
     }
-  }
-  for (; d < dim; ++d)
-    for (size_t k = 0; k < hc; ++k) {
+    for (; d < dim; ++d) {
       float mix = 0.0f;
       for (size_t j = 0; j < hc; ++j) mix += comb[j * hc + k] * r[j * dim + d];
       out[k * dim + d] = round_bf16(post[k] * y[d] + mix);
     }
+  }
 }
 
 }  // namespace HWY_NAMESPACE

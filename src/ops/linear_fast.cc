@@ -874,13 +874,22 @@ namespace {
 // quantize_activations, plus the integer planes.
 Fp4GemvPlanes quantize_fp4_planes(const float* x, size_t m, size_t k, float* values, float* scales, float* storage) {
   const size_t kblocks = k / kFp8ActBlock;
-  if (x86::fp4_gemv_bf16_usable()) {
-    // The bf16 form needs only the values, laid out once; the planes below are the fallback for
-    // activations it cannot take exactly (nonzero values below 2^-125).
-    for (size_t b = 0; b < m * kblocks; ++b) {
-      scales[b] = HWY_DYNAMIC_DISPATCH(FastActBlockScale)(x + b * kFp8ActBlock);
+  // A block holding a NaN or an infinity has a non-finite scale, and its values cannot be integers:
+  // with such a block no planes are built, and the float GEMV reads the values (NaN and all).
+  bool finite = true;
+  for (size_t b = 0; b < m * kblocks; ++b) {
+    scales[b] = HWY_DYNAMIC_DISPATCH(FastActBlockScale)(x + b * kFp8ActBlock);
+    finite &= std::isfinite(scales[b]);
+  }
+  const bool bf16 = x86::fp4_gemv_bf16_usable();
+  if (bf16 || !finite) {
+    for (size_t b = 0; b < m * kblocks; ++b)
       HWY_DYNAMIC_DISPATCH(FastQuantBlock)(x + b * kFp8ActBlock, scales[b], values + b * kFp8ActBlock, nullptr);
-    }
+  }
+  if (!finite) return {};
+  if (bf16) {
+    // The bf16 form needs only the values, laid out once; the integer planes below are the fallback
+    // for activations it cannot take exactly (nonzero values below 2^-125).
     uint16_t* plane = reinterpret_cast<uint16_t*>(storage);
     const size_t words = x86::fp4_bf16_plane_words(k);
     bool ok = true;
@@ -909,7 +918,6 @@ Fp4GemvPlanes quantize_fp4_planes(const float* x, size_t m, size_t k, float* val
     uint32_t count = 0;
     for (size_t kb = 0; kb < kblocks; ++kb) {
       const size_t b = r * kblocks + kb;
-      scales[b] = HWY_DYNAMIC_DISPATCH(FastActBlockScale)(x + b * kFp8ActBlock);
       int32_t v[kFp8ActBlock];  // q · 2^9, exact integers
       HWY_DYNAMIC_DISPATCH(FastQuantBlock)(x + b * kFp8ActBlock, scales[b], values + b * kFp8ActBlock, v);
       int32_t max_abs = 0;

@@ -563,6 +563,26 @@ TEST(LinearFast, Fp4GemvBf16KeepsTheSmallestQuantisedActivations) {
   EXPECT_GT(nonzero, n / 2);
 }
 
+TEST(LinearFast, Fp4GemvPropagatesNonFiniteActivations) {
+  // A NaN (row 0) or an infinity (row 1) in the activations: exact gives NaN in every output, and so
+  // must each FP4 GEMV form. The integer planes cannot carry them (their integer conversion would be
+  // undefined), so such activations take the float kernel.
+  std::mt19937 rng(35);
+  const size_t n = 24, k = 192, m = 2;
+  const BlockWeights w = random_block_weights(true, n, k, rng);
+  auto x = random_bf16(m * k, rng, 1.0f);
+  x[70] = std::numeric_limits<float>::quiet_NaN();
+  x[k + 150] = std::numeric_limits<float>::infinity();
+  std::vector<float> want(m * n);
+  run_exact(w, x.data(), m, want.data());
+  for (size_t i = 0; i < want.size(); ++i) ASSERT_TRUE(std::isnan(want[i])) << "exact @" << i;
+  for_each_kernel([&] {
+    std::vector<float> got(m * n);
+    run_fast(w, x.data(), m, got.data(), nullptr);
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_TRUE(std::isnan(got[i])) << "@" << i << ": " << got[i];
+  });
+}
+
 TEST(LinearFast, Fp4GemvResidualBlocksAreExact) {
   // Blocks with elements far below their largest (E4M3 subnormals next to 448) do not fit one int16
   // plane: their low bits go to the residual list. Integer weights keep every partial sum exact in
