@@ -22,7 +22,7 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr float kPosInf = std::numeric_limits<float>::infinity();
-// KV entries per chunk when a pool dequantises them: a few microseconds of work each.
+// KV entries per chunk when a pool dequantises them.
 constexpr size_t kDequantGrain = 8;
 
 // Window entries: E4M3 + E8M0 (reference) or bf16 (the KvDtype::kBf16 experiment).

@@ -346,9 +346,9 @@ HWY_NOINLINE void FastQuantBlock(const float* x, float s, float* values, int32_t
   const hn::RebindToSigned<decltype(df)> di;
   const size_t lanes = hn::Lanes(df);
   const auto vs = hn::Set(df, s);
-  // x / s as x · (1 / s): for a normal power of two s the reciprocal is exact (2^-127 included), and
-  // both forms are the correctly rounded value of the same quotient, bit for bit; a multiply is a
-  // fraction of a divide's cost. Any other scale divides.
+  // x / s as x · (1 / s): for a normal power of two s the reciprocal is exact (for s = 2^127 the
+  // subnormal 2^-127), and both forms round the same exact quotient once, so they agree bit for bit;
+  // a multiply costs a fraction of a divide. Any other scale (subnormal, NaN) divides.
   uint32_t s_bits;
   std::memcpy(&s_bits, &s, sizeof(s_bits));
   const bool pow2 = (s_bits & 0x7FFFFFu) == 0 && ((s_bits >> 23) & 0xFFu) != 0 && ((s_bits >> 23) & 0xFFu) != 0xFFu;
