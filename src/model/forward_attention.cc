@@ -22,7 +22,7 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 constexpr float kPosInf = std::numeric_limits<float>::infinity();
-// KV entries per chunk when a pool dequantises them.
+// KV entries per chunk when a pool dequantises them (kMinParallelDequantFloats: when it does).
 constexpr size_t kDequantGrain = 8;
 
 // Window entries: E4M3 + E8M0 (reference) or bf16 (the KvDtype::kBf16 experiment).
@@ -301,14 +301,15 @@ void ForwardPass::decode_token(int l, const ChunkSpan& ch, size_t t) {
   }
   // The whole ring, oldest slot first; slots not yet written (slot > i) are -1, and so are slots
   // holding a position below the window floor (bounded replay truncates the window).
-  // Dequantised on all threads: with one, this loop is a serial gap of every layer in which the other
-  // threads only wait. Slots not yet written are skipped (their index below is -1).
+  // Dequantised on all threads when there is enough of it: on one, this loop is a serial gap of every
+  // layer in which the other threads only wait. Slots not yet written are skipped (their index below
+  // is -1).
   const float* rows = scratch(ws_.window_rows, win * hd);
   const size_t written = std::min<size_t>(win, static_cast<size_t>(i) + 1);
   const auto load_slots = [&](size_t s0, size_t s1, int) {
     for (size_t s = s0; s < s1; ++s) load_window_entry(fmt, ring + s * fmt.window_bytes(), ws_.window_rows.data() + s * hd);
   };
-  if (pool_) pool_->parallel_for(written, kDequantGrain, load_slots);
+  if (pool_ && written * hd >= kMinParallelDequantFloats) pool_->parallel_for(written, kDequantGrain, load_slots);
   else load_slots(0, written, 0);
   if (ws_.query_scratch.empty()) ws_.query_scratch.resize(1);
   Workspace::QueryScratch& qs = ws_.query_scratch[0];
@@ -582,7 +583,7 @@ void ForwardPass::attend(int l, const ChunkSpan& ch, size_t row, const float* wi
       for (size_t g = g0; g < g1; ++g)
         load_main_entry(fmt, owner.main.data() + static_cast<size_t>(entry_of[g]) * fmt.main_bytes(), gathered + g * hd);
     };
-    if (inner) inner->parallel_for(n_gathered, kDequantGrain, load_entries);
+    if (inner && n_gathered * hd >= kMinParallelDequantFloats) inner->parallel_for(n_gathered, kDequantGrain, load_entries);
     else load_entries(0, n_gathered, 0);
   }
   ops::KvRows kv{window_rows, n_window_rows, gathered, n_gathered};

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/thread_pool.h"
+#include "model/forward_internal.h"
 #include "ops/bf16_coded.h"
 #include "tiny_model_util.h"
 
@@ -121,6 +122,25 @@ TEST(Forward, ThreadCountDoesNotChangeBits) {
   auto lc = run_chunks(*m, c, ids, {30, 50}, &three);
   EXPECT_TRUE(bit_equal(la, lb));
   EXPECT_TRUE(bit_equal(la, lc));
+}
+
+// With a 128-entry window and top-128 selection a decode step has enough KV to dequantise on all
+// threads (kMinParallelDequantFloats): the split never changes a bit. 200 tokens give the ratio-1
+// layers more than 128 compressed entries, so the selected ones are dequantised in parallel too.
+TEST(Forward, ParallelKvDequantisationDoesNotChangeBits) {
+  auto m = load_tiny(5, IndexKeyMode::kReference, /*wide_kv=*/true);
+  const ModelConfig& c = m->config();
+  ASSERT_GE(c.window_size * c.head_dim, kMinParallelDequantFloats) << "the test must reach the parallel path";
+  ASSERT_GE(c.index_topk * c.head_dim, kMinParallelDequantFloats);
+  const auto ids = test_prompt(200, 3);
+  ThreadPool one(1), two(2), three(3);
+  SequenceState a = m->new_sequence(256), b = m->new_sequence(256), d = m->new_sequence(256);
+  auto la = run_chunks(*m, a, ids, {150, 200}, &one);
+  auto lb = run_chunks(*m, b, ids, {150, 200}, &two);
+  auto ld = run_chunks(*m, d, ids, {150, 200}, &three);
+  EXPECT_TRUE(bit_equal(la, lb)) << "max |diff| " << max_abs_diff(la, lb);
+  EXPECT_TRUE(bit_equal(la, ld)) << "max |diff| " << max_abs_diff(la, ld);
+  for (float v : la) ASSERT_TRUE(std::isfinite(v));
 }
 
 // The index-key slot quirk (spec §9.1) only changes a ratio-2 layer's selection at an even decode
