@@ -111,6 +111,10 @@ uint8_t f32_to_e2m1(float x);
 float e2m1_to_f32(uint8_t code);
 // 16-entry decode table (table[c] == e2m1_to_f32(c)). Static storage.
 const float* e2m1_table();
+// The bf16 bits of each code's value (exact: every E2M1 value is a bf16 number), which the x86
+// kernels' lookup tables are built from.
+inline constexpr uint16_t kE2m1Bf16Bits[16] = {0x0000, 0x3F00, 0x3F80, 0x3FC0, 0x4000, 0x4040, 0x4080, 0x40C0,
+                                               0x8000, 0xBF00, 0xBF80, 0xBFC0, 0xC000, 0xC040, 0xC080, 0xC0C0};
 
 // ---- FP4 pair packing ---------------------------------------------------------------------------
 

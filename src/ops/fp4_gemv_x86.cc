@@ -4,6 +4,7 @@
 #include "ops/fp4_gemv_x86.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cstring>
 
@@ -241,9 +242,11 @@ CEDAR_X86_TARGET void pack_block_avx512(const int32_t* p, size_t kb, int8_t* row
 
 // The bf16 bits of E2M1 code c & 15 for every 5-bit index c: vpermw reads the low 5 bits of a lane,
 // which for an unshifted byte include the high nibble's lowest bit.
-alignas(64) constexpr uint16_t kE2m1Bf16Words[32] = {
-    0x0000, 0x3F00, 0x3F80, 0x3FC0, 0x4000, 0x4040, 0x4080, 0x40C0, 0x8000, 0xBF00, 0xBF80, 0xBFC0, 0xC000, 0xC040, 0xC080, 0xC0C0,
-    0x0000, 0x3F00, 0x3F80, 0x3FC0, 0x4000, 0x4040, 0x4080, 0x40C0, 0x8000, 0xBF00, 0xBF80, 0xBFC0, 0xC000, 0xC040, 0xC080, 0xC0C0};
+alignas(64) constexpr std::array<uint16_t, 32> kE2m1Bf16Words = [] {
+  std::array<uint16_t, 32> t{};
+  for (size_t i = 0; i < 32; ++i) t[i] = kE2m1Bf16Bits[i % 16];
+  return t;
+}();
 
 // fp4_bf16_pack_row in zmm registers: a group's four blocks become bf16 words (vcvtne2ps2bf16, exact for
 // bf16 numbers), then two rounds of two-source word permutes sort them into the four runs.
@@ -311,7 +314,7 @@ CEDAR_X86_BF16_TARGET void gemv_rows_bf16(const uint16_t* plane, const uint8_t* 
   const size_t kblocks = k / 32, groups = (kblocks + 3) / 4, full = kblocks / 4;
   const size_t words = groups * 128;
   const float* e8m0 = e8m0_table();
-  const __m512i table = _mm512_load_si512(kE2m1Bf16Words);
+  const __m512i table = _mm512_load_si512(kE2m1Bf16Words.data());
   // Byte b of a 32-bit lane in 128-bit lane b, zero-extended: block b's scale byte in its four lanes.
   const __m512i spread = _mm512_set_epi32(0xFFFFFF03, 0xFFFFFF03, 0xFFFFFF03, 0xFFFFFF03, 0xFFFFFF02, 0xFFFFFF02,
                                           0xFFFFFF02, 0xFFFFFF02, 0xFFFFFF01, 0xFFFFFF01, 0xFFFFFF01, 0xFFFFFF01,

@@ -3,6 +3,7 @@
 #include "ops/gemm_bf16_x86.h"
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 
 #include "ops/formats.h"
@@ -56,8 +57,11 @@ CEDAR_X86_TARGET void tile(const uint32_t* act, size_t lda, const uint32_t* pane
 
 // The bf16 bits of E2M1 code c (0..15) at scale 2^0: sign in bit 15, 0.5..6 with exponent fields
 // 126..129. Scaling by 2^(s - 127) adds (s - 127) << 7 to the bits of the nonzero values.
-alignas(64) constexpr uint32_t kE2m1Bf16[16] = {0x0000, 0x3F00, 0x3F80, 0x3FC0, 0x4000, 0x4040, 0x4080, 0x40C0,
-                                                0x8000, 0xBF00, 0xBF80, 0xBFC0, 0xC000, 0xC040, 0xC080, 0xC0C0};
+alignas(64) constexpr std::array<uint32_t, 16> kE2m1Bf16 = [] {
+  std::array<uint32_t, 16> t{};
+  for (size_t c = 0; c < 16; ++c) t[c] = kE2m1Bf16Bits[c];
+  return t;
+}();
 
 // The zero-masked forms with every lane set throughout: GCC 12's plain forms start from an
 // undefined vector and trip -Wmaybe-uninitialized.
@@ -97,7 +101,7 @@ CEDAR_X86_TARGET inline void transpose16(__m512i* r) {
 
 CEDAR_X86_TARGET bool fp4_panel(const uint8_t* packed, size_t row_bytes, const uint8_t* scales, size_t scale_stride,
                                 size_t nr, size_t n_blocks, uint32_t* panel, int* lo, int* hi) {
-  const __m512i table = _mm512_load_si512(kE2m1Bf16);
+  const __m512i table = _mm512_load_si512(kE2m1Bf16.data());
   const __m512i nibble = _mm512_set1_epi32(0x0F);
   const __m512i magnitude = _mm512_set1_epi16(0x7FFF);
   int s_lo = 255, s_hi = 0;

@@ -114,6 +114,12 @@ TEST(FormatsE2M1, DecodeAll16) {
     EXPECT_EQ(static_cast<double>(e2m1_to_f32(static_cast<uint8_t>(c))), (c & 8) ? -mag : mag) << c;
     EXPECT_EQ(std::signbit(e2m1_to_f32(static_cast<uint8_t>(c))), (c & 8) != 0);
     EXPECT_EQ(f32_to_e2m1(e2m1_to_f32(static_cast<uint8_t>(c))), c) << c;
+    // The bf16 bits the x86 kernels' tables are built from: the value exactly, sign included.
+    const float value = e2m1_to_f32(static_cast<uint8_t>(c));
+    uint32_t bits;
+    std::memcpy(&bits, &value, sizeof(bits));
+    EXPECT_EQ(bits & 0xFFFFu, 0u) << c;
+    EXPECT_EQ(kE2m1Bf16Bits[c], bits >> 16) << c;
   }
 }
 
