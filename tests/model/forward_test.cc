@@ -112,16 +112,26 @@ TEST(Forward, BatchEqualsSeparate) {
   }
 }
 
+// Runs ids in the given chunks (a prefill, then decode steps) with 1, 2 and 3 threads and expects the
+// same logits bit for bit, all finite.
+void expect_thread_counts_agree(Model& m, const std::vector<int32_t>& ids, const std::vector<size_t>& cuts) {
+  std::vector<float> first;
+  for (int threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    SequenceState seq = m.new_sequence(static_cast<int64_t>(ids.size()));
+    const auto logits = run_chunks(m, seq, ids, cuts, &pool);
+    if (first.empty()) {
+      first = logits;
+      for (float v : first) ASSERT_TRUE(std::isfinite(v));
+      continue;
+    }
+    EXPECT_TRUE(bit_equal(first, logits)) << threads << " threads, max |diff| " << max_abs_diff(first, logits);
+  }
+}
+
 TEST(Forward, ThreadCountDoesNotChangeBits) {
   auto m = load_tiny(3);
-  const auto ids = test_prompt(50, 7);
-  ThreadPool one(1), two(2), three(3);
-  SequenceState a = m->new_sequence(64), b = m->new_sequence(64), c = m->new_sequence(64);
-  auto la = run_chunks(*m, a, ids, {30, 50}, &one);
-  auto lb = run_chunks(*m, b, ids, {30, 50}, &two);
-  auto lc = run_chunks(*m, c, ids, {30, 50}, &three);
-  EXPECT_TRUE(bit_equal(la, lb));
-  EXPECT_TRUE(bit_equal(la, lc));
+  expect_thread_counts_agree(*m, test_prompt(50, 7), {30, 50});
 }
 
 // With a 128-entry window and top-128 selection a decode step has enough KV to dequantise on all
@@ -132,15 +142,7 @@ TEST(Forward, ParallelKvDequantisationDoesNotChangeBits) {
   const ModelConfig& c = m->config();
   ASSERT_GE(c.window_size * c.head_dim, kMinParallelDequantFloats) << "the test must reach the parallel path";
   ASSERT_GE(c.index_topk * c.head_dim, kMinParallelDequantFloats);
-  const auto ids = test_prompt(200, 3);
-  ThreadPool one(1), two(2), three(3);
-  SequenceState a = m->new_sequence(256), b = m->new_sequence(256), d = m->new_sequence(256);
-  auto la = run_chunks(*m, a, ids, {150, 200}, &one);
-  auto lb = run_chunks(*m, b, ids, {150, 200}, &two);
-  auto ld = run_chunks(*m, d, ids, {150, 200}, &three);
-  EXPECT_TRUE(bit_equal(la, lb)) << "max |diff| " << max_abs_diff(la, lb);
-  EXPECT_TRUE(bit_equal(la, ld)) << "max |diff| " << max_abs_diff(la, ld);
-  for (float v : la) ASSERT_TRUE(std::isfinite(v));
+  expect_thread_counts_agree(*m, test_prompt(200, 3), {150, 200});
 }
 
 // The index-key slot quirk (spec §9.1) only changes a ratio-2 layer's selection at an even decode
