@@ -41,9 +41,9 @@ bool fp4_bf16_pack_row_scalar(const float* values, size_t k, uint16_t* plane) {
     std::memcpy(&bits, &values[j], sizeof(bits));
     const uint32_t magnitude = bits & 0x7FFFFFFFu;
     ok &= (bits & 0xFFFFu) == 0 && (magnitude == 0 || magnitude >= kMinBf16ActBits);
-    // Element e of block b of group g: run (e / 16) * 2 + e % 2, word 8 b + (e % 16) / 2 of it.
+    // Element e of block b of group g: run e % 4, word 8 b + e / 4 of it.
     const size_t g = j / 128, b = (j / 32) % 4, e = j % 32;
-    plane[g * 128 + ((e / 16) * 2 + e % 2) * 32 + 8 * b + (e % 16) / 2] = static_cast<uint16_t>(bits >> 16);
+    plane[g * 128 + (e % 4) * 32 + 8 * b + e / 4] = static_cast<uint16_t>(bits >> 16);
   }
   return ok;
 }
@@ -241,7 +241,7 @@ CEDAR_X86_TARGET void pack_block_avx512(const int32_t* p, size_t kb, int8_t* row
 #define CEDAR_X86_BF16_TARGET __attribute__((target("avx2,fma,avx512f,avx512bw,avx512bf16")))
 
 // The bf16 bits of E2M1 code c & 15 for every 5-bit index c: vpermw reads the low 5 bits of a lane,
-// which for an unshifted byte include the high nibble's lowest bit.
+// which below a shifted-in nibble hold the next nibble's lowest bit.
 alignas(64) constexpr std::array<uint16_t, 32> kE2m1Bf16Words = [] {
   std::array<uint16_t, 32> t{};
   for (size_t i = 0; i < 32; ++i) t[i] = kE2m1Bf16Bits[i % 16];
@@ -255,22 +255,23 @@ CEDAR_X86_BF16_TARGET bool pack_row_avx512(const float* values, size_t k, uint16
   const __m512i magnitude = _mm512_set1_epi32(0x7FFFFFFF);
   const __m512i below_min = _mm512_set1_epi32(static_cast<int>(kMinBf16ActBits - 1));
   const __m512i one = _mm512_set1_epi32(1);
-  // Stage 1 (blocks b, b + 1 -> one vector): the even words 0..14 of each, then the odd words 1..15
-  // (low elements); +16 for the high elements. Stage 2: the first or second halves of two such vectors.
-  alignas(64) uint16_t first_low[32], first_high[32], runs_even[32], runs_odd[32];
-  for (int i = 0; i < 8; ++i) {
-    first_low[i] = static_cast<uint16_t>(2 * i);
-    first_low[8 + i] = static_cast<uint16_t>(32 + 2 * i);
-    first_low[16 + i] = static_cast<uint16_t>(2 * i + 1);
-    first_low[24 + i] = static_cast<uint16_t>(32 + 2 * i + 1);
+  // Stage 1 (blocks b, b + 1 -> one vector): runs 0 and 1 of both (elements 4q and 4q + 1 of block b
+  // at q and 16 + q, of block b + 1 at 8 + q and 24 + q); +2 for runs 2 and 3. Stage 2: the first or
+  // second halves of two such vectors.
+  alignas(64) uint16_t runs01[32], runs23[32], first_half[32], second_half[32];
+  for (int r = 0; r < 2; ++r) {
+    for (int q = 0; q < 8; ++q) {
+      runs01[16 * r + q] = static_cast<uint16_t>(4 * q + r);
+      runs01[16 * r + 8 + q] = static_cast<uint16_t>(32 + 4 * q + r);
+    }
   }
   for (int i = 0; i < 32; ++i) {
-    first_high[i] = static_cast<uint16_t>(first_low[i] + 16);
-    runs_even[i] = static_cast<uint16_t>(i < 16 ? i : 32 + i - 16);
-    runs_odd[i] = static_cast<uint16_t>(runs_even[i] + 16);
+    runs23[i] = static_cast<uint16_t>(runs01[i] + 2);
+    first_half[i] = static_cast<uint16_t>(i < 16 ? i : 32 + i - 16);
+    second_half[i] = static_cast<uint16_t>(first_half[i] + 16);
   }
-  const __m512i idx_low = _mm512_load_si512(first_low), idx_high = _mm512_load_si512(first_high);
-  const __m512i idx_even = _mm512_load_si512(runs_even), idx_odd = _mm512_load_si512(runs_odd);
+  const __m512i idx01 = _mm512_load_si512(runs01), idx23 = _mm512_load_si512(runs23);
+  const __m512i idx_first = _mm512_load_si512(first_half), idx_second = _mm512_load_si512(second_half);
   __mmask16 bad = 0;
   for (size_t g = 0; g * 128 < k; ++g) {
     __m512i block[4];
@@ -287,86 +288,82 @@ CEDAR_X86_BF16_TARGET bool pack_row_avx512(const float* values, size_t k, uint16
       }
       block[b] = reinterpret_cast<__m512i>(_mm512_cvtne2ps_pbh(v[1], v[0]));
     }
-    const __m512i low01 = _mm512_maskz_permutex2var_epi16(~__mmask32{0}, block[0], idx_low, block[1]);
-    const __m512i low23 = _mm512_maskz_permutex2var_epi16(~__mmask32{0}, block[2], idx_low, block[3]);
-    const __m512i high01 = _mm512_maskz_permutex2var_epi16(~__mmask32{0}, block[0], idx_high, block[1]);
-    const __m512i high23 = _mm512_maskz_permutex2var_epi16(~__mmask32{0}, block[2], idx_high, block[3]);
+    const __m512i runs01_of01 = _mm512_maskz_permutex2var_epi16(~__mmask32{0}, block[0], idx01, block[1]);
+    const __m512i runs01_of23 = _mm512_maskz_permutex2var_epi16(~__mmask32{0}, block[2], idx01, block[3]);
+    const __m512i runs23_of01 = _mm512_maskz_permutex2var_epi16(~__mmask32{0}, block[0], idx23, block[1]);
+    const __m512i runs23_of23 = _mm512_maskz_permutex2var_epi16(~__mmask32{0}, block[2], idx23, block[3]);
     uint16_t* out = plane + g * 128;
-    _mm512_storeu_si512(out, _mm512_maskz_permutex2var_epi16(~__mmask32{0}, low01, idx_even, low23));
-    _mm512_storeu_si512(out + 32, _mm512_maskz_permutex2var_epi16(~__mmask32{0}, low01, idx_odd, low23));
-    _mm512_storeu_si512(out + 64, _mm512_maskz_permutex2var_epi16(~__mmask32{0}, high01, idx_even, high23));
-    _mm512_storeu_si512(out + 96, _mm512_maskz_permutex2var_epi16(~__mmask32{0}, high01, idx_odd, high23));
+    _mm512_storeu_si512(out, _mm512_maskz_permutex2var_epi16(~__mmask32{0}, runs01_of01, idx_first, runs01_of23));
+    _mm512_storeu_si512(out + 32, _mm512_maskz_permutex2var_epi16(~__mmask32{0}, runs01_of01, idx_second, runs01_of23));
+    _mm512_storeu_si512(out + 64, _mm512_maskz_permutex2var_epi16(~__mmask32{0}, runs23_of01, idx_first, runs23_of23));
+    _mm512_storeu_si512(out + 96, _mm512_maskz_permutex2var_epi16(~__mmask32{0}, runs23_of01, idx_second, runs23_of23));
   }
   return bad == 0;
 }
 
-// True when none of the four E8M0 bytes is 0 or 255: then each scale is the float with that exponent
-// field (a shift), else the table gives 2^-127 and NaN.
-inline bool plain_scales(uint32_t four) {
-  const auto has_zero_byte = [](uint32_t v) { return ((v - 0x01010101u) & ~v & 0x80808080u) != 0; };
-  return !has_zero_byte(four) && !has_zero_byte(~four);
+// The E8M0 scales of `count` (1..16) consecutive blocks as floats in lanes 0..count-1, zeros above.
+// Without a 0 or 255 byte each is the float with that exponent field (a shift); else the table
+// gives 2^-127 and NaN.
+CEDAR_X86_BF16_TARGET inline __m512 block_scales16(const uint8_t* bytes, size_t count, const float* e8m0) {
+  constexpr __mmask16 kAll = 0xFFFF;  // (the masked forms: GCC 12's plain ones warn of an undefined start)
+  const __mmask64 valid = (__mmask64{1} << count) - 1;
+  const __m512i loaded = _mm512_maskz_loadu_epi8(valid, bytes);
+  const __mmask64 special = (_mm512_cmpeq_epi8_mask(loaded, _mm512_setzero_si512()) |
+                             _mm512_cmpeq_epi8_mask(loaded, _mm512_set1_epi8(-1))) & valid;
+  if (special == 0) return _mm512_castsi512_ps(_mm512_maskz_slli_epi32(
+        kAll, _mm512_maskz_cvtepu8_epi32(kAll, _mm512_maskz_extracti32x4_epi32(0xF, loaded, 0)), 23));
+  alignas(64) float s[16] = {};
+  for (size_t b = 0; b < count; ++b) s[b] = e8m0[bytes[b]];
+  return _mm512_load_ps(s);
 }
 
+// Per group of four blocks (64 packed bytes, one block per 128-bit lane), word q of a lane holds the
+// block's elements 4q .. 4q + 3 in its four nibbles: shifting the words right by 0, 4, 8 and 12 brings
+// each into the low bits vpermw indexes, so the four runs decode without widening the bytes. The
+// scales are read 16 blocks at a time and spread to the group's lanes by one permute.
 template <size_t R>
 CEDAR_X86_BF16_TARGET void gemv_rows_bf16(const uint16_t* plane, const uint8_t* wdata, const uint8_t* wscales,
                                           size_t n_total, size_t k, float* y, size_t n_begin, size_t n_end) {
   constexpr __mmask16 kAll = 0xFFFF;
+  constexpr __mmask32 kAllWords = ~__mmask32{0};
   const size_t kblocks = k / 32, groups = (kblocks + 3) / 4, full = kblocks / 4;
   const size_t words = groups * 128;
   const float* e8m0 = e8m0_table();
   const __m512i table = _mm512_load_si512(kE2m1Bf16Words.data());
-  // Byte b of a 32-bit lane in 128-bit lane b, zero-extended: block b's scale byte in its four lanes.
-  const __m512i spread = _mm512_set_epi32(0xFFFFFF03, 0xFFFFFF03, 0xFFFFFF03, 0xFFFFFF03, 0xFFFFFF02, 0xFFFFFF02,
-                                          0xFFFFFF02, 0xFFFFFF02, 0xFFFFFF01, 0xFFFFFF01, 0xFFFFFF01, 0xFFFFFF01,
-                                          0xFFFFFF00, 0xFFFFFF00, 0xFFFFFF00, 0xFFFFFF00);
-  const __m512i quarter = _mm512_set_epi32(3, 3, 3, 3, 2, 2, 2, 2, 1, 1, 1, 1, 0, 0, 0, 0);
+  // Group j of the 16 scales: block b's scale (lane 4 j + b) in the four lanes of 128-bit lane b.
+  __m512i spread[4];
+  for (int j = 0; j < 4; ++j)
+    spread[j] = _mm512_set_epi32(4 * j + 3, 4 * j + 3, 4 * j + 3, 4 * j + 3, 4 * j + 2, 4 * j + 2, 4 * j + 2,
+                                 4 * j + 2, 4 * j + 1, 4 * j + 1, 4 * j + 1, 4 * j + 1, 4 * j, 4 * j, 4 * j, 4 * j);
   for (size_t n = n_begin; n < n_end; ++n) {
     const uint8_t* wrow = wdata + n * (k / 2);
     const uint8_t* srow = wscales + n * kblocks;
     __m512 acc[R][2];
     for (size_t r = 0; r < R; ++r) acc[r][0] = acc[r][1] = _mm512_setzero_ps();
+    __m512 scales16 = _mm512_setzero_ps();
     for (size_t g = 0; g < groups; ++g) {
       prefetch_weight_stream(wrow + g * 64);
-      __m512i packed;
-      __m512 scale;
-      if (g < full) {
-        packed = _mm512_loadu_si512(wrow + g * 64);
-        uint32_t four;
-        std::memcpy(&four, srow + 4 * g, sizeof(four));
-        if (plain_scales(four)) {
-          scale = _mm512_castsi512_ps(_mm512_maskz_slli_epi32(
-              kAll, _mm512_maskz_shuffle_epi8(~__mmask64{0}, _mm512_set1_epi32(static_cast<int>(four)), spread), 23));
-        } else {
-          scale = _mm512_maskz_permutexvar_ps(
-              kAll, quarter, _mm512_zextps128_ps512(_mm_setr_ps(e8m0[srow[4 * g]], e8m0[srow[4 * g + 1]],
-                                                                e8m0[srow[4 * g + 2]], e8m0[srow[4 * g + 3]])));
-        }
-      } else {
-        // The short last group: its blocks' bytes only (codes 0 beyond meet zero activations), and
-        // zero scales for the absent blocks.
-        const size_t blocks = kblocks - 4 * g;
-        packed = _mm512_maskz_loadu_epi8((__mmask64{1} << (16 * blocks)) - 1, wrow + g * 64);
-        alignas(16) float s[4] = {};
-        for (size_t b = 0; b < blocks; ++b) s[b] = e8m0[srow[4 * g + b]];
-        scale = _mm512_maskz_permutexvar_ps(kAll, quarter, _mm512_zextps128_ps512(_mm_load_ps(s)));
-      }
-      const __m512i zero = _mm512_setzero_si512();
-      const __m512i low = _mm512_maskz_unpacklo_epi8(~__mmask64{0}, packed, zero);   // elements 0-15 per block
-      const __m512i high = _mm512_maskz_unpackhi_epi8(~__mmask64{0}, packed, zero);  // elements 16-31
+      if (g % 4 == 0) scales16 = block_scales16(srow + 4 * g, std::min<size_t>(16, kblocks - 4 * g), e8m0);
+      const __m512 scale = _mm512_maskz_permutexvar_ps(kAll, spread[g % 4], scales16);
+      // The short last group: its blocks' bytes only (codes 0 beyond meet zero activations; the
+      // absent blocks' scales are 0 too).
+      const __m512i packed = g < full ? _mm512_loadu_si512(wrow + g * 64)
+                                      : _mm512_maskz_loadu_epi8((__mmask64{1} << (16 * (kblocks - 4 * g))) - 1,
+                                                                wrow + g * 64);
       const __m512bh w[4] = {
-          reinterpret_cast<__m512bh>(_mm512_maskz_permutexvar_epi16(~__mmask32{0}, low, table)),
-          reinterpret_cast<__m512bh>(_mm512_maskz_permutexvar_epi16(~__mmask32{0}, _mm512_maskz_srli_epi16(~__mmask32{0}, low, 4), table)),
-          reinterpret_cast<__m512bh>(_mm512_maskz_permutexvar_epi16(~__mmask32{0}, high, table)),
-          reinterpret_cast<__m512bh>(_mm512_maskz_permutexvar_epi16(~__mmask32{0}, _mm512_maskz_srli_epi16(~__mmask32{0}, high, 4), table))};
+          reinterpret_cast<__m512bh>(_mm512_maskz_permutexvar_epi16(kAllWords, packed, table)),
+          reinterpret_cast<__m512bh>(_mm512_maskz_permutexvar_epi16(kAllWords, _mm512_maskz_srli_epi16(kAllWords, packed, 4), table)),
+          reinterpret_cast<__m512bh>(_mm512_maskz_permutexvar_epi16(kAllWords, _mm512_maskz_srli_epi16(kAllWords, packed, 8), table)),
+          reinterpret_cast<__m512bh>(_mm512_maskz_permutexvar_epi16(kAllWords, _mm512_maskz_srli_epi16(kAllWords, packed, 12), table))};
       for (size_t r = 0; r < R; ++r) {
         const uint16_t* a = plane + r * words + g * 128;
         const auto act = [a](size_t run) CEDAR_X86_BF16_TARGET {
           return reinterpret_cast<__m512bh>(_mm512_loadu_si512(a + 32 * run));
         };
-        const __m512 sum_low = _mm512_dpbf16_ps(_mm512_dpbf16_ps(_mm512_setzero_ps(), w[0], act(0)), w[1], act(1));
-        const __m512 sum_high = _mm512_dpbf16_ps(_mm512_dpbf16_ps(_mm512_setzero_ps(), w[2], act(2)), w[3], act(3));
-        acc[r][0] = _mm512_fmadd_ps(sum_low, scale, acc[r][0]);
-        acc[r][1] = _mm512_fmadd_ps(sum_high, scale, acc[r][1]);
+        const __m512 sum01 = _mm512_dpbf16_ps(_mm512_dpbf16_ps(_mm512_setzero_ps(), w[0], act(0)), w[1], act(1));
+        const __m512 sum23 = _mm512_dpbf16_ps(_mm512_dpbf16_ps(_mm512_setzero_ps(), w[2], act(2)), w[3], act(3));
+        acc[r][0] = _mm512_fmadd_ps(sum01, scale, acc[r][0]);
+        acc[r][1] = _mm512_fmadd_ps(sum23, scale, acc[r][1]);
       }
     }
     for (size_t r = 0; r < R; ++r)

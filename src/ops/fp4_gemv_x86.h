@@ -73,9 +73,9 @@ bool fp4_gemv_bf16_usable();
 void set_fp4_gemv_bf16_allowed(bool allowed);
 
 // The bf16 layout of one activation row of width k (a multiple of 32): 128 u16 per group of four
-// blocks (the last group zero-padded), in four runs of 32: the even elements 0..14 of the group's
-// blocks 0-3 (8 per block, block b at 8b), their odd elements 1..15, the even elements 16..30, the odd
-// elements 17..31.
+// blocks (the last group zero-padded), in four runs of 32: run r holds elements r, r + 4, ..., r + 28
+// of the group's blocks 0-3 (8 per block, block b at 8b), the order in which the weights' 16-bit words
+// yield their nibbles.
 size_t fp4_bf16_plane_words(size_t k);
 // Writes a row's layout from its quantised values (exact bf16 numbers); false when a value is
 // nonzero and below 2^-125 in magnitude (or not a bf16 number), and then the layout must not be used.

@@ -505,12 +505,11 @@ TEST(Fp4Bf16Plane, PackedRowsEqualTheScalarPacker) {
     ASSERT_EQ(got, want) << "k " << k;
     for (size_t j = 0; j < k; ++j) {
       const size_t g = j / 128, b = (j / 32) % 4, e = j % 32;
-      const size_t run = (e >= 16 ? 2 : 0) + e % 2;
-      ASSERT_EQ(bf16_bits_to_f32(want[g * 128 + run * 32 + 8 * b + (e % 16) / 2]), v[j]) << "k " << k << " @" << j;
+      ASSERT_EQ(bf16_bits_to_f32(want[g * 128 + (e % 4) * 32 + 8 * b + e / 4]), v[j]) << "k " << k << " @" << j;
     }
     for (size_t j = k; j < words; ++j) {
       const size_t g = j / 128, b = (j / 32) % 4, e = j % 32;
-      ASSERT_EQ(want[g * 128 + ((e >= 16 ? 2 : 0) + e % 2) * 32 + 8 * b + (e % 16) / 2], 0) << "padding @" << j;
+      ASSERT_EQ(want[g * 128 + (e % 4) * 32 + 8 * b + e / 4], 0) << "padding @" << j;
     }
     for (const float bad : {0x1p-126f, -0x1.8p-127f, 1.0f + 0x1p-10f}) {
       std::vector<float> w(v);
@@ -618,37 +617,54 @@ TEST(LinearFast, Fp4GemvSpecialScalesGiveWhatExactGives) {
   // E8M0 255 (NaN) and 0 (2^-127) weight scales in a full 8-block group and in a short one: the FP4
   // GEMV kernels turn most scales into floats by shifting the exponent and must take the table for
   // these. Integer data keep every sum exact, so fast equals exact (NaN where exact is NaN).
+  // k = 11 blocks: one group of 8 and a group of 3 (the VNNI form); 37 blocks: four groups of 8 and one
+  // of 5, and the bf16 form's scale chunks of 16, 16 and 5 blocks, with special scales in each.
   std::mt19937 rng(29);
   std::uniform_int_distribution<int> small(-8, 8);
   // m = 7 runs the GEMM, whose bf16 tile decodes FP4 rows straight to bf16 pairs for scales 2..252
   // and must leave a row with any other scale to the general decode.
-  const size_t n = 6, k = 32 * 11;  // one group of 8 blocks and a group of 3
-  for (size_t m : {1, 3, 7}) {
-    std::vector<float> x(m * k);
-    for (size_t i = 0; i < x.size(); ++i) x[i] = i % 32 == 0 ? 448.0f : static_cast<float>(small(rng));
-    BlockWeights w = integer_fp4_weights(n, k, rng);
-    w.scales[0 * 11 + 3] = 255;  // row 0: NaN in the full group
-    w.scales[1 * 11 + 9] = 255;  // row 1: NaN in the short group
-    w.scales[2 * 11 + 5] = 0;    // row 2: 2^-127 in the full group
-    w.scales[3 * 11 + 10] = 0;   // row 3: 2^-127 in the short group
-    w.scales[4 * 11 + 2] = 2;    // row 4: the smallest scale of the direct decode
-    w.scales[5 * 11 + 6] = 160;  // row 5: 2^33
-    std::vector<float> want(m * n);
-    run_exact(w, x.data(), m, want.data());
-    for (size_t r = 0; r < m; ++r) {
-      ASSERT_TRUE(std::isnan(want[r * n + 0]) && std::isnan(want[r * n + 1])) << "exact: a NaN scale gives NaN";
-    }
-    for_each_kernel([&] {
-      std::vector<float> got(m * n);
-      run_fast(w, x.data(), m, got.data(), nullptr);
-      for (size_t i = 0; i < got.size(); ++i) {
-        if (std::isnan(want[i])) {
-          ASSERT_TRUE(std::isnan(got[i])) << "m" << m << " @" << i;
-        } else {
-          ASSERT_EQ(got[i], want[i]) << "m" << m << " @" << i;
-        }
+  // Rows 6 and 7 are zero but for one block of ones, in the upper half of a 16-block chunk, against
+  // positive activations: 2^-127 (not 0) times that block's sum, and NaN (not infinity).
+  const size_t n = 8;
+  for (size_t nb : {11, 37}) {
+    const size_t k = 32 * nb, lone = nb > 16 ? 25 : 9;
+    for (size_t m : {1, 3, 7}) {
+      std::vector<float> x(m * k);
+      for (size_t i = 0; i < x.size(); ++i) x[i] = i % 32 == 0 ? 448.0f : static_cast<float>(small(rng));
+      for (size_t r = 0; r < m; ++r)
+        for (size_t i = 1; i < 32; ++i) x[r * k + lone * 32 + i] = static_cast<float>(1 + i % 8);
+      BlockWeights w = integer_fp4_weights(n, k, rng);
+      for (size_t row : {6, 7}) {
+        std::fill_n(w.data.begin() + row * (k / 2), k / 2, uint8_t{0});
+        std::fill_n(w.data.begin() + row * (k / 2) + lone * 16, 16, uint8_t{0x22});  // E2M1 1.0 twice
       }
-    });
+      w.scales[6 * nb + lone] = 0;
+      w.scales[7 * nb + lone] = 255;
+      w.scales[0 * nb + 3] = 255;                     // row 0: NaN in the first full group
+      w.scales[1 * nb + nb - 2] = 255;                // row 1: NaN in the short group
+      w.scales[2 * nb + (nb > 16 ? 20 : 5)] = 0;      // row 2: 2^-127 in a full group (the second chunk)
+      w.scales[3 * nb + nb - 1] = 0;                  // row 3: 2^-127 in the short group
+      w.scales[4 * nb + 2] = 2;                       // row 4: the smallest scale of the direct decode
+      w.scales[5 * nb + 6] = 160;                     // row 5: 2^33
+      std::vector<float> want(m * n);
+      run_exact(w, x.data(), m, want.data());
+      for (size_t r = 0; r < m; ++r) {
+        ASSERT_TRUE(std::isnan(want[r * n + 0]) && std::isnan(want[r * n + 1]) && std::isnan(want[r * n + 7]))
+            << "exact: a NaN scale gives NaN";
+        ASSERT_GT(want[r * n + 6], 0.0f) << "exact: 2^-127 times a positive sum";
+      }
+      for_each_kernel([&] {
+        std::vector<float> got(m * n);
+        run_fast(w, x.data(), m, got.data(), nullptr);
+        for (size_t i = 0; i < got.size(); ++i) {
+          if (std::isnan(want[i])) {
+            ASSERT_TRUE(std::isnan(got[i])) << "k " << k << " m" << m << " @" << i;
+          } else {
+            ASSERT_EQ(got[i], want[i]) << "k " << k << " m" << m << " @" << i;
+          }
+        }
+      });
+    }
   }
 }
 
