@@ -350,11 +350,12 @@ CEDAR_X86_BF16_TARGET void gemv_rows_bf16(const uint16_t* plane, const uint8_t* 
       const __m512i packed = g < full ? _mm512_loadu_si512(wrow + g * 64)
                                       : _mm512_maskz_loadu_epi8((__mmask64{1} << (16 * (kblocks - 4 * g))) - 1,
                                                                 wrow + g * 64);
-      const __m512bh w[4] = {
-          reinterpret_cast<__m512bh>(_mm512_maskz_permutexvar_epi16(kAllWords, packed, table)),
-          reinterpret_cast<__m512bh>(_mm512_maskz_permutexvar_epi16(kAllWords, _mm512_maskz_srli_epi16(kAllWords, packed, 4), table)),
-          reinterpret_cast<__m512bh>(_mm512_maskz_permutexvar_epi16(kAllWords, _mm512_maskz_srli_epi16(kAllWords, packed, 8), table)),
-          reinterpret_cast<__m512bh>(_mm512_maskz_permutexvar_epi16(kAllWords, _mm512_maskz_srli_epi16(kAllWords, packed, 12), table))};
+      const auto lookup = [&](__m512i index) CEDAR_X86_BF16_TARGET {
+        return reinterpret_cast<__m512bh>(_mm512_maskz_permutexvar_epi16(kAllWords, index, table));
+      };
+      const __m512bh w[4] = {lookup(packed), lookup(_mm512_maskz_srli_epi16(kAllWords, packed, 4)),
+                             lookup(_mm512_maskz_srli_epi16(kAllWords, packed, 8)),
+                             lookup(_mm512_maskz_srli_epi16(kAllWords, packed, 12))};
       for (size_t r = 0; r < R; ++r) {
         const uint16_t* a = plane + r * words + g * 128;
         const auto act = [a](size_t run) CEDAR_X86_BF16_TARGET {
