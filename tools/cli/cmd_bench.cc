@@ -31,13 +31,17 @@ namespace cedar::cli {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: cedar bench -m DIR [-p LIST] [-n LIST] [-d LIST] [-t LIST] [-r N] [--numerics LIST] [-o md|json]\n"
+    "usage: cedar bench -m DIR [-p LIST] [-n LIST] [-d LIST] [-t LIST] [-r N] [--rounds N] [--numerics LIST]\n"
+    "                   [-o md|json]\n"
     "  -m, --model DIR      checkpoint directory\n"
     "  -p, --n-prompt LIST  prompt lengths to prefill, e.g. 512 or 128,512 (default 512; 0 = none)\n"
     "  -n, --n-gen LIST     tokens to decode (default 128; 0 = none)\n"
     "  -d, --depth LIST     tokens already in the context before each test (default 0), e.g. 0,4096,32768\n"
     "  -t, --threads LIST   thread counts (default: all cores)\n"
     "  -r, --repetitions N  runs per test; mean and standard deviation are reported (default 3)\n"
+    "  --rounds N           run the whole sweep N times, every thread count in turn in each round, and\n"
+    "                       report each thread count's speed over the first one's round by round (on a\n"
+    "                       machine whose bandwidth drifts, a ratio within one round is what compares)\n"
     "  --numerics LIST      fast and/or exact (default fast)\n"
     "  -o, --output FMT     md (default, a Markdown table) or json\n"
     "  --memory-budget LIST budgets such as 100%,50%,25% (of the weights the model reads) or 64G: for each,\n"
@@ -134,16 +138,64 @@ std::vector<int32_t> bench_ids(size_t n, size_t offset, size_t vocab) {
 
 struct BenchResult {
   std::string numerics, test;
-  int threads = 0;
+  int round = 0, threads = 0;
   long long depth = 0, tokens = 0;
   Stats tok_s;
   double gb_s = 0, bw_fraction = 0, gflop_s = 0, peak_fraction = 0;
 };
 
+// The read bandwidth a round measured before its runs with `threads` threads.
+struct Probe {
+  int round = 0, threads = 0;
+  double bandwidth = 0;
+};
+
+// One test's speed with `threads` threads over its speed with the first thread count, round by round
+// (--rounds), beside the same ratio of the two probes.
+struct Scaling {
+  std::string numerics, test;
+  long long depth = 0;
+  int threads = 0, base_threads = 0;
+  std::vector<double> ratios, bandwidth_ratios;
+};
+
+std::vector<Scaling> scaling_by_round(const std::vector<BenchResult>& results, const std::vector<Probe>& probes,
+                                      int base_threads) {
+  const auto bandwidth = [&](int round, int threads) {
+    for (const Probe& p : probes)
+      if (p.round == round && p.threads == threads) return p.bandwidth;
+    return 0.0;
+  };
+  std::vector<Scaling> out;
+  for (const BenchResult& r : results) {
+    if (r.threads == base_threads) continue;
+    const BenchResult* base = nullptr;
+    for (const BenchResult& b : results)
+      if (b.round == r.round && b.threads == base_threads && b.numerics == r.numerics && b.test == r.test &&
+          b.depth == r.depth)
+        base = &b;
+    if (base == nullptr || base->tok_s.mean <= 0) continue;
+    auto it = std::find_if(out.begin(), out.end(), [&](const Scaling& s) {
+      return s.numerics == r.numerics && s.test == r.test && s.depth == r.depth && s.threads == r.threads;
+    });
+    if (it == out.end()) it = out.insert(out.end(), Scaling{r.numerics, r.test, r.depth, r.threads, base_threads, {}, {}});
+    it->ratios.push_back(r.tok_s.mean / base->tok_s.mean);
+    const double base_bw = bandwidth(r.round, base_threads);
+    it->bandwidth_ratios.push_back(base_bw > 0 ? bandwidth(r.round, r.threads) / base_bw : 0.0);
+  }
+  return out;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 int cmd_bench(const std::vector<std::string>& argv) {
   auto args = Args::parse(argv, {"--model", "--n-prompt", "--n-gen", "--depth", "--threads", "--repetitions",
                                  "--numerics", "--output", "--memory-budget", "--fio-bandwidth", "--residency-stats",
-                                 "--prompt-file"},
+                                 "--prompt-file", "--rounds"},
                           {"--help", "--no-lookahead"},
                           {{"-m", "--model"}, {"-p", "--n-prompt"}, {"-n", "--n-gen"}, {"-d", "--depth"},
                            {"-t", "--threads"}, {"-r", "--repetitions"}, {"-o", "--output"}});
@@ -161,15 +213,17 @@ int cmd_bench(const std::vector<std::string>& argv) {
   auto depths = parse_list("-d", args->get_or("--depth", "0"));
   auto threads = parse_list("-t", args->get_or("--threads", std::to_string(hardware_threads())));
   auto reps = args->get_int("--repetitions", 3);
+  auto rounds = args->get_int("--rounds", 1);
   const std::string format = args->get_or("--output", "md");
-  for (const Status* st : {&prompts.status(), &gens.status(), &depths.status(), &threads.status(), &reps.status()}) {
+  for (const Status* st :
+       {&prompts.status(), &gens.status(), &depths.status(), &threads.status(), &reps.status(), &rounds.status()}) {
     if (!st->ok()) {
       std::fprintf(stderr, "cedar bench: %s\n", st->message().c_str());
       return 2;
     }
   }
-  if (*reps < 1 || (format != "md" && format != "json")) {
-    std::fprintf(stderr, "cedar bench: -r must be >= 1 and -o md or json\n");
+  if (*reps < 1 || *rounds < 1 || (format != "md" && format != "json")) {
+    std::fprintf(stderr, "cedar bench: -r and --rounds must be >= 1 and -o md or json\n");
     return 2;
   }
   std::vector<ops::Numerics> modes;
@@ -218,89 +272,99 @@ int cmd_bench(const std::vector<std::string>& argv) {
     return bytes;
   };
   std::vector<BenchResult> results;
+  std::vector<Probe> probes;
   nlohmann::json machine = nlohmann::json::array();
-  for (long long t : *threads) {
-    ThreadPool pool(static_cast<int>(t));
-    const double bandwidth = measure_read_bandwidth(pool, size_t{1} << 30, 3);
-    const double peak = measure_gemm_peak(pool, 3);
-    machine.push_back({{"threads", t}, {"read_bandwidth_gb_s", bandwidth / 1e9}, {"gemm_peak_gflop_s", peak / 1e9}});
-    if (format == "md")
-      std::fprintf(stderr, "threads %lld: memory read %.2f GB/s, fast bf16 GEMM peak %.1f GFLOP/s\n", t, bandwidth / 1e9,
-                   peak / 1e9);
-    for (ops::Numerics mode : modes) {
-      m.set_numerics(mode);
-      for (long long depth : *depths) {
-        const auto run = [&](bool prefill, long long n) -> Status {
-          std::vector<double> rates;
-          for (long long r = 0; r < *reps; ++r) {
-            model::SequenceState seq = m.new_sequence(depth + n + 1);
-            if (depth > 0) {
-              const auto ctx = bench_ids(static_cast<size_t>(depth), 0, vocab);
-              model::SeqChunk ch{&seq, ctx};
-              CEDAR_RETURN_IF_ERROR(m.forward({&ch, 1}, logits.data(), &pool));
-            }
-            Timer timer;
-            if (prefill) {
-              const auto ids = bench_ids(static_cast<size_t>(n), static_cast<size_t>(depth), vocab);
-              model::SeqChunk ch{&seq, ids};
-              CEDAR_RETURN_IF_ERROR(m.forward({&ch, 1}, logits.data(), &pool));
-            } else {
-              int32_t next = static_cast<int32_t>((depth * 31 + 5) % static_cast<long long>(vocab));
-              for (long long i = 0; i < n; ++i) {
-                model::SeqChunk ch{&seq, {&next, 1}};
+  for (long long round = 0; round < *rounds; ++round) {
+    for (long long t : *threads) {
+      ThreadPool pool(static_cast<int>(t));
+      const double bandwidth = measure_read_bandwidth(pool, size_t{1} << 30, 3);
+      const double peak = measure_gemm_peak(pool, 3);
+      probes.push_back({static_cast<int>(round), static_cast<int>(t), bandwidth});
+      machine.push_back({{"threads", t}, {"read_bandwidth_gb_s", bandwidth / 1e9}, {"gemm_peak_gflop_s", peak / 1e9}});
+      if (*rounds > 1) machine.back()["round"] = round;
+      if (format == "md")
+        std::fprintf(stderr, "%sthreads %lld: memory read %.2f GB/s, fast bf16 GEMM peak %.1f GFLOP/s\n",
+                     *rounds > 1 ? ("round " + std::to_string(round) + ", ").c_str() : "", t, bandwidth / 1e9,
+                     peak / 1e9);
+      for (ops::Numerics mode : modes) {
+        m.set_numerics(mode);
+        for (long long depth : *depths) {
+          const auto run = [&](bool prefill, long long n) -> Status {
+            std::vector<double> rates;
+            for (long long r = 0; r < *reps; ++r) {
+              model::SequenceState seq = m.new_sequence(depth + n + 1);
+              if (depth > 0) {
+                const auto ctx = bench_ids(static_cast<size_t>(depth), 0, vocab);
+                model::SeqChunk ch{&seq, ctx};
                 CEDAR_RETURN_IF_ERROR(m.forward({&ch, 1}, logits.data(), &pool));
-                next = ops::argmax(logits.data(), vocab);
               }
+              Timer timer;
+              if (prefill) {
+                const auto ids = bench_ids(static_cast<size_t>(n), static_cast<size_t>(depth), vocab);
+                model::SeqChunk ch{&seq, ids};
+                CEDAR_RETURN_IF_ERROR(m.forward({&ch, 1}, logits.data(), &pool));
+              } else {
+                int32_t next = static_cast<int32_t>((depth * 31 + 5) % static_cast<long long>(vocab));
+                for (long long i = 0; i < n; ++i) {
+                  model::SeqChunk ch{&seq, {&next, 1}};
+                  CEDAR_RETURN_IF_ERROR(m.forward({&ch, 1}, logits.data(), &pool));
+                  next = ops::argmax(logits.data(), vocab);
+                }
+              }
+              rates.push_back(static_cast<double>(n) / timer.seconds());
             }
-            rates.push_back(static_cast<double>(n) / timer.seconds());
-          }
-          BenchResult res;
-          res.numerics = ops::numerics_name(mode);
-          res.test = (prefill ? "pp" : "tg") + std::to_string(n);
-          res.threads = static_cast<int>(t);
-          res.depth = depth;
-          res.tokens = n;
-          res.tok_s = stats(rates);
-          if (prefill) {
-            res.gflop_s = res.tok_s.mean * flop_per_token / 1e9;
-            res.peak_fraction = res.gflop_s * 1e9 / peak;
-          } else {
-            res.gb_s = res.tok_s.mean * static_cast<double>(decode_bytes(mode)) / 1e9;
-            res.bw_fraction = res.gb_s * 1e9 / bandwidth;
-          }
-          results.push_back(res);
-          if (format == "md")
-            std::fprintf(stderr, "  %s %s @ d%lld, %lld threads: %.2f tok/s\n", res.numerics.c_str(), res.test.c_str(),
-                         depth, t, res.tok_s.mean);
-          return Status();
-        };
-        for (long long p : *prompts)
-          if (p > 0)
-            if (Status st = run(true, p); !st.ok()) {
-              std::fprintf(stderr, "cedar bench: %s\n", st.message().c_str());
-              return 1;
+            BenchResult res;
+            res.numerics = ops::numerics_name(mode);
+            res.test = (prefill ? "pp" : "tg") + std::to_string(n);
+            res.round = static_cast<int>(round);
+            res.threads = static_cast<int>(t);
+            res.depth = depth;
+            res.tokens = n;
+            res.tok_s = stats(rates);
+            if (prefill) {
+              res.gflop_s = res.tok_s.mean * flop_per_token / 1e9;
+              res.peak_fraction = res.gflop_s * 1e9 / peak;
+            } else {
+              res.gb_s = res.tok_s.mean * static_cast<double>(decode_bytes(mode)) / 1e9;
+              res.bw_fraction = res.gb_s * 1e9 / bandwidth;
             }
-        for (long long n : *gens)
-          if (n > 0)
-            if (Status st = run(false, n); !st.ok()) {
-              std::fprintf(stderr, "cedar bench: %s\n", st.message().c_str());
-              return 1;
-            }
+            results.push_back(res);
+            if (format == "md")
+              std::fprintf(stderr, "  %s %s @ d%lld, %lld threads: %.2f tok/s\n", res.numerics.c_str(), res.test.c_str(),
+                           depth, t, res.tok_s.mean);
+            return Status();
+          };
+          for (long long p : *prompts)
+            if (p > 0)
+              if (Status st = run(true, p); !st.ok()) {
+                std::fprintf(stderr, "cedar bench: %s\n", st.message().c_str());
+                return 1;
+              }
+          for (long long n : *gens)
+            if (n > 0)
+              if (Status st = run(false, n); !st.ok()) {
+                std::fprintf(stderr, "cedar bench: %s\n", st.message().c_str());
+                return 1;
+              }
+        }
       }
     }
-  }
 
+  }
+  const std::vector<Scaling> scalings = scaling_by_round(results, probes, static_cast<int>(threads->front()));
   if (format == "json") {
     nlohmann::json j = {{"model", *args->get("--model")},
                         {"weight_bytes_read_per_decoded_token",
                          {{"exact", decode_bytes(ops::Numerics::kExact)}, {"fast", decode_bytes(ops::Numerics::kFast)}}},
                         {"matmul_flop_per_prefill_token", flop_per_token},
                         {"machine", machine},
-                        {"results", nlohmann::json::array()}};
+                        {"results", nlohmann::json::array()},
+                        {"scaling", nlohmann::json::array()}};
     for (const BenchResult& r : results) {
       nlohmann::json e = {{"numerics", r.numerics}, {"test", r.test},      {"threads", r.threads},
                           {"depth", r.depth},       {"tokens", r.tokens},  {"tok_s_mean", r.tok_s.mean},
                           {"tok_s_sd", r.tok_s.sd}, {"repetitions", *reps}};
+      if (*rounds > 1) e["round"] = r.round;
       if (r.test[0] == 't') {
         e["weight_gb_s"] = r.gb_s;
         e["bandwidth_fraction"] = r.bw_fraction;
@@ -310,6 +374,11 @@ int cmd_bench(const std::vector<std::string>& argv) {
       }
       j["results"].push_back(e);
     }
+    for (const Scaling& sc : scalings)
+      j["scaling"].push_back({{"numerics", sc.numerics}, {"test", sc.test}, {"depth", sc.depth},
+                              {"threads", sc.threads}, {"base_threads", sc.base_threads},
+                              {"tok_s_ratio_by_round", sc.ratios}, {"tok_s_ratio_median", median(sc.ratios)},
+                              {"read_bandwidth_ratio_by_round", sc.bandwidth_ratios}});
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
@@ -317,9 +386,12 @@ int cmd_bench(const std::vector<std::string>& argv) {
   if (m.weights().head.coded != nullptr)
     std::printf(" (%.1f MB in fast numerics: the head re-coded in 12 bits)", decode_bytes(ops::Numerics::kFast) / 1e6);
   std::printf("; prefill does %.2f GFLOP of matmuls per token\n\n", flop_per_token / 1e9);
-  std::printf("| numerics | threads | test | depth | tok/s | weights GB/s | %% of read bw | GFLOP/s | %% of GEMM peak |\n");
-  std::printf("|---|---:|---|---:|---:|---:|---:|---:|---:|\n");
+  const bool by_round = *rounds > 1;
+  std::printf("|%s numerics | threads | test | depth | tok/s | weights GB/s | %% of read bw | GFLOP/s | %% of GEMM peak |\n",
+              by_round ? " round |" : "");
+  std::printf("|%s---|---:|---|---:|---:|---:|---:|---:|---:|\n", by_round ? "---:|" : "");
   for (const BenchResult& r : results) {
+    if (by_round) std::printf("| %d ", r.round);
     const bool tg = r.test[0] == 't';
     char a[32], b[32], cc[32], d[32];
     std::snprintf(a, sizeof a, "%.2f", r.gb_s);
@@ -328,6 +400,26 @@ int cmd_bench(const std::vector<std::string>& argv) {
     std::snprintf(d, sizeof d, "%.1f%%", 100.0 * r.peak_fraction);
     std::printf("| %s | %d | %s | %lld | %.2f ± %.2f | %s | %s | %s | %s |\n", r.numerics.c_str(), r.threads,
                 r.test.c_str(), r.depth, r.tok_s.mean, r.tok_s.sd, tg ? a : "", tg ? b : "", tg ? "" : cc, tg ? "" : d);
+  }
+  if (!scalings.empty()) {
+    std::printf("\nspeed over %d thread%s, round by round (each round runs every thread count in turn)\n\n",
+                scalings.front().base_threads, scalings.front().base_threads == 1 ? "" : "s");
+    std::printf("| numerics | test | depth | threads | tok/s ratio per round | median | min | max | read bw ratio per round |\n");
+    std::printf("|---|---|---:|---:|---|---:|---:|---:|---|\n");
+    const auto join = [](const std::vector<double>& v) {
+      std::string out;
+      for (double x : v) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%s%.2f", out.empty() ? "" : " / ", x);
+        out += buf;
+      }
+      return out;
+    };
+    for (const Scaling& sc : scalings)
+      std::printf("| %s | %s | %lld | %d | %s | %.2f | %.2f | %.2f | %s |\n", sc.numerics.c_str(), sc.test.c_str(),
+                  sc.depth, sc.threads, join(sc.ratios).c_str(), median(sc.ratios),
+                  *std::min_element(sc.ratios.begin(), sc.ratios.end()),
+                  *std::max_element(sc.ratios.begin(), sc.ratios.end()), join(sc.bandwidth_ratios).c_str());
   }
   return 0;
 }
