@@ -61,6 +61,9 @@ TEST(BenchCli, RoundsRunEveryThreadCountAndReportPerRoundRatios) {
   RunResult bad = run_cedar("bench -m " + shared_tiny_checkpoint() + " -p 0 -n 2 --rounds 0");
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.output.find("--rounds must be >= 1"), std::string::npos) << bad.output;
+  RunResult streaming = run_cedar("bench -m " + shared_tiny_checkpoint() + " --memory-budget 100% --rounds 2");
+  EXPECT_EQ(streaming.exit_code, 2);
+  EXPECT_NE(streaming.output.find("--rounds applies to the resident bench"), std::string::npos) << streaming.output;
 }
 
 }  // namespace

@@ -209,7 +209,15 @@ int cmd_bench(const std::vector<std::string>& argv) {
     std::printf("%s", kUsage);
     return args->has("--help") ? 0 : 2;
   }
-  if (args->has("--memory-budget")) return bench_streaming(*args);
+  if (args->has("--memory-budget")) {
+    // The streaming bench runs one sequence per budget and has no sweep to repeat.
+    for (const char* flag : {"--rounds", "--no-warmup"})
+      if (args->has(flag)) {
+        std::fprintf(stderr, "cedar bench: %s applies to the resident bench; drop it or --memory-budget\n", flag);
+        return 2;
+      }
+    return bench_streaming(*args);
+  }
   auto prompts = parse_list("-p", args->get_or("--n-prompt", "512"));
   auto gens = parse_list("-n", args->get_or("--n-gen", "128"));
   auto depths = parse_list("-d", args->get_or("--depth", "0"));
