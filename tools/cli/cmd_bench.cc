@@ -363,7 +363,6 @@ int cmd_bench(const std::vector<std::string>& argv) {
         }
       }
     }
-
   }
   const std::vector<Scaling> scalings = scaling_by_round(results, probes, static_cast<int>(threads->front()));
   if (format == "json") {
