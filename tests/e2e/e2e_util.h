@@ -4,6 +4,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <gtest/gtest.h>
+
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -36,6 +38,14 @@ inline RunResult run_cedar(const std::string& args) { return run_command(std::st
 // Separate stdout (returned) from stderr (discarded) for commands whose stdout is JSON.
 inline RunResult run_cedar_stdout(const std::string& args) {
   return run_command(std::string(CEDAR_BIN) + " " + args + " 2>/dev/null");
+}
+
+// A command line the binary must refuse as a usage error: exit 2, with `message` in its output.
+inline ::testing::AssertionResult refused_with(const std::string& args, const std::string& message) {
+  const RunResult r = run_cedar(args);
+  if (r.exit_code == 2 && r.output.find(message) != std::string::npos) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "cedar " << args << ": exit " << r.exit_code << ", wanted 2 and \""
+                                       << message << "\"; output:\n" << r.output;
 }
 
 inline std::string test_dir(const std::string& name) {

@@ -281,6 +281,10 @@ int cmd_bench(const std::vector<std::string>& argv) {
       bytes += static_cast<int64_t>(head.coded->bytes()) - static_cast<int64_t>(head.n * head.k * 2);
     return bytes;
   };
+  // The first thread count of the first round runs each test once untimed before its repetitions:
+  // the same ids touch the same weight pages, which a fresh process has not faulted in yet (the first
+  // decode of a 1.9 GB checkpoint ran 40 % slow).
+  const bool warm_up = !args->has("--no-warmup");
   std::vector<BenchResult> results;
   std::vector<Probe> probes;
   nlohmann::json machine = nlohmann::json::array();
@@ -301,10 +305,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
         for (long long depth : *depths) {
           const auto run = [&](bool prefill, long long n) -> Status {
             std::vector<double> rates;
-            // The first thread count of the first round runs each test once untimed before its
-            // repetitions: the same ids touch the same weight pages, which a fresh process has not
-            // faulted in yet (the first decode of a 1.9 GB checkpoint ran 40 % slow).
-            const bool warmup = !args->has("--no-warmup") && round == 0 && t == threads->front();
+            const bool warmup = warm_up && round == 0 && t == threads->front();
             for (long long r = warmup ? -1 : 0; r < *reps; ++r) {
               model::SequenceState seq = m.new_sequence(depth + n + 1);
               if (depth > 0) {
