@@ -23,6 +23,7 @@ namespace cedar::ops::x86 {
 namespace {
 std::atomic<bool> g_allowed{true};
 std::atomic<bool> g_bf16_allowed{true};
+std::atomic<bool> g_bf16_forced{false};
 
 constexpr int kWeightOffset = 12;  // w' = 2·E2M1 + 12
 constexpr uint32_t kMinBf16ActBits = 0x01000000;  // f32 bits of 2^-125
@@ -30,6 +31,7 @@ constexpr uint32_t kMinBf16ActBits = 0x01000000;  // f32 bits of 2^-125
 
 void set_fp4_gemv_vnni_allowed(bool allowed) { g_allowed.store(allowed, std::memory_order_relaxed); }
 void set_fp4_gemv_bf16_allowed(bool allowed) { g_bf16_allowed.store(allowed, std::memory_order_relaxed); }
+void set_fp4_gemv_bf16_forced(bool forced) { g_bf16_forced.store(forced, std::memory_order_relaxed); }
 
 size_t fp4_bf16_plane_words(size_t k) { return (k + 127) / 128 * 128; }
 
@@ -376,7 +378,10 @@ CEDAR_X86_BF16_TARGET void gemv_rows_bf16(const uint16_t* plane, const uint8_t* 
 
 }  // namespace
 
-bool fp4_gemv_bf16_usable() { return has_avx512_bf16() && g_bf16_allowed.load(std::memory_order_relaxed); }
+bool fp4_gemv_bf16_usable() {
+  return has_avx512_bf16() && g_bf16_allowed.load(std::memory_order_relaxed) &&
+         (has_fast_avx512_bf16_dot() || g_bf16_forced.load(std::memory_order_relaxed));
+}
 
 bool fp4_bf16_pack_row(const float* values, size_t k, uint16_t* plane) {
   if (has_avx512_bf16()) return pack_row_avx512(values, k, plane);

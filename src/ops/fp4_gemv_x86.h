@@ -19,13 +19,13 @@
 // So the only rounding is the fp32 accumulation across blocks, as in the Highway kernel, and the
 // residual blocks of the planes (elements below the int16 plane's precision) are added exactly.
 //
-// On CPUs that also have AVX512-BF16 (Zen 4, Sapphire Rapids and later) a second form runs instead,
-// with half the multiply instructions: the weights decode to bf16 and meet the activations in
-// `vdpbf16ps` (two products per fp32 lane):
-//   * weights: 64 packed bytes (four blocks) are widened to 16-bit lanes by the two byte unpacks, and
-//     one `vpermw` per 32 lanes looks up the bf16 bits of the E2M1 value (0, ±0.5 .. ±6) from
-//     the low or (after a shift) the high nibble; each 128-bit lane then holds one block, so the fp32
-//     lanes of the dot products are per block and one FMA applies the four blocks' scales;
+// On CPUs that also have AVX512-BF16 with a fast `vdpbf16ps` (Zen 4 and later: has_fast_avx512_bf16_dot)
+// a second form runs instead, with half the multiply instructions: the weights decode to bf16 and meet
+// the activations in `vdpbf16ps` (two products per fp32 lane):
+//   * weights: 64 packed bytes (four blocks, one per 128-bit lane) are read as 32 words of four
+//     nibbles, and one `vpermw` per 32 weights looks up the bf16 bits of the E2M1 value (0, ±0.5 ..
+//     ±6) from the word shifted right by 0, 4, 8 or 12; the fp32 lanes of the dot products are per
+//     block, and one FMA applies the four blocks' scales;
 //   * activations: the quantised values q·s, exactly bf16 numbers (an E4M3 value has 4 significant
 //     bits), laid out once per call in the weights' lane order (fp4_bf16_pack_row);
 //   * every product of a bf16 activation and an E2M1 value is exact in fp32, so again the only
@@ -67,10 +67,14 @@ void fp4_vnni_pack_block_scalar(const int32_t* p, size_t kb, int8_t* row_plane, 
 void fp4_gemv_vnni(const Fp4GemvPlanes& planes, size_t m, const float* ascales, const uint8_t* wdata,
                    const uint8_t* wscales, size_t n_total, size_t k, float* y, size_t n_begin, size_t n_end);
 
-// Whether this CPU has AVX512-F/BW and AVX512-BF16 and tests have not turned the bf16 form off.
+// Whether the bf16 form runs: the CPU has AVX512-F/BW and AVX512-BF16 with a fast `vdpbf16ps`
+// (has_fast_avx512_bf16_dot: on Intel's cores the VNNI form is the faster one, 18 against 12-13 GB/s
+// in L3 on a Xeon with AMX), or tests forced it; and tests have not turned it off.
 bool fp4_gemv_bf16_usable();
 // Tests: false makes fast::quantize_activations pack the VNNI (or Highway) planes instead.
 void set_fp4_gemv_bf16_allowed(bool allowed);
+// Tests: true runs the bf16 form on every CPU with AVX512-BF16, so that it is tested there too.
+void set_fp4_gemv_bf16_forced(bool forced);
 
 // The bf16 layout of one activation row of width k (a multiple of 32): 128 u16 per group of four
 // blocks (the last group zero-padded), in four runs of 32: run r holds elements r, r + 4, ..., r + 28

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 #include <type_traits>
 #include <vector>
 
@@ -22,6 +23,7 @@
 #include "ops/formats.h"
 #include "ops/fp4_gemv_x86.h"
 #include "ops/fp8_gemv_x86.h"
+#include "ops/gemm_amx_x86.h"
 #include "ops/gemm_bf16_x86.h"
 #include "ops/linear_internal.h"
 #include "ops/prefetch.h"
@@ -484,37 +486,57 @@ HWY_INLINE void PanelTileRows(size_t mr, const float* act, size_t lda, const flo
 // exact fp32 values of weight row n, columns [k0, k0 + kc), to dst.
 // act_pairs (may be nullptr): the activations as bf16 pairs (Fp8Activations::bf16_pairs, exponent
 // fields act_lo..act_hi); a panel whose weights are bf16 values too, with products that can neither
-// flush to zero nor overflow, then runs on the AVX512-BF16 tile.
+// flush to zero nor overflow, then runs on the AMX tiles (gemm_amx_x86.h) or the AVX512-BF16 tile.
 // decode_panel (optional): decode_panel(n0, nr, k0, kc, panel_pairs, &lo, &hi) writes the bf16
 // panel of weight rows [n0, n0 + nr), columns [k0, k0 + kc), straight from the packed weights (rows
 // past nr zero), widening lo / hi to their exponent fields, or returns false (then the panel is
 // decoded row by row and packed the general way).
+// The columns go in groups of up to kGroupPanels panels that share each K step: on AMX one activation
+// tile feeds every panel of the group. Each output's sum is over the same panels and K steps in the
+// same order whichever tile runs, so the thread count never changes it.
 template <typename DecodeRow, typename Out, typename DecodePanel = std::nullptr_t>
 void PanelGemm(const float* act, size_t m, size_t k, size_t n_total, float* y, size_t n_begin, size_t n_end,
                const DecodeRow& decode_row, const Out& out, const uint32_t* act_pairs = nullptr, int act_lo = 0,
                int act_hi = 0, const DecodePanel& decode_panel = nullptr) {
-  thread_local std::vector<float> acc_storage;  // [m, 16] per thread; grows to the largest m once
-  const size_t acc_floats = ((m + kTileRows - 1) / kTileRows) * kTileRows * kPanelCols;
-  if (acc_storage.size() < acc_floats + 16) acc_storage.resize(acc_floats + 16);
-  float* acc = acc_storage.data();
-  acc += (16 - (reinterpret_cast<uintptr_t>(acc) / sizeof(float)) % 16) % 16;  // 64-byte aligned
+  constexpr size_t kGroupPanels = 4;
+  // [kGroupPanels][m rounded up to 16 rows, 16] per thread; grows to the largest m once. The AVX
+  // tiles write rows < m only, the AMX tiles whole 16-row tiles.
+  thread_local std::vector<float> acc_storage;
+  const size_t acc_floats = (m + 15) / 16 * 16 * kPanelCols;
+  if (acc_storage.size() < kGroupPanels * acc_floats + 16) acc_storage.resize(kGroupPanels * acc_floats + 16);
+  float* acc_base = acc_storage.data();
+  acc_base += (16 - (reinterpret_cast<uintptr_t>(acc_base) / sizeof(float)) % 16) % 16;  // 64-byte aligned
+  float* acc[kGroupPanels];
+  for (size_t j = 0; j < kGroupPanels; ++j) acc[j] = acc_base + j * acc_floats;
   HWY_ALIGN float panel[kPanelK * kPanelCols];
   HWY_ALIGN float row[kPanelK];
-  HWY_ALIGN uint32_t panel_pairs[kPanelK / 2 * kPanelCols];
+  HWY_ALIGN uint32_t panel_pairs[kGroupPanels][kPanelK / 2 * kPanelCols];
   HWY_ALIGN uint32_t row_pairs[kPanelK / 2];
-  for (size_t n0 = n_begin; n0 < n_end; n0 += kPanelCols) {
-    const size_t nr = std::min(kPanelCols, n_end - n0);
+  // AMX takes 16-row tiles: the rows past the last whole one are copied, one K step at a time, into
+  // a tile whose other rows are zero (their sums land in acc rows past m, never read).
+  const bool amx = act_pairs != nullptr && x86::gemm_amx_usable();
+  const size_t m16 = amx ? m / 16 * 16 : 0;
+  HWY_ALIGN uint32_t tail_pairs[16 * kPanelK / 2];
+  std::optional<x86::AmxTiles> amx_tiles;
+  if (amx) amx_tiles.emplace();
+  for (size_t g0 = n_begin; g0 < n_end; g0 += kGroupPanels * kPanelCols) {
+    const size_t n_panels = std::min(kGroupPanels, (n_end - g0 + kPanelCols - 1) / kPanelCols);
     for (size_t k0 = 0; k0 < k; k0 += kPanelK) {
       const size_t kc = std::min(kPanelK, k - k0);
-      // The bf16 tile's panel is built straight from the decoded rows (each row packed into pairs
+      // The bf16 tiles' panels are built straight from the decoded rows (each row packed into pairs
       // along k, then placed in its column). Products of nonzero values lie in
       // [2^(act_lo + w_lo - 254), 2^(act_hi + w_hi - 252)): within fp32's normal range, none is
       // flushed or overflows. A panel that fails the checks is decoded again for the fp32 tile.
-      if (act_pairs != nullptr) {
+      bool on_bf16[kGroupPanels] = {};
+      const uint32_t* bf16_panels[kGroupPanels];
+      float* bf16_acc[kGroupPanels];
+      size_t n_bf16 = 0;
+      for (size_t j = 0; j < n_panels && act_pairs != nullptr; ++j) {
+        const size_t n0 = g0 + j * kPanelCols, nr = std::min(kPanelCols, n_end - n0);
         int w_lo = 255, w_hi = 0;
         bool direct = false;
         if constexpr (!std::is_same_v<DecodePanel, std::nullptr_t>) {
-          direct = decode_panel(n0, nr, k0, kc, panel_pairs, &w_lo, &w_hi);
+          direct = decode_panel(n0, nr, k0, kc, panel_pairs[j], &w_lo, &w_hi);
         }
         bool representable = true;
         if (!direct) {
@@ -524,34 +546,57 @@ void PanelGemm(const float* act, size_t m, size_t k, size_t n_total, float* y, s
             if (c < nr) {
               decode_row(n0 + c, k0, kc, row);
               representable = ToBf16Pairs(row, kc / 2, row_pairs, &w_lo, &w_hi);
-              for (size_t p = 0; p < kc / 2; ++p) panel_pairs[p * kPanelCols + c] = row_pairs[p];
+              for (size_t p = 0; p < kc / 2; ++p) panel_pairs[j][p * kPanelCols + c] = row_pairs[p];
             } else {
-              for (size_t p = 0; p < kc / 2; ++p) panel_pairs[p * kPanelCols + c] = 0;
+              for (size_t p = 0; p < kc / 2; ++p) panel_pairs[j][p * kPanelCols + c] = 0;
             }
           }
         }
-        if (representable && act_lo + w_lo - 254 >= -126 && act_hi + w_hi - 252 <= 127) {
+        on_bf16[j] = representable && act_lo + w_lo - 254 >= -126 && act_hi + w_hi - 252 <= 127;
+        if (on_bf16[j]) {
+          bf16_panels[n_bf16] = panel_pairs[j];
+          bf16_acc[n_bf16++] = acc[j];
+        }
+      }
+      if (n_bf16 > 0 && amx) {
+        x86::panel_tiles_amx(m16, act_pairs + k0 / 2, k / 2, bf16_panels, n_bf16, kc / 2, bf16_acc, k0 == 0);
+        if (m16 < m) {
+          std::fill(tail_pairs, tail_pairs + 16 * kc / 2, 0u);
+          for (size_t r = m16; r < m; ++r)
+            std::copy_n(act_pairs + (r * k + k0) / 2, kc / 2, tail_pairs + (r - m16) * kc / 2);
+          float* tail_acc[kGroupPanels];
+          for (size_t i = 0; i < n_bf16; ++i) tail_acc[i] = bf16_acc[i] + m16 * kPanelCols;
+          x86::panel_tiles_amx(16, tail_pairs, kc / 2, bf16_panels, n_bf16, kc / 2, tail_acc, k0 == 0);
+        }
+      } else if (n_bf16 > 0) {
+        for (size_t i = 0; i < n_bf16; ++i)
           for (size_t m0 = 0; m0 < m; m0 += kTileRows) {
-            x86::panel_tile_bf16(std::min(kTileRows, m - m0), act_pairs + (m0 * k + k0) / 2, k / 2, panel_pairs,
-                                 kc / 2, acc + m0 * kPanelCols, k0 == 0);
+            x86::panel_tile_bf16(std::min(kTileRows, m - m0), act_pairs + (m0 * k + k0) / 2, k / 2, bf16_panels[i],
+                                 kc / 2, bf16_acc[i] + m0 * kPanelCols, k0 == 0);
           }
-          continue;
-        }
       }
-      for (size_t c = 0; c < kPanelCols; ++c) {
-        if (c < nr) {
-          decode_row(n0 + c, k0, kc, row);
-          for (size_t kk = 0; kk < kc; ++kk) panel[kk * kPanelCols + c] = row[kk];
-        } else {
-          for (size_t kk = 0; kk < kc; ++kk) panel[kk * kPanelCols + c] = 0.0f;
+      for (size_t j = 0; j < n_panels; ++j) {
+        if (on_bf16[j]) continue;
+        const size_t n0 = g0 + j * kPanelCols, nr = std::min(kPanelCols, n_end - n0);
+        for (size_t c = 0; c < kPanelCols; ++c) {
+          if (c < nr) {
+            decode_row(n0 + c, k0, kc, row);
+            for (size_t kk = 0; kk < kc; ++kk) panel[kk * kPanelCols + c] = row[kk];
+          } else {
+            for (size_t kk = 0; kk < kc; ++kk) panel[kk * kPanelCols + c] = 0.0f;
+          }
         }
-      }
-      for (size_t m0 = 0; m0 < m; m0 += kTileRows) {
-        PanelTileRows(std::min(kTileRows, m - m0), act + m0 * k + k0, k, panel, kc, acc + m0 * kPanelCols, k0 == 0);
+        for (size_t m0 = 0; m0 < m; m0 += kTileRows) {
+          PanelTileRows(std::min(kTileRows, m - m0), act + m0 * k + k0, k, panel, kc, acc[j] + m0 * kPanelCols,
+                        k0 == 0);
+        }
       }
     }
-    for (size_t r = 0; r < m; ++r)
-      for (size_t c = 0; c < nr; ++c) y[r * n_total + n0 + c] = out(acc[r * kPanelCols + c]);
+    for (size_t j = 0; j < n_panels; ++j) {
+      const size_t n0 = g0 + j * kPanelCols, nr = std::min(kPanelCols, n_end - n0);
+      for (size_t r = 0; r < m; ++r)
+        for (size_t c = 0; c < nr; ++c) y[r * n_total + n0 + c] = out(acc[j][r * kPanelCols + c]);
+    }
   }
 }
 
@@ -673,13 +718,14 @@ void FastBlockGemm(const Fp8Activations& a, const uint8_t* wdata, const uint8_t*
   if constexpr (kFp4) {
     // FP4 panels go straight from the packed bytes to bf16 pairs (a byte is one pair).
     const auto decode_panel = [&](size_t n0, size_t nr, size_t k0, size_t kc, uint32_t* panel, int* lo, int* hi) {
-      // The next panel's bytes for this K step, into L2 while this panel's tiles run: a panel reads a
-      // few lines from each of 16 rows, a pattern the hardware prefetcher does not follow, and these
-      // loads were most of this decode's time.
-      if (n0 + 2 * kPanelCols <= n_end) {
-        const uintptr_t next = reinterpret_cast<uintptr_t>(wdata + (n0 + kPanelCols) * (k / 2) + k0 / 2);
-        for (size_t r = 0; r < kPanelCols; ++r)
-          for (size_t b = 0; b < kc / 2; b += 64) __builtin_prefetch(reinterpret_cast<const void*>(next + r * (k / 2) + b), 0, 2);
+      // The panel's bytes for the next K step, into L2 while this step's tiles run (PanelGemm visits a
+      // column group's panels K step by K step): a panel reads a few lines from each of 16 rows, a
+      // pattern the hardware prefetcher does not follow, and these loads were most of this decode's time.
+      if (k0 + kc < k) {
+        const uintptr_t next = reinterpret_cast<uintptr_t>(wdata + n0 * (k / 2) + (k0 + kc) / 2);
+        const size_t next_bytes = std::min(kPanelK, k - k0 - kc) / 2;
+        for (size_t r = 0; r < nr; ++r)
+          for (size_t b = 0; b < next_bytes; b += 64) __builtin_prefetch(reinterpret_cast<const void*>(next + r * (k / 2) + b), 0, 2);
       }
       return x86::fp4_panel_bf16_pairs(wdata + n0 * (k / 2) + k0 / 2, k / 2, wscales + n0 * kblocks + k0 / 32, kblocks,
                                        nr, kc / 32, panel, lo, hi);

@@ -9,8 +9,10 @@ namespace cedar::ops::x86 {
 
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #define CEDAR_X86_CPU_SUPPORTS(feature) __builtin_cpu_supports(feature)
+#define CEDAR_X86_CPU_IS(vendor) __builtin_cpu_is(vendor)
 #else
 #define CEDAR_X86_CPU_SUPPORTS(feature) false
+#define CEDAR_X86_CPU_IS(vendor) false
 #endif
 
 // AVX512-F/BW/VL and AVX512-VNNI: Ice Lake server and later, Zen 4 and later.
@@ -33,6 +35,16 @@ inline bool has_avx512_bf16_vbmi() {
   return has;
 }
 
+// AVX512-BF16 where a zmm `vdpbf16ps` (32 products) issues as often as an fp32 FMA (16): AMD's Zen 4
+// and later. Intel's cores with AVX512-BF16 (Sapphire Rapids to Granite Rapids) issue it once per two
+// cycles against two FMAs per cycle, a quarter of the FMA's products per cycle (measured on a Xeon
+// with AMX: docs/PERFORMANCE.md), so there the kernels that have an integer form prefer it.
+inline bool has_fast_avx512_bf16_dot() {
+  static const bool fast = has_avx512_bf16() && CEDAR_X86_CPU_IS("amd");
+  return fast;
+}
+
 #undef CEDAR_X86_CPU_SUPPORTS
+#undef CEDAR_X86_CPU_IS
 
 }  // namespace cedar::ops::x86

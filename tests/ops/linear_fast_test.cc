@@ -23,6 +23,7 @@
 #include "ops/formats.h"
 #include "ops/fp4_gemv_x86.h"
 #include "ops/fp8_gemv_x86.h"
+#include "ops/gemm_amx_x86.h"
 #include "ops/gemm_bf16_x86.h"
 #include "ops/kernel_set.h"
 #include "ops/quant.h"
@@ -38,8 +39,10 @@ using testing::for_each_simd_target;
 // Every SIMD target, and on a CPU with AVX512-VBMI and AVX512-BF16 the AVX-512 targets twice: with the
 // FP8 GEMV of fp8_gemv_x86.h and without it (their Highway kernel), so both are tested. Likewise the
 // AVX2 and AVX-512 targets run the FP4 GEMV of fp4_gemv_x86.h in its bf16 form (AVX512-BF16), its
-// VNNI form (AVX512-VNNI) and neither (the Highway kernel), as far as the CPU has them, and on a CPU
-// with AVX512-BF16 every target runs with and without the GEMM tile of gemm_bf16_x86.h.
+// VNNI form (AVX512-VNNI) and neither (the Highway kernel), as far as the CPU has them (the bf16 form
+// forced where the CPU would take the VNNI one), and on a CPU
+// with AVX512-BF16 every target runs with and without the GEMM tile of gemm_bf16_x86.h (and on one
+// with AMX-BF16 with the AMX tiles of gemm_amx_x86.h, without them, and without both).
 template <typename Fn>
 void for_each_kernel(Fn&& fn) {
   for_each_simd_target([&] {
@@ -52,7 +55,14 @@ void for_each_kernel(Fn&& fn) {
     }
     const std::string target = dispatched_simd_target();
     const bool fp4_x86 = target.rfind("AVX3", 0) == 0 || target == "AVX2";
-    // The FP4 GEMV forms, each with the ones it takes precedence over turned off.
+    // The FP4 GEMV forms, each with the ones it takes precedence over turned off; the bf16 form also
+    // forced where the CPU prefers the VNNI one (Intel's), so that every form runs wherever it can.
+    if (x86::has_avx512_bf16() && !x86::has_fast_avx512_bf16_dot() && fp4_x86) {
+      SCOPED_TRACE("with the AVX512-BF16 FP4 GEMV forced");
+      x86::set_fp4_gemv_bf16_forced(true);
+      fn();
+      x86::set_fp4_gemv_bf16_forced(false);
+    }
     x86::set_fp4_gemv_bf16_allowed(false);
     if (x86::has_avx512_bf16() && fp4_x86) {
       SCOPED_TRACE("without the AVX512-BF16 FP4 GEMV");
@@ -65,11 +75,19 @@ void for_each_kernel(Fn&& fn) {
       x86::set_fp4_gemv_vnni_allowed(true);
     }
     x86::set_fp4_gemv_bf16_allowed(true);
+    if (x86::gemm_amx_usable()) {
+      SCOPED_TRACE("without the AMX GEMM tiles");
+      x86::set_gemm_amx_allowed(false);
+      fn();
+      x86::set_gemm_amx_allowed(true);
+    }
     if (x86::gemm_bf16_usable()) {
-      SCOPED_TRACE("without the AVX512-BF16 GEMM tile");
+      SCOPED_TRACE("without the AMX and AVX512-BF16 GEMM tiles");
+      x86::set_gemm_amx_allowed(false);
       x86::set_gemm_bf16_allowed(false);
       fn();
       x86::set_gemm_bf16_allowed(true);
+      x86::set_gemm_amx_allowed(true);
     }
   });
 }
@@ -140,9 +158,11 @@ struct Shape {
   size_t m, n, k;
 };
 // m < 6: the GEMV kernel (1, 4 and 4 + 1 rows); m >= 6: the panel GEMM with partial row tiles, partial
-// 16-column panels and K not a multiple of the 256-wide panel.
-constexpr Shape kShapes[] = {{1, 37, 96},  {1, 100, 1024}, {2, 33, 160},  {4, 20, 64},  {5, 70, 320},
-                             {6, 16, 256}, {7, 50, 288},   {13, 33, 544}, {40, 70, 96}, {64, 48, 1056}};
+// 16-column panels, column groups of 1-4 panels and K not a multiple of the 256-wide panel. On AMX:
+// whole 16-row tiles alone (16, 64), with rows past the last one (35, 40) and only those (6-13).
+constexpr Shape kShapes[] = {{1, 37, 96},  {1, 100, 1024}, {2, 33, 160},  {4, 20, 64},   {5, 70, 320},
+                             {6, 16, 256}, {7, 50, 288},   {13, 33, 544}, {16, 20, 256}, {35, 90, 800},
+                             {40, 70, 96}, {64, 48, 1056}};
 
 TEST(LinearFast, BlockGemmsWithinTheDerivedBoundOfExactOnEveryTarget) {
   std::mt19937 rng(11);
@@ -286,7 +306,7 @@ TEST(LinearFast, DenseWithinTheDerivedBoundOfExactOnEveryTarget) {
   // k not a multiple of any vector width, too; GEMMs with k a multiple of 32 can take the AVX512-BF16
   // tile (x is bf16).
   const Shape shapes[] = {{1, 37, 7},     {1, 65, 1000}, {3, 20, 64},    {5, 33, 129}, {6, 16, 33},
-                          {17, 70, 300},  {40, 19, 520}, {7, 33, 96},    {13, 40, 544}};
+                          {17, 70, 300},  {40, 19, 520}, {7, 33, 96},    {13, 40, 544}, {33, 140, 544}};
   for (const Shape& s : shapes) {
     const auto x = random_bf16(s.m * s.k, rng, 2.0f);
     const auto wf = random_bf16(s.n * s.k, rng, 0.05f);
@@ -537,6 +557,10 @@ BlockWeights integer_fp4_weights(size_t n, size_t k, std::mt19937& rng) {
 }
 
 TEST(LinearFast, Fp4GemvBf16KeepsTheSmallestQuantisedActivations) {
+  x86::set_fp4_gemv_bf16_forced(true);  // where the CPU would take the VNNI form
+  struct Unforce {
+    ~Unforce() { x86::set_fp4_gemv_bf16_forced(false); }
+  } unforce;
   if (!x86::fp4_gemv_bf16_usable()) GTEST_SKIP() << "this CPU lacks AVX512-BF16";
   // The quantiser's amax floor (1e-4: block scale 2^-22) keeps every nonzero value at or above
   // 2^-9 · 2^-22 = 2^-31, far above the 2^-125 the bf16 form needs, so it always takes the layout. A
