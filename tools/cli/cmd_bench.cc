@@ -100,9 +100,12 @@ double measure_read_bandwidth(ThreadPool& pool, size_t bytes, int repeat) {
 }
 
 // Best-of-`repeat` FLOP/s of the fast bf16-weight GEMM on operands that stay in cache: the machine's
-// practical matmul peak for cedar's kernels (prefill FLOP/s are reported against it).
+// practical matmul peak for cedar's kernels (prefill FLOP/s are reported against it). 512 rows, as a
+// prefill chunk has, so that decoding each weight panel is spread over as many rows as in prefill
+// (on AMX the tiles are fast enough for a 96-row GEMM to measure mostly that decoding), and 1,024
+// columns per thread, so that each thread's share of the columns still forms whole column groups.
 double measure_gemm_peak(ThreadPool& pool, int repeat) {
-  const size_t m = 96, n = 512 * static_cast<size_t>(pool.size()), k = 512;
+  const size_t m = 512, n = 1024 * static_cast<size_t>(pool.size()), k = 512;
   std::vector<float> x(m * k), y(m * n);
   std::vector<uint16_t> w(n * k);
   for (size_t i = 0; i < x.size(); ++i) x[i] = ops::round_bf16(static_cast<float>((i * 37) % 17) / 16.0f - 0.5f);
