@@ -734,8 +734,14 @@ void FastBlockGemm(const Fp8Activations& a, const uint8_t* wdata, const uint8_t*
               a.bf16_pairs, a.bf16_exp_lo, a.bf16_exp_hi, decode_panel);
   } else {
     // FP8 panels likewise, where the 16 rows share one 32-row scale group (always, for callers that
-    // split rows in multiples of 16).
+    // split rows in multiples of 16), with the next K step's bytes prefetched the same way.
     const auto decode_panel = [&](size_t n0, size_t nr, size_t k0, size_t kc, uint32_t* panel, int* lo, int* hi) {
+      if (k0 + kc < k) {
+        const uintptr_t next = reinterpret_cast<uintptr_t>(wdata + n0 * k + k0 + kc);
+        const size_t next_bytes = std::min(kPanelK, k - k0 - kc);
+        for (size_t r = 0; r < nr; ++r)
+          for (size_t b = 0; b < next_bytes; b += 64) __builtin_prefetch(reinterpret_cast<const void*>(next + r * k + b), 0, 2);
+      }
       if (n0 % 32 + nr > 32) return false;
       return x86::fp8_panel_bf16_pairs(wdata + n0 * k + k0, k, wscales + (n0 / 32) * kblocks + k0 / 32, nr, kc / 32,
                                        panel, lo, hi);
