@@ -272,6 +272,57 @@ TEST(LinearFast, GemmProductsBelowTheNormalRangeAreNotFlushed) {
   }
 }
 
+TEST(LinearFast, GemmPanelsOfOneColumnGroupTakeTheirOwnTiles) {
+  // A column group (four 16-row panels sharing each K step) whose panels differ: rows 32-63 have
+  // 2^-100 scales, so against activations near 2^-30 their products lie below fp32's normal range and
+  // those panels must take the fp32 tile, while the others take the bf16 tiles (AMX or AVX512-BF16).
+  // 20 rows: a whole 16-row tile and four more. Every output within the bound, the tiny ones too, and
+  // the same with a thread pool splitting the columns.
+  std::mt19937 rng(17);
+  std::uniform_int_distribution<int> small(1, 8);
+  ThreadPool pool(3);
+  for (bool fp4 : {false, true}) {
+    const size_t m = 20, n = 96, k = 256;
+    BlockWeights w = random_block_weights(fp4, n, k, rng);
+    for (auto& code : w.data)  // positive weights: E4M3 1..8, or two positive E2M1 codes (1..7)
+      code = fp4 ? static_cast<uint8_t>(small(rng) % 7 + 1 + ((small(rng) % 7 + 1) << 4))
+                 : f32_to_e4m3(static_cast<float>(small(rng)));
+    for (size_t row = 32; row < 64; ++row)
+      for (size_t kb = 0; kb < k / 32; ++kb) {
+        if (fp4) {
+          w.scales[row * (k / 32) + kb] = 27;  // 2^-100
+        } else if (row % 32 == 0) {
+          w.scales[(row / 32) * (k / 32) + kb] = 27;
+        }
+      }
+    auto x = random_bf16(m * k, rng, 1.0f);
+    for (auto& v : x) v = std::fabs(v) * 0x1p-30f + 0x1p-31f;  // positive: the sums cannot cancel
+    std::vector<float> want(m * n);
+    run_exact(w, x.data(), m, want.data());
+    std::vector<float> scratch(fast::act_scratch_floats(m, k));
+    const Fp8Activations a = fast::quantize_activations(x.data(), m, k, scratch);
+    for_each_kernel([&] {
+      std::vector<float> got(m * n), got_mt(m * n);
+      run_fast(w, x.data(), m, got.data(), nullptr);
+      run_fast(w, x.data(), m, got_mt.data(), &pool);
+      for (size_t i = 0; i < m; ++i)
+        for (size_t j = 0; j < n; ++j) {
+          const size_t at = i * n + j;
+          ASSERT_EQ(std::memcmp(&got[at], &got_mt[at], 4), 0) << "thread count changed output " << at;
+          ASSERT_GT(want[at], 0.0f) << (fp4 ? "fp4" : "fp8") << " @" << at;
+          double abs_sum = 0.0;
+          for (size_t c = 0; c < k; ++c) abs_sum += std::fabs(a.values[i * k + c] * w.value(j, c));
+          const double depth = static_cast<double>(k) + static_cast<double>(k / 32) + 1.0;
+          const double bound = 1.01 * (depth * kU32 * abs_sum + kUBf16 * (std::fabs(got[at]) + std::fabs(want[at]))) +
+                               (k + 1) * 0x1p-150;
+          ASSERT_LE(std::fabs(static_cast<double>(got[at]) - want[at]), bound)
+              << (fp4 ? "fp4" : "fp8") << " row " << i << " column " << j << " fast " << got[at] << " exact "
+              << want[at];
+        }
+    });
+  }
+}
+
 TEST(LinearFast, Bf16WeightsWithFp32ActivationsStayWithinTheBound) {
   std::mt19937 rng(11);
   std::normal_distribution<float> normal(0.0f, 1.0f);
