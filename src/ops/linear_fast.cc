@@ -482,6 +482,34 @@ HWY_INLINE void PanelTileRows(size_t mr, const float* act, size_t lda, const flo
   }
 }
 
+constexpr size_t kGroupPanels = 4;  // panels sharing each K step in PanelGemm
+
+// One K step [k0, k0 + kc) of the bf16 panels of a column group (n_panels of them, acc[j] [m, 16]
+// each) against act_pairs [m, k / 2]: on AMX tiles (16 rows at a time; the rows past the last whole
+// tile are copied into `tail_pairs`, 16 x kc / 2, whose other rows are zero, and their sums land in
+// acc rows past m, never read), else on the AVX512-BF16 tile.
+HWY_INLINE void Bf16PanelTiles(bool amx, size_t m, size_t k, size_t k0, size_t kc, const uint32_t* act_pairs,
+                               const uint32_t* const* panels, size_t n_panels, float* const* acc,
+                               uint32_t* tail_pairs) {
+  const bool first = k0 == 0;
+  if (!amx) {
+    for (size_t j = 0; j < n_panels; ++j)
+      for (size_t m0 = 0; m0 < m; m0 += kTileRows) {
+        x86::panel_tile_bf16(std::min(kTileRows, m - m0), act_pairs + (m0 * k + k0) / 2, k / 2, panels[j], kc / 2,
+                             acc[j] + m0 * kPanelCols, first);
+      }
+    return;
+  }
+  const size_t m16 = m / 16 * 16;
+  x86::panel_tiles_amx(m16, act_pairs + k0 / 2, k / 2, panels, n_panels, kc / 2, acc, first);
+  if (m16 == m) return;
+  std::fill(tail_pairs, tail_pairs + 16 * kc / 2, 0u);
+  for (size_t r = m16; r < m; ++r) std::copy_n(act_pairs + (r * k + k0) / 2, kc / 2, tail_pairs + (r - m16) * kc / 2);
+  float* tail_acc[kGroupPanels];
+  for (size_t j = 0; j < n_panels; ++j) tail_acc[j] = acc[j] + m16 * kPanelCols;
+  x86::panel_tiles_amx(16, tail_pairs, kc / 2, panels, n_panels, kc / 2, tail_acc, first);
+}
+
 // y[m, n_begin..n_end) = out(act[m, k] · decoded weight rows). decode_row(n, k0, kc, dst) writes the
 // exact fp32 values of weight row n, columns [k0, k0 + kc), to dst.
 // act_pairs (may be nullptr): the activations as bf16 pairs (Fp8Activations::bf16_pairs, exponent
@@ -498,7 +526,6 @@ template <typename DecodeRow, typename Out, typename DecodePanel = std::nullptr_
 void PanelGemm(const float* act, size_t m, size_t k, size_t n_total, float* y, size_t n_begin, size_t n_end,
                const DecodeRow& decode_row, const Out& out, const uint32_t* act_pairs = nullptr, int act_lo = 0,
                int act_hi = 0, const DecodePanel& decode_panel = nullptr) {
-  constexpr size_t kGroupPanels = 4;
   // [kGroupPanels][m rounded up to 16 rows, 16] per thread; grows to the largest m once. The AVX
   // tiles write rows < m only, the AMX tiles whole 16-row tiles.
   thread_local std::vector<float> acc_storage;
@@ -512,84 +539,66 @@ void PanelGemm(const float* act, size_t m, size_t k, size_t n_total, float* y, s
   HWY_ALIGN float row[kPanelK];
   HWY_ALIGN uint32_t panel_pairs[kGroupPanels][kPanelK / 2 * kPanelCols];
   HWY_ALIGN uint32_t row_pairs[kPanelK / 2];
-  // AMX takes 16-row tiles: the rows past the last whole one are copied, one K step at a time, into
-  // a tile whose other rows are zero (their sums land in acc rows past m, never read).
   const bool amx = act_pairs != nullptr && x86::gemm_amx_usable();
-  const size_t m16 = amx ? m / 16 * 16 : 0;
   HWY_ALIGN uint32_t tail_pairs[16 * kPanelK / 2];
   std::optional<x86::AmxTiles> amx_tiles;
   if (amx) amx_tiles.emplace();
+  // The bf16 tiles' panel of rows [n0, n0 + nr) for one K step, straight from the packed weights or
+  // from the decoded rows (each row packed into pairs along k, then placed in its column); false when
+  // it cannot take those tiles. Products of nonzero values lie in [2^(act_lo + w_lo - 254),
+  // 2^(act_hi + w_hi - 252)): within fp32's normal range, none is flushed or overflows.
+  const auto bf16_panel = [&](size_t n0, size_t nr, size_t k0, size_t kc, uint32_t* pairs) {
+    int w_lo = 255, w_hi = 0;
+    bool direct = false;
+    if constexpr (!std::is_same_v<DecodePanel, std::nullptr_t>) direct = decode_panel(n0, nr, k0, kc, pairs, &w_lo, &w_hi);
+    if (!direct) {
+      w_lo = 255;
+      w_hi = 0;
+      for (size_t c = 0; c < kPanelCols; ++c) {
+        if (c < nr) {
+          decode_row(n0 + c, k0, kc, row);
+          if (!ToBf16Pairs(row, kc / 2, row_pairs, &w_lo, &w_hi)) return false;
+          for (size_t p = 0; p < kc / 2; ++p) pairs[p * kPanelCols + c] = row_pairs[p];
+        } else {
+          for (size_t p = 0; p < kc / 2; ++p) pairs[p * kPanelCols + c] = 0;
+        }
+      }
+    }
+    return act_lo + w_lo - 254 >= -126 && act_hi + w_hi - 252 <= 127;
+  };
+  // The fp32 tile over the same panel, decoded again as floats.
+  const auto fp32_panel_tiles = [&](size_t n0, size_t nr, size_t k0, size_t kc, float* panel_acc) {
+    for (size_t c = 0; c < kPanelCols; ++c) {
+      if (c < nr) {
+        decode_row(n0 + c, k0, kc, row);
+        for (size_t kk = 0; kk < kc; ++kk) panel[kk * kPanelCols + c] = row[kk];
+      } else {
+        for (size_t kk = 0; kk < kc; ++kk) panel[kk * kPanelCols + c] = 0.0f;
+      }
+    }
+    for (size_t m0 = 0; m0 < m; m0 += kTileRows)
+      PanelTileRows(std::min(kTileRows, m - m0), act + m0 * k + k0, k, panel, kc, panel_acc + m0 * kPanelCols, k0 == 0);
+  };
   for (size_t g0 = n_begin; g0 < n_end; g0 += kGroupPanels * kPanelCols) {
     const size_t n_panels = std::min(kGroupPanels, (n_end - g0 + kPanelCols - 1) / kPanelCols);
     for (size_t k0 = 0; k0 < k; k0 += kPanelK) {
       const size_t kc = std::min(kPanelK, k - k0);
-      // The bf16 tiles' panels are built straight from the decoded rows (each row packed into pairs
-      // along k, then placed in its column). Products of nonzero values lie in
-      // [2^(act_lo + w_lo - 254), 2^(act_hi + w_hi - 252)): within fp32's normal range, none is
-      // flushed or overflows. A panel that fails the checks is decoded again for the fp32 tile.
       bool on_bf16[kGroupPanels] = {};
       const uint32_t* bf16_panels[kGroupPanels];
       float* bf16_acc[kGroupPanels];
       size_t n_bf16 = 0;
       for (size_t j = 0; j < n_panels && act_pairs != nullptr; ++j) {
-        const size_t n0 = g0 + j * kPanelCols, nr = std::min(kPanelCols, n_end - n0);
-        int w_lo = 255, w_hi = 0;
-        bool direct = false;
-        if constexpr (!std::is_same_v<DecodePanel, std::nullptr_t>) {
-          direct = decode_panel(n0, nr, k0, kc, panel_pairs[j], &w_lo, &w_hi);
-        }
-        bool representable = true;
-        if (!direct) {
-          w_lo = 255;
-          w_hi = 0;
-          for (size_t c = 0; c < kPanelCols && representable; ++c) {
-            if (c < nr) {
-              decode_row(n0 + c, k0, kc, row);
-              representable = ToBf16Pairs(row, kc / 2, row_pairs, &w_lo, &w_hi);
-              for (size_t p = 0; p < kc / 2; ++p) panel_pairs[j][p * kPanelCols + c] = row_pairs[p];
-            } else {
-              for (size_t p = 0; p < kc / 2; ++p) panel_pairs[j][p * kPanelCols + c] = 0;
-            }
-          }
-        }
-        on_bf16[j] = representable && act_lo + w_lo - 254 >= -126 && act_hi + w_hi - 252 <= 127;
+        const size_t n0 = g0 + j * kPanelCols;
+        on_bf16[j] = bf16_panel(n0, std::min(kPanelCols, n_end - n0), k0, kc, panel_pairs[j]);
         if (on_bf16[j]) {
           bf16_panels[n_bf16] = panel_pairs[j];
           bf16_acc[n_bf16++] = acc[j];
         }
       }
-      if (n_bf16 > 0 && amx) {
-        x86::panel_tiles_amx(m16, act_pairs + k0 / 2, k / 2, bf16_panels, n_bf16, kc / 2, bf16_acc, k0 == 0);
-        if (m16 < m) {
-          std::fill(tail_pairs, tail_pairs + 16 * kc / 2, 0u);
-          for (size_t r = m16; r < m; ++r)
-            std::copy_n(act_pairs + (r * k + k0) / 2, kc / 2, tail_pairs + (r - m16) * kc / 2);
-          float* tail_acc[kGroupPanels];
-          for (size_t i = 0; i < n_bf16; ++i) tail_acc[i] = bf16_acc[i] + m16 * kPanelCols;
-          x86::panel_tiles_amx(16, tail_pairs, kc / 2, bf16_panels, n_bf16, kc / 2, tail_acc, k0 == 0);
-        }
-      } else if (n_bf16 > 0) {
-        for (size_t i = 0; i < n_bf16; ++i)
-          for (size_t m0 = 0; m0 < m; m0 += kTileRows) {
-            x86::panel_tile_bf16(std::min(kTileRows, m - m0), act_pairs + (m0 * k + k0) / 2, k / 2, bf16_panels[i],
-                                 kc / 2, bf16_acc[i] + m0 * kPanelCols, k0 == 0);
-          }
-      }
+      if (n_bf16 > 0) Bf16PanelTiles(amx, m, k, k0, kc, act_pairs, bf16_panels, n_bf16, bf16_acc, tail_pairs);
       for (size_t j = 0; j < n_panels; ++j) {
-        if (on_bf16[j]) continue;
-        const size_t n0 = g0 + j * kPanelCols, nr = std::min(kPanelCols, n_end - n0);
-        for (size_t c = 0; c < kPanelCols; ++c) {
-          if (c < nr) {
-            decode_row(n0 + c, k0, kc, row);
-            for (size_t kk = 0; kk < kc; ++kk) panel[kk * kPanelCols + c] = row[kk];
-          } else {
-            for (size_t kk = 0; kk < kc; ++kk) panel[kk * kPanelCols + c] = 0.0f;
-          }
-        }
-        for (size_t m0 = 0; m0 < m; m0 += kTileRows) {
-          PanelTileRows(std::min(kTileRows, m - m0), act + m0 * k + k0, k, panel, kc, acc[j] + m0 * kPanelCols,
-                        k0 == 0);
-        }
+        const size_t n0 = g0 + j * kPanelCols;
+        if (!on_bf16[j]) fp32_panel_tiles(n0, std::min(kPanelCols, n_end - n0), k0, kc, acc[j]);
       }
     }
     for (size_t j = 0; j < n_panels; ++j) {
@@ -598,6 +607,17 @@ void PanelGemm(const float* act, size_t m, size_t k, size_t n_total, float* y, s
         for (size_t c = 0; c < nr; ++c) y[r * n_total + n0 + c] = out(acc[j][r * kPanelCols + c]);
     }
   }
+}
+
+// The bytes a panel's rows hold for the next K step, into L2 while this step's tiles run (PanelGemm
+// visits a column group's panels K step by K step): a panel reads a few lines from each of 16 rows, a
+// pattern the hardware prefetcher does not follow, and these loads were most of the panels' decoding
+// time. `rows` rows of `bytes` bytes from `first`, `stride` apart; addresses formed as integers, as
+// in ops/prefetch.h.
+HWY_INLINE void PrefetchPanelRows(const uint8_t* first, size_t rows, size_t stride, size_t bytes) {
+  const uintptr_t at = reinterpret_cast<uintptr_t>(first);
+  for (size_t r = 0; r < rows; ++r)
+    for (size_t b = 0; b < bytes; b += 64) __builtin_prefetch(reinterpret_cast<const void*>(at + r * stride + b), 0, 2);
 }
 
 template <bool kFp4>
@@ -718,15 +738,8 @@ void FastBlockGemm(const Fp8Activations& a, const uint8_t* wdata, const uint8_t*
   if constexpr (kFp4) {
     // FP4 panels go straight from the packed bytes to bf16 pairs (a byte is one pair).
     const auto decode_panel = [&](size_t n0, size_t nr, size_t k0, size_t kc, uint32_t* panel, int* lo, int* hi) {
-      // The panel's bytes for the next K step, into L2 while this step's tiles run (PanelGemm visits a
-      // column group's panels K step by K step): a panel reads a few lines from each of 16 rows, a
-      // pattern the hardware prefetcher does not follow, and these loads were most of this decode's time.
-      if (k0 + kc < k) {
-        const uintptr_t next = reinterpret_cast<uintptr_t>(wdata + n0 * (k / 2) + (k0 + kc) / 2);
-        const size_t next_bytes = std::min(kPanelK, k - k0 - kc) / 2;
-        for (size_t r = 0; r < nr; ++r)
-          for (size_t b = 0; b < next_bytes; b += 64) __builtin_prefetch(reinterpret_cast<const void*>(next + r * (k / 2) + b), 0, 2);
-      }
+      if (k0 + kc < k)
+        PrefetchPanelRows(wdata + n0 * (k / 2) + (k0 + kc) / 2, nr, k / 2, std::min(kPanelK, k - k0 - kc) / 2);
       return x86::fp4_panel_bf16_pairs(wdata + n0 * (k / 2) + k0 / 2, k / 2, wscales + n0 * kblocks + k0 / 32, kblocks,
                                        nr, kc / 32, panel, lo, hi);
     };
@@ -734,14 +747,9 @@ void FastBlockGemm(const Fp8Activations& a, const uint8_t* wdata, const uint8_t*
               a.bf16_pairs, a.bf16_exp_lo, a.bf16_exp_hi, decode_panel);
   } else {
     // FP8 panels likewise, where the 16 rows share one 32-row scale group (always, for callers that
-    // split rows in multiples of 16), with the next K step's bytes prefetched the same way.
+    // split rows in multiples of 16).
     const auto decode_panel = [&](size_t n0, size_t nr, size_t k0, size_t kc, uint32_t* panel, int* lo, int* hi) {
-      if (k0 + kc < k) {
-        const uintptr_t next = reinterpret_cast<uintptr_t>(wdata + n0 * k + k0 + kc);
-        const size_t next_bytes = std::min(kPanelK, k - k0 - kc);
-        for (size_t r = 0; r < nr; ++r)
-          for (size_t b = 0; b < next_bytes; b += 64) __builtin_prefetch(reinterpret_cast<const void*>(next + r * k + b), 0, 2);
-      }
+      if (k0 + kc < k) PrefetchPanelRows(wdata + n0 * k + k0 + kc, nr, k, std::min(kPanelK, k - k0 - kc));
       if (n0 % 32 + nr > 32) return false;
       return x86::fp8_panel_bf16_pairs(wdata + n0 * k + k0, k, wscales + (n0 / 32) * kblocks + k0 / 32, nr, kc / 32,
                                        panel, lo, hi);
