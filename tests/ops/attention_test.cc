@@ -552,72 +552,80 @@ TEST(IndexerScores, TilesAtTheirLimitsEqualTheReference) {
   });
 }
 
+// The top-k's key and taking passes are Highway kernels (ops/topk.cc): each test runs on every
+// compiled target.
 TEST(TopK, LargestThenAscendingWithLowerIndexWinningTies) {
-  const float s[7] = {1, 3, 3, 2, 3, -INFINITY, 0};
-  int32_t out[7], scratch[7];
-  topk_ascending(s, 7, 2, out, scratch);
-  EXPECT_EQ(out[0], 1);
-  EXPECT_EQ(out[1], 2);
-  topk_ascending(s, 7, 4, out, scratch);
-  EXPECT_EQ(std::vector<int32_t>(out, out + 4), (std::vector<int32_t>{1, 2, 3, 4}));
-  topk_ascending(s, 7, 7, out, scratch);  // k = n: everything, -inf included
-  EXPECT_EQ(std::vector<int32_t>(out, out + 7), (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6}));
-  const float z[5] = {0, 0, 0, 0, 0};  // all-zero relu rows: the first k positions
-  topk_ascending(z, 5, 3, out, scratch);
-  EXPECT_EQ(std::vector<int32_t>(out, out + 3), (std::vector<int32_t>{0, 1, 2}));
-  const float withnan[4] = {1, NAN, 5, 2};
-  topk_ascending(withnan, 4, 2, out, scratch);
-  EXPECT_EQ(std::vector<int32_t>(out, out + 2), (std::vector<int32_t>{1, 2}));
+  for_each_simd_target([] {
+    const float s[7] = {1, 3, 3, 2, 3, -INFINITY, 0};
+    int32_t out[7], scratch[7];
+    topk_ascending(s, 7, 2, out, scratch);
+    EXPECT_EQ(out[0], 1);
+    EXPECT_EQ(out[1], 2);
+    topk_ascending(s, 7, 4, out, scratch);
+    EXPECT_EQ(std::vector<int32_t>(out, out + 4), (std::vector<int32_t>{1, 2, 3, 4}));
+    topk_ascending(s, 7, 7, out, scratch);  // k = n: everything, -inf included
+    EXPECT_EQ(std::vector<int32_t>(out, out + 7), (std::vector<int32_t>{0, 1, 2, 3, 4, 5, 6}));
+    const float z[5] = {0, 0, 0, 0, 0};  // all-zero relu rows: the first k positions
+    topk_ascending(z, 5, 3, out, scratch);
+    EXPECT_EQ(std::vector<int32_t>(out, out + 3), (std::vector<int32_t>{0, 1, 2}));
+    const float withnan[4] = {1, NAN, 5, 2};
+    topk_ascending(withnan, 4, 2, out, scratch);
+    EXPECT_EQ(std::vector<int32_t>(out, out + 2), (std::vector<int32_t>{1, 2}));
+  });
 }
 
 TEST(TopK, MatchesFullSortOnRandomInput) {
-  std::mt19937 rng(5);
-  std::uniform_int_distribution<int> small(0, 20);  // many ties
-  for (int trial = 0; trial < 50; ++trial) {
-    const size_t n = 1 + static_cast<size_t>(trial) * 37;
-    std::vector<float> s(n);
-    for (auto& v : s) v = static_cast<float>(small(rng));
-    const size_t k = std::min<size_t>(n, 1 + trial * 11);
-    std::vector<int32_t> got(k), scratch(n), order(n);
-    topk_ascending(s.data(), n, k, got.data(), scratch.data());
-    for (size_t i = 0; i < n; ++i) order[i] = static_cast<int32_t>(i);
-    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return s[a] > s[b]; });
-    std::vector<int32_t> want(order.begin(), order.begin() + k);
-    std::sort(want.begin(), want.end());
-    ASSERT_EQ(got, want) << "n " << n << " k " << k;
-  }
+  for_each_simd_target([] {
+    std::mt19937 rng(5);
+    std::uniform_int_distribution<int> small(0, 20);  // many ties
+    for (int trial = 0; trial < 50; ++trial) {
+      const size_t n = 1 + static_cast<size_t>(trial) * 37;
+      std::vector<float> s(n);
+      for (auto& v : s) v = static_cast<float>(small(rng));
+      const size_t k = std::min<size_t>(n, 1 + trial * 11);
+      std::vector<int32_t> got(k), scratch(n), order(n);
+      topk_ascending(s.data(), n, k, got.data(), scratch.data());
+      for (size_t i = 0; i < n; ++i) order[i] = static_cast<int32_t>(i);
+      std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return s[a] > s[b]; });
+      std::vector<int32_t> want(order.begin(), order.begin() + k);
+      std::sort(want.begin(), want.end());
+      ASSERT_EQ(got, want) << "n " << n << " k " << k;
+    }
+  });
 }
 
 TEST(TopK, Bf16RadixSelectEqualsStableSortIncludingSpecialValues) {
   // Index scores are bf16: the radix path. Random bf16 values with many ties, ±0, ±inf and NaNs of
   // both signs; plus one non-bf16 value, which must take the general path with the same answer.
-  std::mt19937 rng(9);
-  std::uniform_int_distribution<int> pick(0, 12), small(-6, 6);
-  std::normal_distribution<float> normal(0.0f, 3.0f);
-  for (int trial = 0; trial < 60; ++trial) {
-    const size_t n = 1 + static_cast<size_t>(trial) * 53;
-    std::vector<float> s(n);
-    for (auto& v : s) {
-      const int p = pick(rng);
-      v = p == 0 ? INFINITY : p == 1 ? -INFINITY : p == 2 ? -0.0f : p == 3 ? 0.0f
-        : p == 4 && trial % 3 == 0 ? (rng() & 1 ? NAN : -NAN) : p < 8 ? static_cast<float>(small(rng))
-        : round_bf16(normal(rng));
+  for_each_simd_target([] {
+    std::mt19937 rng(9);
+    std::uniform_int_distribution<int> pick(0, 12), small(-6, 6);
+    std::normal_distribution<float> normal(0.0f, 3.0f);
+    for (int trial = 0; trial < 60; ++trial) {
+      const size_t n = 1 + static_cast<size_t>(trial) * 53;
+      std::vector<float> s(n);
+      for (auto& v : s) {
+        const int p = pick(rng);
+        v = p == 0 ? INFINITY : p == 1 ? -INFINITY : p == 2 ? -0.0f : p == 3 ? 0.0f
+          : p == 4 && trial % 3 == 0 ? (rng() & 1 ? NAN : -NAN) : p < 8 ? static_cast<float>(small(rng))
+          : round_bf16(normal(rng));
+      }
+      if (trial % 4 == 1) s[n / 2] = 0.1f;  // not a bf16 value
+      const size_t k = std::min<size_t>(n, 1 + (static_cast<size_t>(trial) * 29) % (n + 5));
+      std::vector<int32_t> got(k), scratch(n), order(n);
+      topk_ascending(s.data(), n, k, got.data(), scratch.data());
+      for (size_t i = 0; i < n; ++i) order[i] = static_cast<int32_t>(i);
+      // The contract's order: NaN first, then larger first (-0 == +0), then lower index (stable).
+      std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+        const bool na = std::isnan(s[a]), nb = std::isnan(s[b]);
+        if (na != nb) return na;
+        return !na && s[a] > s[b];
+      });
+      std::vector<int32_t> want(order.begin(), order.begin() + k);
+      std::sort(want.begin(), want.end());
+      ASSERT_EQ(got, want) << "trial " << trial << " n " << n << " k " << k;
     }
-    if (trial % 4 == 1) s[n / 2] = 0.1f;  // not a bf16 value
-    const size_t k = std::min<size_t>(n, 1 + (static_cast<size_t>(trial) * 29) % (n + 5));
-    std::vector<int32_t> got(k), scratch(n), order(n);
-    topk_ascending(s.data(), n, k, got.data(), scratch.data());
-    for (size_t i = 0; i < n; ++i) order[i] = static_cast<int32_t>(i);
-    // The contract's order: NaN first, then larger first (-0 == +0), then lower index (stable).
-    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
-      const bool na = std::isnan(s[a]), nb = std::isnan(s[b]);
-      if (na != nb) return na;
-      return !na && s[a] > s[b];
-    });
-    std::vector<int32_t> want(order.begin(), order.begin() + k);
-    std::sort(want.begin(), want.end());
-    ASSERT_EQ(got, want) << "trial " << trial << " n " << n << " k " << k;
-  }
+  });
 }
 
 }  // namespace
