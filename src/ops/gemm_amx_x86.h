@@ -45,4 +45,22 @@ class AmxTiles {
 void panel_tiles_amx(size_t m16, const uint32_t* act_pairs, size_t lda_pairs, const uint32_t* const* panels,
                      size_t n_panels, size_t pairs, float* const* acc, bool first);
 
+// The most activation rows fp4_rows_amx takes (four 16-row tiles share each weight tile).
+inline constexpr size_t kAmxSmallGemmRows = 64;
+
+// amx_pairs (Fp8Activations::amx_pairs's layout) from bf16 pairs [m, k/2], m <= kAmxSmallGemmRows.
+void amx_pairs_from_rows(const uint32_t* pairs, size_t m, size_t k, uint32_t* amx_pairs);
+
+// A prefill GEMM for few rows (an expert's share of a chunk: ~8 of 512 tokens): weight rows [n0, n0
+// + nr) (nr <= 16) of an FP4 matrix (packed [*, k/2], E8M0 scales [*, k/32]) against m <= 64
+// activation rows in amx_pairs (exponent fields act_lo..act_hi, as for the bf16 panels):
+// y[r * n_total + n] = bf16(Σ_k a[r, k] w[n, k]). Here the weights are the left-hand tiles in their
+// own row order, each 32-element block decoded to bf16 with its scale folded into the exponents, so
+// nothing is transposed, and one accumulator tile per 16 activation rows holds the whole sum. Returns
+// false (nothing written) when a block's scale is outside [2, 252] or a product could leave fp32's
+// normal range (the bf16 panels' checks); the caller computes those rows another way. Only callable
+// while an AmxTiles (16 columns) lives on this thread.
+bool fp4_rows_amx(const uint32_t* amx_pairs, size_t m, int act_lo, int act_hi, const uint8_t* packed,
+                  const uint8_t* scales, size_t k, size_t n0, size_t nr, float* y, size_t n_total);
+
 }  // namespace cedar::ops::x86

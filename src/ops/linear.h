@@ -126,6 +126,11 @@ struct Fp8Activations {
   // f32 exponent field among the nonzero values. nullptr = absent (the fp32 tile runs).
   const uint32_t* bf16_pairs = nullptr;
   int bf16_exp_lo = 0, bf16_exp_hi = 0;
+  // Also from fast::quantize_activations, with bf16_pairs, for 6..64 rows on CPUs with AMX-BF16: the
+  // pairs as the AMX tiles' right-hand operand (ops/gemm_amx_x86.h, fp4_rows_amx), 16 rows per tile
+  // (the last zero-padded): per 32-K step j and tile t, 256 u32 at (j * tiles + t) * 256, pair p of
+  // row 16t + r at p * 16 + r. nullptr = absent.
+  const uint32_t* amx_pairs = nullptr;
 };
 
 inline constexpr size_t kActTileRows = 16;

@@ -743,8 +743,22 @@ void FastBlockGemm(const Fp8Activations& a, const uint8_t* wdata, const uint8_t*
       return x86::fp4_panel_bf16_pairs(wdata + n0 * (k / 2) + k0 / 2, k / 2, wscales + n0 * kblocks + k0 / 32, kblocks,
                                        nr, kc / 32, panel, lo, hi);
     };
-    PanelGemm(a.values, a.m, k, n_total, y, n_begin, n_end, decode_row, [](float v) { return round_bf16(v); },
-              a.bf16_pairs, a.bf16_exp_lo, a.bf16_exp_hi, decode_panel);
+    const auto panel_gemm = [&](size_t begin, size_t end) {
+      PanelGemm(a.values, a.m, k, n_total, y, begin, end, decode_row, [](float v) { return round_bf16(v); },
+                a.bf16_pairs, a.bf16_exp_lo, a.bf16_exp_hi, decode_panel);
+    };
+    if (a.amx_pairs == nullptr || !x86::gemm_amx_usable()) return panel_gemm(n_begin, n_end);
+    // Few rows on AMX: 16 weight rows at a time as the left-hand tiles; rows it declines take the
+    // panels (which load and release the tile configuration themselves).
+    std::optional<x86::AmxTiles> tiles;
+    for (size_t n0 = n_begin; n0 < n_end; n0 += kPanelCols) {
+      const size_t nr = std::min(kPanelCols, n_end - n0);
+      if (!tiles) tiles.emplace();
+      if (x86::fp4_rows_amx(a.amx_pairs, a.m, a.bf16_exp_lo, a.bf16_exp_hi, wdata, wscales, k, n0, nr, y, n_total))
+        continue;
+      tiles.reset();
+      panel_gemm(n0, n0 + nr);
+    }
   } else {
     // FP8 panels likewise, where the 16 rows share one 32-row scale group (always, for callers that
     // split rows in multiples of 16).
@@ -926,7 +940,8 @@ namespace fast {
 size_t act_scratch_floats(size_t m, size_t k) {
   const size_t kblocks = k / kFp8ActBlock;
   const size_t planes = m * k + 2 * m * kblocks + m + 17 * m * x86::fp4_vnni_padded_blocks(kblocks);
-  return m * k + m * kblocks + (m < kFastGemmMinRows ? planes : m * k / 2);
+  const size_t amx_pairs = m <= x86::kAmxSmallGemmRows ? (m + 15) / 16 * 16 * k / 2 : 0;
+  return m * k + m * kblocks + (m < kFastGemmMinRows ? planes : m * k / 2 + amx_pairs);
 }
 
 namespace {
@@ -1034,6 +1049,12 @@ Fp8Activations quantize(const float* x, size_t m, size_t k, std::span<float> scr
       a.bf16_pairs = pairs;
       a.bf16_exp_lo = lo;
       a.bf16_exp_hi = hi;
+      // An FP4 GEMM of few rows takes the weights as the left-hand tiles (fp4_rows_amx).
+      if (fp4_planes && m <= x86::kAmxSmallGemmRows && x86::gemm_amx_usable()) {
+        uint32_t* amx_pairs = pairs + m * k / 2;
+        x86::amx_pairs_from_rows(pairs, m, k, amx_pairs);
+        a.amx_pairs = amx_pairs;
+      }
     }
   }
   return a;
