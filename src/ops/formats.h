@@ -115,6 +115,16 @@ const float* e2m1_table();
 // kernels' lookup tables are built from.
 inline constexpr uint16_t kE2m1Bf16Bits[16] = {0x0000, 0x3F00, 0x3F80, 0x3FC0, 0x4000, 0x4040, 0x4080, 0x40C0,
                                                0x8000, 0xBF00, 0xBF80, 0xBFC0, 0xC000, 0xC040, 0xC080, 0xC0C0};
+// The same bits for every 5-bit index c (code c & 15): a `vpermw` table, which reads the low 5 bits
+// of each word, so that the bit above a nibble (the next nibble's lowest) does not matter.
+struct alignas(64) E2m1Bf16Words {
+  uint16_t bits[32];
+};
+inline constexpr E2m1Bf16Words kE2m1Bf16Words = [] {
+  E2m1Bf16Words t{};
+  for (size_t c = 0; c < 32; ++c) t.bits[c] = kE2m1Bf16Bits[c % 16];
+  return t;
+}();
 
 // ---- FP4 pair packing ---------------------------------------------------------------------------
 

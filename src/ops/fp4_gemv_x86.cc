@@ -4,7 +4,6 @@
 #include "ops/fp4_gemv_x86.h"
 
 #include <algorithm>
-#include <array>
 #include <atomic>
 #include <cstring>
 
@@ -242,14 +241,6 @@ CEDAR_X86_TARGET void pack_block_avx512(const int32_t* p, size_t kb, int8_t* row
 
 #define CEDAR_X86_BF16_TARGET __attribute__((target("avx2,fma,avx512f,avx512bw,avx512bf16")))
 
-// The bf16 bits of E2M1 code c & 15 for every 5-bit index c: vpermw reads the low 5 bits of a lane,
-// which below a shifted-in nibble hold the next nibble's lowest bit.
-alignas(64) constexpr std::array<uint16_t, 32> kE2m1Bf16Words = [] {
-  std::array<uint16_t, 32> t{};
-  for (size_t i = 0; i < 32; ++i) t[i] = kE2m1Bf16Bits[i % 16];
-  return t;
-}();
-
 // fp4_bf16_pack_row in zmm registers: a group's four blocks become bf16 words (vcvtne2ps2bf16, exact for
 // bf16 numbers), then two rounds of two-source word permutes sort them into the four runs.
 CEDAR_X86_BF16_TARGET bool pack_row_avx512(const float* values, size_t k, uint16_t* plane) {
@@ -331,7 +322,7 @@ CEDAR_X86_BF16_TARGET void gemv_rows_bf16(const uint16_t* plane, const uint8_t* 
   const size_t kblocks = k / 32, groups = (kblocks + 3) / 4, full = kblocks / 4;
   const size_t words = groups * 128;
   const float* e8m0 = e8m0_table();
-  const __m512i table = _mm512_load_si512(kE2m1Bf16Words.data());
+  const __m512i table = _mm512_load_si512(kE2m1Bf16Words.bits);
   // Group j of the 16 scales: block b's scale (lane 4 j + b) in the four lanes of 128-bit lane b.
   __m512i spread[4];
   for (int j = 0; j < 4; ++j)

@@ -3,7 +3,6 @@
 #include "ops/gemm_amx_x86.h"
 
 #include <algorithm>
-#include <array>
 #include <atomic>
 
 #include "ops/formats.h"
@@ -105,13 +104,6 @@ alignas(64) constexpr TileConfig kConfig = make_config();
 
 CEDAR_AMX_TARGET void load_config() { _tile_loadconfig(&kConfig); }
 
-// The bf16 bits of E2M1 code c & 15 for every 5-bit index c (`vpermw` reads the low 5 bits of a word).
-alignas(64) constexpr std::array<uint16_t, 32> kE2m1Bf16Words = [] {
-  std::array<uint16_t, 32> t{};
-  for (size_t c = 0; c < 32; ++c) t[c] = kE2m1Bf16Bits[c % 16];
-  return t;
-}();
-
 constexpr size_t kStepBlocks = 8;                 // 32-element blocks per decoding step
 constexpr size_t kStepWords = kStepBlocks * 32;   // bf16 per row and step (512 bytes)
 
@@ -124,7 +116,7 @@ constexpr size_t kStepWords = kStepBlocks * 32;   // bf16 per row and step (512 
 CEDAR_AMX_DECODE_TARGET void decode_step(const uint8_t* packed, const uint8_t* scales, size_t k, size_t n0, size_t nr,
                                          size_t b0, size_t nb, uint16_t* out) {
   constexpr __mmask16 kAll16 = 0xFFFF;
-  const __m512i table = _mm512_load_si512(kE2m1Bf16Words.data());
+  const __m512i table = _mm512_load_si512(kE2m1Bf16Words.bits);
   const __m512i magnitude = _mm512_set1_epi16(0x7FFF);
   const size_t kblocks = k / 32;
   for (size_t i = 0; i < 16; ++i) {

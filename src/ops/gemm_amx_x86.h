@@ -1,6 +1,8 @@
 // The prefill GEMM on AMX-BF16 tiles (Sapphire Rapids and later): `tdpbf16ps` multiplies a 16-row x
-// 32-K bf16 activation tile by a 32-K x 16-column bf16 weight tile into 16 x 16 fp32 accumulators,
-// 8,192 products per instruction where `vdpbf16ps` forms 32.
+// 32-K bf16 tile by a 32-K x 16-column one into 16 x 16 fp32 accumulators, 8,192 products per
+// instruction where `vdpbf16ps` forms 32. Two forms: the bf16 panels of the GEMM (activations left,
+// weight panels right: panel_tiles_amx) and, for few activation rows, the weights on the left in
+// their own row order (fp4_rows_amx), where transposing them into panels would cost most of the time.
 //
 // The panels and their checks are the AVX512-BF16 tile's (gemm_bf16_x86.h): operands that are exactly
 // bf16 values, zero or normal, whose nonzero products lie in fp32's normal range. Like `vdpbf16ps`,
