@@ -13,6 +13,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 #define CEDAR_GEMM_AMX_X86 1
+#include "ops/fp4_block_x86-inl.h"
 #endif
 
 namespace cedar::ops::x86 {
@@ -110,26 +111,16 @@ constexpr size_t kStepWords = kStepBlocks * 32;   // bf16 per row and step (512 
 #define CEDAR_AMX_DECODE_TARGET __attribute__((target("avx512f,avx512bw,amx-tile,amx-bf16")))
 
 // Blocks [b0, b0 + nb) of 16 weight rows (row i is min(i, nr - 1): the rows past nr repeat the last,
-// whose sums are never read) to bf16 in natural order, row i at out + i * kStepWords. A packed byte
-// is one pair: OR-ing its dword with itself shifted left by 12 puts the high nibble at bits 16-19, so
-// one word lookup decodes both codes; the scale's exponent is added to the nonzero values.
+// whose sums are never read) to bf16 in natural order, row i at out + i * kStepWords.
 CEDAR_AMX_DECODE_TARGET void decode_step(const uint8_t* packed, const uint8_t* scales, size_t k, size_t n0, size_t nr,
                                          size_t b0, size_t nb, uint16_t* out) {
-  constexpr __mmask16 kAll16 = 0xFFFF;
   const __m512i table = _mm512_load_si512(kE2m1Bf16Words.bits);
-  const __m512i magnitude = _mm512_set1_epi16(0x7FFF);
   const size_t kblocks = k / 32;
   for (size_t i = 0; i < 16; ++i) {
     const size_t row = n0 + std::min(i, nr - 1);
-    const uint8_t* src = packed + row * (k / 2);
-    for (size_t b = b0; b < b0 + nb; ++b) {
-      const __m512i bytes = _mm512_maskz_cvtepu8_epi32(kAll16, _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 16 * b)));
-      const __m512i index = _mm512_or_si512(bytes, _mm512_maskz_slli_epi32(kAll16, bytes, 12));
-      const __m512i pair = _mm512_maskz_permutexvar_epi16(~__mmask32{0}, index, table);
-      const __m512i delta = _mm512_set1_epi16(static_cast<short>((scales[row * kblocks + b] - 127) << 7));
+    for (size_t b = b0; b < b0 + nb; ++b)
       _mm512_store_si512(out + i * kStepWords + (b - b0) * 32,
-                         _mm512_mask_add_epi16(pair, _mm512_test_epi16_mask(pair, magnitude), pair, delta));
-    }
+                         fp4_block_bf16_pairs(packed + row * (k / 2) + 16 * b, scales[row * kblocks + b], table));
   }
 }
 

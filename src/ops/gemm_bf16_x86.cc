@@ -3,7 +3,6 @@
 #include "ops/gemm_bf16_x86.h"
 
 #include <algorithm>
-#include <array>
 #include <atomic>
 
 #include "ops/formats.h"
@@ -13,6 +12,7 @@
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
 #include <immintrin.h>
 #define CEDAR_GEMM_BF16_X86 1
+#include "ops/fp4_block_x86-inl.h"
 #endif
 
 namespace cedar::ops::x86 {
@@ -55,14 +55,6 @@ CEDAR_X86_TARGET void tile(const uint32_t* act, size_t lda, const uint32_t* pane
   for (size_t r = 0; r < MR; ++r) _mm512_storeu_ps(acc_out + r * 16, _mm512_add_ps(even[r], odd[r]));
 }
 
-// The bf16 bits of E2M1 code c (0..15) at scale 2^0: sign in bit 15, 0.5..6 with exponent fields
-// 126..129. Scaling by 2^(s - 127) adds (s - 127) << 7 to the bits of the nonzero values.
-alignas(64) constexpr std::array<uint32_t, 16> kE2m1Bf16 = [] {
-  std::array<uint32_t, 16> t{};
-  for (size_t c = 0; c < 16; ++c) t[c] = kE2m1Bf16Bits[c];
-  return t;
-}();
-
 // The zero-masked forms with every lane set throughout: GCC 12's plain forms start from an
 // undefined vector and trip -Wmaybe-uninitialized.
 constexpr __mmask16 kAll16 = 0xFFFF;
@@ -101,9 +93,7 @@ CEDAR_X86_TARGET inline void transpose16(__m512i* r) {
 
 CEDAR_X86_TARGET bool fp4_panel(const uint8_t* packed, size_t row_bytes, const uint8_t* scales, size_t scale_stride,
                                 size_t nr, size_t n_blocks, uint32_t* panel, int* lo, int* hi) {
-  const __m512i table = _mm512_load_si512(kE2m1Bf16.data());
-  const __m512i nibble = _mm512_set1_epi32(0x0F);
-  const __m512i magnitude = _mm512_set1_epi16(0x7FFF);
+  const __m512i table = _mm512_load_si512(kE2m1Bf16Words.bits);
   int s_lo = 255, s_hi = 0;
   for (size_t b = 0; b < n_blocks; ++b) {
     __m512i r[16];
@@ -116,13 +106,7 @@ CEDAR_X86_TARGET bool fp4_panel(const uint8_t* packed, size_t row_bytes, const u
       if (s < 2 || s > 252) return false;
       s_lo = std::min(s_lo, s);
       s_hi = std::max(s_hi, s);
-      const __m512i bytes = _mm512_maskz_cvtepu8_epi32(
-          kAll16, _mm_loadu_si128(reinterpret_cast<const __m128i*>(packed + c * row_bytes + 16 * b)));
-      const __m512i even = _mm512_maskz_permutexvar_epi32(kAll16, _mm512_and_si512(bytes, nibble), table);
-      const __m512i odd = _mm512_maskz_permutexvar_epi32(kAll16, _mm512_maskz_srli_epi32(kAll16, bytes, 4), table);
-      const __m512i pair = _mm512_or_si512(even, _mm512_maskz_slli_epi32(kAll16, odd, 16));
-      const __mmask32 nonzero = _mm512_test_epi16_mask(pair, magnitude);
-      r[c] = _mm512_mask_add_epi16(pair, nonzero, pair, _mm512_set1_epi16(static_cast<short>((s - 127) << 7)));
+      r[c] = fp4_block_bf16_pairs(packed + c * row_bytes + 16 * b, s, table);
     }
     transpose16(r);
     for (size_t p = 0; p < 16; ++p) _mm512_storeu_si512(panel + (16 * b + p) * 16, r[p]);

@@ -67,6 +67,13 @@ void TopkTake(const int32_t* keys, size_t n, int32_t threshold, size_t equal_lef
   const size_t N = hn::Lanes(di);
   const auto t = hn::Set(di, threshold);
   size_t j = 0, i = 0;
+  const auto take_one = [&](size_t at) {
+    const int32_t v = keys[at];
+    if (v > threshold || (v == threshold && equal_left > 0)) {
+      if (v == threshold) --equal_left;
+      out_idx[j++] = static_cast<int32_t>(at);
+    }
+  };
   for (; i + N <= n && j < k; i += N) {
     const auto key = hn::LoadU(di, keys + i);
     const auto above = hn::Gt(key, t);
@@ -80,22 +87,9 @@ void TopkTake(const int32_t* keys, size_t n, int32_t threshold, size_t equal_lef
         j += hn::CompressBlendedStore(hn::Iota(di, static_cast<int32_t>(i)), take, di, out_idx + j);
       continue;
     }
-    // The vector holding the last taken ties: lane by lane.
-    for (size_t l = 0; l < N; ++l) {
-      const int32_t v = keys[i + l];
-      if (v > threshold || (v == threshold && equal_left > 0)) {
-        if (v == threshold) --equal_left;
-        out_idx[j++] = static_cast<int32_t>(i + l);
-      }
-    }
+    for (size_t l = 0; l < N; ++l) take_one(i + l);  // the vector holding the last taken ties
   }
-  for (; i < n && j < k; ++i) {
-    const int32_t v = keys[i];
-    if (v > threshold || (v == threshold && equal_left > 0)) {
-      if (v == threshold) --equal_left;
-      out_idx[j++] = static_cast<int32_t>(i);
-    }
-  }
+  for (; i < n && j < k; ++i) take_one(i);
 }
 
 }  // namespace HWY_NAMESPACE
