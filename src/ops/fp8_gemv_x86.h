@@ -2,17 +2,23 @@
 // later), used by the fast kernels' AVX-512 targets when the CPU has both extensions.
 //
 // Why a kernel outside Highway: Highway 1.0.3 (Debian 12) has no target with AVX512-BF16 and no
-// two-table byte lookup, and those two instructions are what make FP8 fast here:
-//   * decode: every E4M3 value is exactly a bf16 value (4 significant bits, exponent 2^-9..2^8), so
-//     two `vpermi2b` lookups in 128-byte tables give the high and low bytes of the bf16 bits of 64
-//     codes at once (subnormal codes included: they are normal bf16 numbers), the sign is ORed in;
-//   * dot product: `vdpbf16ps` multiplies bf16 pairs and adds both products to an fp32 lane. A
-//     product of an E4M3 weight and a bf16 activation has at most 4 + 8 significant bits, exact in
-//     fp32, so the only rounding is fp32 accumulation, as in the other fast kernels.
+// two-table byte lookup, and `vdpbf16ps` is what makes FP8 fast here: it multiplies bf16 pairs and adds
+// both products to an fp32 lane. A product of an E4M3 weight and a bf16 activation has at most 4 + 8
+// significant bits, exact in fp32, so the only rounding is fp32 accumulation, as in the other fast
+// kernels. The weights are decoded in registers, 64 codes at a time, one of two ways:
+//   * arithmetically (almost every chunk of a trained weight): E4M3's sign, exponent and mantissa
+//     bits, moved into place by a 16-bit arithmetic shift and a mask, are the bf16 bits of the value
+//     times 2^-120 (the two formats' exponent biases differ by 120), met by activations scaled by
+//     2^120. Only normal codes come out right that way, and `vdpbf16ps` shares its execution ports
+//     with byte permutes, so this form runs at ~1.2x the table form (docs/PERFORMANCE.md).
+//   * through two `vpermi2b` lookups in 128-byte tables (the high and low bytes of the bf16 bits),
+//     exact for every code: a chunk holding a code of magnitude 0x00-0x0E (zero, subnormals, the
+//     smallest normals) or 0x7F (NaN) takes this form, with the unscaled activations.
 // The instruction treats subnormal inputs as zero and flushes subnormal results, so the kernel only
-// takes activations that are bf16 values (after the power-of-two weight scale) of magnitude zero or
-// at least 2^-117 (then every product with a nonzero E4M3 weight, >= 2^-9, is a normal fp32 number);
-// a 32-row group whose activations do not qualify is declined and left to the caller's kernel.
+// takes a 32-row group whose scaled activations are all bf16 values and, where nonzero, of magnitude in
+// [2^-117, 256): every product with a nonzero E4M3 weight (>= 2^-9) is then a normal fp32 number, and
+// times 2^120 each is a bf16 number. A group that does not qualify (and every group, when an
+// activation is not finite) is declined and left to the caller's kernel.
 #pragma once
 
 #include <cstddef>

@@ -136,6 +136,23 @@ BlockWeights random_block_weights(bool fp4, size_t n, size_t k, std::mt19937& rn
   return w;
 }
 
+// FP8 weights as training leaves them: E4M3 codes of normal values, nearly all normal numbers (the
+// uniformly random codes above are an eighth zero, subnormal or NaN-adjacent, and the x86 FP8 GEMV
+// decodes a 64-code chunk holding one of those through its tables instead of arithmetically), with a
+// code of magnitude 0x00-0x0E in about one chunk in four, so that both decodes meet within a row.
+BlockWeights weight_like_fp8_weights(size_t n, size_t k, std::mt19937& rng) {
+  BlockWeights w = random_block_weights(false, n, k, rng);
+  std::normal_distribution<float> normal(0.0f, 60.0f);
+  std::uniform_int_distribution<int> special(0, 29), pick(0, 3), column(0, 63);
+  for (auto& b : w.data) b = f32_to_e4m3(normal(rng));
+  for (size_t at = 0; at + 64 <= w.data.size(); at += 64)
+    if (pick(rng) == 0) {
+      const int c = special(rng);  // 0x00-0x0E, either sign
+      w.data[at + column(rng)] = static_cast<uint8_t>(c < 15 ? c : 0x80 | (c - 15));
+    }
+  return w;
+}
+
 void run_exact(const BlockWeights& w, const float* x, size_t m, float* y) {
   std::vector<float> scratch(fp8_act_scratch_floats(m, w.k));
   if (w.fp4) {
@@ -167,10 +184,13 @@ constexpr Shape kShapes[] = {{1, 37, 96},  {1, 100, 1024}, {2, 33, 160},  {4, 20
 TEST(LinearFast, BlockGemmsWithinTheDerivedBoundOfExactOnEveryTarget) {
   std::mt19937 rng(11);
   ThreadPool pool(3);
-  for (bool fp4 : {false, true}) {
+  enum Kind { kFp8Random, kFp8WeightLike, kFp4 };
+  for (Kind kind : {kFp8Random, kFp8WeightLike, kFp4}) {
+    const bool fp4 = kind == kFp4;
     for (const Shape& s : kShapes) {
       const auto x = random_bf16(s.m * s.k, rng, 3.0f);
-      const BlockWeights w = random_block_weights(fp4, s.n, s.k, rng);
+      const BlockWeights w =
+          kind == kFp8WeightLike ? weight_like_fp8_weights(s.n, s.k, rng) : random_block_weights(fp4, s.n, s.k, rng);
       std::vector<float> want(s.m * s.n);
       run_exact(w, x.data(), s.m, want.data());
       // Σ|a·w| per output, from the act_quant values (dequantised) and the exact weights.
@@ -194,13 +214,13 @@ TEST(LinearFast, BlockGemmsWithinTheDerivedBoundOfExactOnEveryTarget) {
           const double bound = 1.01 * (depth * kU32 * abs_sum[i] +
                                        kUBf16 * (std::fabs(static_cast<double>(got[i])) + std::fabs(want[i]))) +
                                1e-30;
-          ASSERT_LE(diff, bound) << (fp4 ? "fp4" : "fp8") << " m" << s.m << " n" << s.n << " k" << s.k << " @" << i
+          ASSERT_LE(diff, bound) << "kind " << kind << " m" << s.m << " n" << s.n << " k" << s.k << " @" << i
                                  << " fast " << got[i] << " exact " << want[i];
           err2 += diff * diff;
           ref2 += static_cast<double>(want[i]) * want[i];
         }
         // Both sides round to bf16: the normalised error is dominated by that rounding (~2^-18).
-        EXPECT_LT(err2 / ref2, 1e-4) << (fp4 ? "fp4" : "fp8") << " m" << s.m << " n" << s.n << " k" << s.k;
+        EXPECT_LT(err2 / ref2, 1e-4) << "kind " << kind << " m" << s.m << " n" << s.n << " k" << s.k;
       });
     }
   }
@@ -888,23 +908,36 @@ TEST(LinearFast, Fp8WeightAsBf16EqualsTheDequantisedWeight) {
 }
 
 TEST(LinearFast, Fp8GemvDecodesEveryE4m3Code) {
-  // Row i holds code i at column i % 64 and zeros elsewhere; activations all 1 (quantised exactly: scale
-  // 2^-8, code 256), weight scale 1: output i is the code's value itself, which bf16 holds exactly.
-  // Covers both signs, zero, every subnormal and normal code. NaN codes (0x7F, 0xFF) are left out:
-  // checkpoints hold none, and the Highway decoders document their ±480 for them.
-  const size_t n = 256, k = 64;
-  std::vector<uint8_t> codes(n * k, 0), scales(n / 32 * (k / 32), 127);
-  for (size_t i = 0; i < n; ++i) codes[i * k + i % k] = static_cast<uint8_t>(i);
-  const std::vector<float> x(k, 1.0f);
-  for_each_kernel([&] {
-    std::vector<float> y(n), scratch(fast::act_scratch_floats(1, k));
-    fast::linear_fp8(x.data(), 1, Fp8Weight{codes.data(), scales.data(), n, k}, y.data(), scratch, nullptr);
+  // Row i holds code i at column p_i; the other columns hold +1 and -1 in turn (codes 0x38, 0xB8), with
+  // 2 of p_i's sign two columns along, so that they cancel. Activations all 1 (quantised exactly:
+  // scale 2^-8, code 256), weight scale 1: output i is the code's value itself, which bf16 holds
+  // exactly, and every partial sum is exact in fp32. Covers both signs, zero, every subnormal and
+  // normal code, at even and odd columns of first, middle and (k = 160) half chunks. The fillers are
+  // normal codes, so a normal code's chunk takes the x86 FP8 GEMV's arithmetic decode and a zero or
+  // subnormal one's its tables. NaN codes (0x7F, 0xFF) are left out: checkpoints hold none, and the
+  // Highway decoders document their ±480 for them.
+  for (const size_t k : {size_t{192}, size_t{160}}) {
+    const size_t n = 256;
+    std::vector<uint8_t> codes(n * k), scales(n / 32 * (k / 32), 127);
     for (size_t i = 0; i < n; ++i) {
-      if ((i & 0x7F) == 0x7F) continue;
-      const float want = e4m3_to_f32(static_cast<uint8_t>(i));
-      ASSERT_EQ(y[i], want) << "code " << i;  // == : a sum of -0 and +0 terms is +0
+      uint8_t* row = codes.data() + i * k;
+      for (size_t c = 0; c < k; ++c) row[c] = c % 2 == 0 ? 0x38 : 0xB8;  // +1, -1
+      const size_t p = (i * 37) % k;
+      const size_t partner = p + 2 < k ? p + 2 : p - 2;
+      row[partner] = p % 2 == 0 ? 0x40 : 0xC0;  // +2 or -2: with p's filler gone the rest cancel
+      row[p] = static_cast<uint8_t>(i);
     }
-  });
+    const std::vector<float> x(k, 1.0f);
+    for_each_kernel([&] {
+      std::vector<float> y(n), scratch(fast::act_scratch_floats(1, k));
+      fast::linear_fp8(x.data(), 1, Fp8Weight{codes.data(), scales.data(), n, k}, y.data(), scratch, nullptr);
+      for (size_t i = 0; i < n; ++i) {
+        if ((i & 0x7F) == 0x7F) continue;
+        const float want = e4m3_to_f32(static_cast<uint8_t>(i));
+        ASSERT_EQ(y[i], want) << "code " << i << " k " << k;  // == : a sum of -0 and +0 terms is +0
+      }
+    });
+  }
 }
 
 TEST(LinearFast, Fp8GemvBf16DeclinesActivationsItCannotTakeExactly) {
@@ -926,6 +959,26 @@ TEST(LinearFast, Fp8GemvBf16DeclinesActivationsItCannotTakeExactly) {
   EXPECT_EQ(x86::fp8_gemv_bf16(a.values, 1, w.data.data(), w.scales.data(), n, k, y.data(), 40, n), 40u);
   EXPECT_EQ(x86::fp8_gemv_bf16(a.values, 1, w.data.data(), w.scales.data(), n, k, y.data(), 64, n), n);
   EXPECT_EQ(y[40], -1.0f) << "a declined group is left untouched";
+  // Scaled activations of 256 and above: times 2^120 they would pass bf16's largest number (2^128 less
+  // a 256th), so the arithmetic decode's activations could not hold them. With scale 1, 300 is declined
+  // and 255 (whose 2^120 multiple is bf16's largest) is taken.
+  {
+    BlockWeights unit = w;
+    std::fill(unit.scales.begin(), unit.scales.end(), uint8_t{127});
+    std::vector<float> act(a.values, a.values + k);
+    act[3] = 300.0f;
+    EXPECT_EQ(x86::fp8_gemv_bf16(act.data(), 1, unit.data.data(), unit.scales.data(), n, k, y.data(), 0, n), 0u);
+    act[3] = 255.0f;
+    EXPECT_EQ(x86::fp8_gemv_bf16(act.data(), 1, unit.data.data(), unit.scales.data(), n, k, y.data(), 0, n), n);
+  }
+  // Non-finite activations: every group is declined (the caller's kernel propagates them).
+  {
+    std::vector<float> nan_x(a.values, a.values + k);
+    nan_x[70] = std::numeric_limits<float>::quiet_NaN();
+    EXPECT_EQ(x86::fp8_gemv_bf16(nan_x.data(), 1, w.data.data(), w.scales.data(), n, k, y.data(), 64, n), 64u);
+    nan_x[70] = std::numeric_limits<float>::infinity();
+    EXPECT_EQ(x86::fp8_gemv_bf16(nan_x.data(), 1, w.data.data(), w.scales.data(), n, k, y.data(), 64, n), 64u);
+  }
   // Activations that are not bf16 values (wo_a reads x unquantised) are declined from the start.
   std::vector<float> not_bf16(x);
   not_bf16[5] = std::nextafter(not_bf16[5], 100.0f);
