@@ -5,6 +5,7 @@
 // Run: build/bench/cedar_bench --benchmark_filter=Ops
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -60,6 +61,30 @@ WeightVector<uint8_t> random_bytes(size_t n, uint32_t seed, uint8_t mask = 0xFF)
   return v;
 }
 
+// An FP8 weight as a checkpoint holds one: normal values quantised to E4M3 per 32x32 block under a
+// power-of-two E8M0 scale that maps the block's largest magnitude to at most 448. Uniformly random
+// codes would be a weight no training produces: a sixteenth of them subnormal (exponent field 0),
+// where real blocks have almost none, and the FP8 GEMV decodes those through a slower path.
+void weight_like_fp8(size_t n, size_t k, uint32_t seed, WeightVector<uint8_t>& codes, WeightVector<uint8_t>& scales) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 0.02f);
+  std::vector<float> v(n * k);
+  for (auto& x : v) x = normal(rng);
+  const size_t kb = k / 32;
+  codes.assign(n * k, 0);
+  scales.assign(((n + 31) / 32) * kb, 0);
+  for (size_t bi = 0; bi < (n + 31) / 32; ++bi)
+    for (size_t bj = 0; bj < kb; ++bj) {
+      float amax = 0.0f;
+      for (size_t r = bi * 32; r < std::min(n, bi * 32 + 32); ++r)
+        for (size_t c = bj * 32; c < bj * 32 + 32; ++c) amax = std::max(amax, std::fabs(v[r * k + c]));
+      const int e = static_cast<int>(std::ceil(std::log2(amax / kE4M3Max)));
+      scales[bi * kb + bj] = static_cast<uint8_t>(e + 127);
+      for (size_t r = bi * 32; r < std::min(n, bi * 32 + 32); ++r)
+        for (size_t c = bj * 32; c < bj * 32 + 32; ++c) codes[r * k + c] = f32_to_e4m3(std::ldexp(v[r * k + c], -e));
+    }
+}
+
 std::vector<float> random_bf16(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -81,8 +106,9 @@ void BM_OpsLinearFp8(benchmark::State& state) {
   ThreadPool* pool = pool_for(static_cast<int>(state.range(3)));
   std::vector<WeightVector<uint8_t>> codes, scales;
   for (size_t c = 0; c < copies; ++c) {
-    codes.push_back(random_bytes(n * k, 1 + c, 0x7E));  // no NaN codes
-    scales.push_back(WeightVector<uint8_t>(((n + 31) / 32) * (k / 32), 120));
+    codes.emplace_back();
+    scales.emplace_back();
+    weight_like_fp8(n, k, static_cast<uint32_t>(1 + c), codes.back(), scales.back());
   }
   const KernelSet& ks = kernel_set(state.range(4) ? Numerics::kFast : Numerics::kExact);
   const auto x = random_bf16(m * k, 9);
