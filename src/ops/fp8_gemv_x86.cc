@@ -141,10 +141,10 @@ CEDAR_X86_TARGET void scale_group(const float* ordered, size_t m, size_t k, cons
 //     bytes of the chunk's words; the even ones do in the words of the same line loaded a byte earlier.
 //     Two shifts and two masks, where table lookups take the shuffle port that vdpbf16ps also needs.
 //     That is exact for normal codes only: E4M3 subnormals (exponent field 0) would be bf16
-//     subnormals, which vdpbf16ps reads as zero, and 0x7F (NaN) would be a number. So a chunk with a
-//     code whose magnitude is 0x00-0x0E or 0x7F (one test: its magnitude plus one has no bit in 0x70)
-//     takes the second way. Trained weights rarely have such codes (0.7 % of cedar-mini's chunks);
-//     the test also catches the smallest normals, which keeps it to a byte add and a bit test.
+//     subnormals, which vdpbf16ps reads as zero, and zero would be 2^-126. So a chunk with a code
+//     whose exponent field is 0 takes the second way (one bit test on the codes). Trained weights
+//     rarely have such codes (0.7 % of cedar-mini's chunks). The NaN codes 0x7F and 0xFF, which no
+//     checkpoint holds, come out as ±480 here, as in the Highway decoders (NaN in a table chunk).
 //   * through the tables, exactly for every code: two `vpermi2b` give the high and low bytes of the
 //     bf16 bits (subnormal codes included: they are normal bf16 numbers), the sign is ORed in, and
 //     word shifts join the bytes in the same order; those words meet the `plain` activations.
@@ -157,7 +157,7 @@ CEDAR_X86_TARGET void group_rows(const uint16_t* plain, const uint16_t* fast, co
   const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80));
   const __m512i low_bytes = _mm512_set1_epi16(0x00FF), high_bytes = _mm512_set1_epi16(static_cast<short>(0xFF00));
   const __m512i bf16_bits = _mm512_set1_epi16(static_cast<short>(0x87F0));
-  const __m512i ones = _mm512_set1_epi8(1), exponent_top = _mm512_set1_epi8(0x70);
+  const __m512i exponent_field = _mm512_set1_epi8(0x78);
   const size_t chunks = (k + kChunk - 1) / kChunk;
   const size_t full = k / kChunk;
   constexpr size_t C = R == 1 ? 8 : (R == 2 ? 4 : 2);  // fp32 chains per activation row (latency of vdpbf16ps)
@@ -198,7 +198,7 @@ CEDAR_X86_TARGET void group_rows(const uint16_t* plain, const uint16_t* fast, co
       const uint8_t* line = row + c * kChunk;
       prefetch_weight_stream(line);
       const __m512i code = _mm512_loadu_si512(line);
-      dot(c, j, code, _mm512_loadu_si512(line - 1), _mm512_testn_epi8_mask(_mm512_add_epi8(code, ones), exponent_top));
+      dot(c, j, code, _mm512_loadu_si512(line - 1), _mm512_testn_epi8_mask(code, exponent_field));
     };
     // The row's first chunk, whose earlier load skips the byte before it (before the matrix's first row,
     // nothing is), and a chunk of 32 codes (the last one when k is an odd multiple of 32), whose loads
@@ -210,7 +210,7 @@ CEDAR_X86_TARGET void group_rows(const uint16_t* plain, const uint16_t* fast, co
       const __m512i code = _mm512_maskz_loadu_epi8(valid, line);
       const __m512i code_earlier = _mm512_maskz_loadu_epi8(
           c == 0 ? valid & ~1ull : valid, reinterpret_cast<const void*>(reinterpret_cast<uintptr_t>(line) - 1));
-      dot(c, j, code, code_earlier, _mm512_mask_testn_epi8_mask(valid, _mm512_add_epi8(code, ones), exponent_top));
+      dot(c, j, code, code_earlier, _mm512_mask_testn_epi8_mask(valid, code, exponent_field));
     };
     edge_step(0, 0);
     size_t c = 1;

@@ -137,9 +137,10 @@ BlockWeights random_block_weights(bool fp4, size_t n, size_t k, std::mt19937& rn
 }
 
 // FP8 weights as training leaves them: E4M3 codes of normal values, nearly all normal numbers (the
-// uniformly random codes above are an eighth zero, subnormal or NaN-adjacent, and the x86 FP8 GEMV
-// decodes a 64-code chunk holding one of those through its tables instead of arithmetically), with a
-// code of magnitude 0x00-0x0E in about one chunk in four, so that both decodes meet within a row.
+// uniformly random codes above are a sixteenth zero or subnormal, and the x86 FP8 GEMV decodes a
+// 64-code chunk holding one of those through its tables instead of arithmetically), with a zero,
+// subnormal or smallest-normal code (magnitude 0x00-0x0E) in about one chunk in four, so that both
+// decodes meet within a row.
 BlockWeights weight_like_fp8_weights(size_t n, size_t k, std::mt19937& rng) {
   BlockWeights w = random_block_weights(false, n, k, rng);
   std::normal_distribution<float> normal(0.0f, 60.0f);
