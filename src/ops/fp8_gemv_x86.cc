@@ -140,10 +140,11 @@ CEDAR_X86_TARGET void scale_group(const float* ordered, size_t m, size_t k, cons
 //     which the `fast` activations (times 2^120) undo exactly. The odd codes already sit in the high
 //     bytes of the chunk's words; the even ones do in the words of the same line loaded a byte earlier.
 //     Two shifts and two masks, where table lookups take the shuffle port that vdpbf16ps also needs.
-//     That is exact for normal codes only: E4M3 subnormals (exponent field 0) would be bf16
-//     subnormals, which vdpbf16ps reads as zero, and zero would be 2^-126. So a chunk with a code
-//     whose exponent field is 0 takes the second way (one bit test on the codes). Trained weights
-//     rarely have such codes (0.7 % of cedar-mini's chunks). The NaN codes 0x7F and 0xFF, which no
+//     That is exact for zero and the normal codes: E4M3 subnormals (exponent field 0, mantissa not)
+//     would be bf16 subnormals, which vdpbf16ps reads as zero. So a chunk with a code whose exponent field is 0
+//     (one bit test on the codes) and which is not zero (a second test, in that rare branch: zero
+//     comes out as ±0 here) takes the second way. Trained weights rarely have such codes (0.7 % of
+//     cedar-mini's chunks have a zero or subnormal one). The NaN codes 0x7F and 0xFF, which no
 //     checkpoint holds, come out as ±480 here, as in the Highway decoders (NaN in a table chunk).
 //   * through the tables, exactly for every code: two `vpermi2b` give the high and low bytes of the
 //     bf16 bits (subnormal codes included: they are normal bf16 numbers), the sign is ORed in, and
@@ -157,7 +158,7 @@ CEDAR_X86_TARGET void group_rows(const uint16_t* plain, const uint16_t* fast, co
   const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80));
   const __m512i low_bytes = _mm512_set1_epi16(0x00FF), high_bytes = _mm512_set1_epi16(static_cast<short>(0xFF00));
   const __m512i bf16_bits = _mm512_set1_epi16(static_cast<short>(0x87F0));
-  const __m512i exponent_field = _mm512_set1_epi8(0x78);
+  const __m512i exponent_field = _mm512_set1_epi8(0x78), mantissa_field = _mm512_set1_epi8(0x07);
   const size_t chunks = (k + kChunk - 1) / kChunk;
   const size_t full = k / kChunk;
   constexpr size_t C = R == 1 ? 8 : (R == 2 ? 4 : 2);  // fp32 chains per activation row (latency of vdpbf16ps)
@@ -173,7 +174,9 @@ CEDAR_X86_TARGET void group_rows(const uint16_t* plain, const uint16_t* fast, co
                          CEDAR_X86_TARGET {
       __m512i w0, w1;
       const uint16_t* a;
-      if (__builtin_expect(special != 0, 0)) {
+      // Zero codes (exponent and mantissa fields 0) decode to ±0 arithmetically too: only a chunk with a
+      // subnormal code needs the tables.
+      if (__builtin_expect(special != 0, 0) && _mm512_mask_test_epi8_mask(special, code, mantissa_field) != 0) {
         // vpermi2b reads the low 7 bits of each index byte: the magnitude; the sign comes from bit 7.
         const __m512i high = _mm512_ternarylogic_epi32(_mm512_permutex2var_epi8(high0, code, high1), code, sign, 0xF8);
         const __m512i low = _mm512_permutex2var_epi8(low0, code, low1);

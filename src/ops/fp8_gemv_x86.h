@@ -9,12 +9,12 @@
 //   * arithmetically (almost every chunk of a trained weight): E4M3's sign, exponent and mantissa
 //     bits, moved into place by a 16-bit arithmetic shift and a mask, are the bf16 bits of the value
 //     times 2^-120 (the two formats' exponent biases differ by 120), met by activations scaled by
-//     2^120. Only normal codes come out right that way (and the NaN codes as ±480, as in the Highway
-//     decoders); `vdpbf16ps` shares its execution ports with byte permutes, so this form runs at
-//     ~1.3x the table form (docs/PERFORMANCE.md).
+//     2^120. Only zero and the normal codes come out right that way (and the NaN codes as ±480, as in
+//     the Highway decoders); `vdpbf16ps` shares its execution ports with byte permutes, so this form runs at
+//     ~1.2x the table form (docs/PERFORMANCE.md).
 //   * through two `vpermi2b` lookups in 128-byte tables (the high and low bytes of the bf16 bits),
-//     exact for every code: a chunk holding a code whose exponent field is 0 (zero, subnormals)
-//     takes this form, with the unscaled activations.
+//     exact for every code: a chunk holding a subnormal code takes this form, with the unscaled
+//     activations.
 // The instruction treats subnormal inputs as zero and flushes subnormal results, so the kernel only
 // takes a 32-row group whose scaled activations are all bf16 values and, where nonzero, of magnitude in
 // [2^-117, 256): every product with a nonzero E4M3 weight (>= 2^-9) is then a normal fp32 number, and
