@@ -65,7 +65,8 @@ CEDAR_X86_TARGET bool order_activations(const float* act, size_t m, size_t k, fl
         // The masked forms with a full mask: GCC 12's plain ones start from an undefined vector and trip
         // -Wmaybe-uninitialized.
         max_mag = _mm512_mask_max_epu32(max_mag, 0xFFFF, max_mag, mag);
-        min_mag_less_one = _mm512_mask_min_epu32(min_mag_less_one, 0xFFFF, min_mag_less_one, _mm512_sub_epi32(mag, one));
+        const __m512i mag_less_one = _mm512_sub_epi32(mag, one);
+        min_mag_less_one = _mm512_mask_min_epu32(min_mag_less_one, 0xFFFF, min_mag_less_one, mag_less_one);
       }
       float* o = out + (r * chunks + c) * kChunk;
       _mm512_storeu_ps(o, _mm512_permutex2var_ps(v[0], even, v[1]));
