@@ -78,10 +78,10 @@ void weight_like_fp8(size_t n, size_t k, uint32_t seed, WeightVector<uint8_t>& c
       float amax = 0.0f;
       for (size_t r = bi * 32; r < std::min(n, bi * 32 + 32); ++r)
         for (size_t c = bj * 32; c < bj * 32 + 32; ++c) amax = std::max(amax, std::fabs(v[r * k + c]));
-      const int e = static_cast<int>(std::ceil(std::log2(amax / kE4M3Max)));
-      scales[bi * kb + bj] = static_cast<uint8_t>(e + 127);
+      const float s = pow2_round_up_scale(amax, 1.0f / kE4M3Max);  // as act_quant_fp8 scales a block
+      scales[bi * kb + bj] = e8m0_from_pow2(s);
       for (size_t r = bi * 32; r < std::min(n, bi * 32 + 32); ++r)
-        for (size_t c = bj * 32; c < bj * 32 + 32; ++c) codes[r * k + c] = f32_to_e4m3(std::ldexp(v[r * k + c], -e));
+        for (size_t c = bj * 32; c < bj * 32 + 32; ++c) codes[r * k + c] = f32_to_e4m3(v[r * k + c] / s);
     }
 }
 
