@@ -34,6 +34,32 @@ namespace cedar::ops {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
+// Lane g of the result (g < G, G <= lanes) holds the sum of v[g]'s lanes, for all G at once: one
+// shuffle tree instead of G horizontal sums, each of which would fold one vector alone. Each level
+// pairs vectors a, b into Add(ConcatEven(b, a), ConcatOdd(b, a)): a's pairwise lane sums in the lower
+// half, b's in the upper, so the heads stay in order, each on half as many lanes as before; once one
+// vector is left, it is paired with itself until each head has one lane. (A different fp32 summation
+// order than one head's SumOfLanes: fast numerics' bound covers any order.)
+// (HWY_SCALAR has one lane and no ConcatEven: there each head takes SumOfLanes.)
+#if HWY_TARGET != HWY_SCALAR
+template <size_t G, class D, class V = hn::Vec<D>>
+HWY_INLINE V SumEachOfLanes(D df, const V* v) {
+  constexpr size_t P = G <= 1 ? 1 : G <= 2 ? 2 : G <= 4 ? 4 : G <= 8 ? 8 : 16;
+  static_assert(G <= 16, "at most 16 vectors");
+  V level[P];
+  for (size_t g = 0; g < P; ++g) level[g] = g < G ? v[g] : hn::Zero(df);
+  for (size_t n = P; n > 1; n /= 2) {
+    for (size_t i = 0; i < n / 2; ++i)
+      level[i] = hn::Add(hn::ConcatEven(df, level[2 * i + 1], level[2 * i]),
+                         hn::ConcatOdd(df, level[2 * i + 1], level[2 * i]));
+  }
+  V x = level[0];
+  for (size_t lanes_per_head = hn::Lanes(df) / P; lanes_per_head > 1; lanes_per_head /= 2)
+    x = hn::Add(hn::ConcatEven(df, x, x), hn::ConcatOdd(df, x, x));
+  return x;
+}
+#endif
+
 // G heads of one query at a time: they share the KV rows (one KV head), so each row chunk is loaded
 // once for all G score dots and once for all G P·V sums, instead of once per head (the released
 // model's 640 rows of 512 floats, 1.3 MB, outgrow L2, and every head read them again from L3).
@@ -52,6 +78,7 @@ HWY_INLINE void FastSparseAttnHeadGroup(const float* q, size_t head_dim, const K
   HWY_ALIGN float score[G][kPadded];
   HWY_ALIGN float p[G][kPadded];
   HWY_ALIGN float block_pv[G][kSparseAttnMaxHeadDim];  // per head, this block's Σ_j bf16(p_j)·v_j
+  HWY_ALIGN float lane_sums[G > HWY_MAX_BYTES / sizeof(float) ? G : HWY_MAX_BYTES / sizeof(float)];
   const size_t whole_dim = head_dim - head_dim % N;
   float running_max[G], den[G];
   for (size_t g = 0; g < G; ++g) {
@@ -81,8 +108,16 @@ HWY_INLINE void FastSparseAttnHeadGroup(const float* q, size_t head_dim, const K
         const V v = hn::LoadU(df, row + d);
         for (size_t g = 0; g < G; ++g) acc[g] = hn::MulAdd(hn::LoadU(df, q + g * head_dim + d), v, acc[g]);
       }
+#if HWY_TARGET != HWY_SCALAR
+      if (G <= N) {
+        hn::Store(SumEachOfLanes<G>(df, acc), df, lane_sums);
+      } else
+#endif
+      {
+        for (size_t g = 0; g < G; ++g) lane_sums[g] = hn::GetLane(hn::SumOfLanes(df, acc[g]));
+      }
       for (size_t g = 0; g < G; ++g) {
-        float sum = hn::GetLane(hn::SumOfLanes(df, acc[g]));
+        float sum = lane_sums[g];
         for (size_t e = d; e < head_dim; ++e) sum += q[g * head_dim + e] * row[e];
         score[g][j] = sum * scale;
         block_max[g] = std::max(block_max[g], score[g][j]);
@@ -101,7 +136,7 @@ HWY_INLINE void FastSparseAttnHeadGroup(const float* q, size_t head_dim, const K
       V p_sum = hn::Zero(df);
       for (size_t j = 0; j < nb_padded; j += N) {
         const V pj = hn::Exp(df, hn::Sub(hn::Load(df, score[g] + j), vmax));
-        hn::Store(pj, df, p[g] + j);
+        hn::Store(RoundBf16(df, pj), df, p[g] + j);  // P·V's weights; the denominator sums pj unrounded
         p_sum = hn::Add(p_sum, pj);
       }
       den[g] = den[g] * alpha[g] + hn::GetLane(hn::SumOfLanes(df, p_sum));
@@ -111,13 +146,13 @@ HWY_INLINE void FastSparseAttnHeadGroup(const float* q, size_t head_dim, const K
       if (rows[j] == nullptr) continue;
       bool any = false;
       for (size_t g = 0; g < G; ++g) {
-        pv_weight[n_pv][g] = round_bf16(p[g][j]);
+        pv_weight[n_pv][g] = p[g][j];
         any |= pv_weight[n_pv][g] != 0.0f;
       }
       if (any) pv_rows[n_pv++] = rows[j];
     }
     // Σ_j bf16(p_j)·v_j: elements outside, rows inside, a chunk of every head's sum in registers.
-    constexpr size_t kChunkVecs = G >= 5 ? 1 : (G >= 3 ? 2 : 4);
+    constexpr size_t kChunkVecs = G >= 5 ? 2 : 4;
     size_t e = 0;
     for (; e + kChunkVecs * N <= whole_dim; e += kChunkVecs * N) {
       V sum[G][kChunkVecs];
