@@ -80,6 +80,10 @@ HWY_INLINE void FastSparseAttnHeadGroup(const float* q, size_t head_dim, const K
   HWY_ALIGN float block_pv[G][kSparseAttnMaxHeadDim];  // per head, this block's Σ_j bf16(p_j)·v_j
   HWY_ALIGN float lane_sums[G > HWY_MAX_BYTES / sizeof(float) ? G : HWY_MAX_BYTES / sizeof(float)];
   const size_t whole_dim = head_dim - head_dim % N;
+  // Two rows' accumulators, a row vector each and a query vector fit in the vector registers: 32 on
+  // AVX-512, 16 on AVX2 / SSE4.
+  constexpr size_t kVectorRegisters = HWY_TARGET <= HWY_AVX3 ? 32 : 16;
+  constexpr bool kPairRows = 2 * G + 3 <= kVectorRegisters;
   float running_max[G], den[G];
   for (size_t g = 0; g < G; ++g) {
     std::fill(out + g * head_dim, out + (g + 1) * head_dim, 0.0f);  // the numerators, until the end
@@ -92,6 +96,12 @@ HWY_INLINE void FastSparseAttnHeadGroup(const float* q, size_t head_dim, const K
     const float* rows[kSparseAttnBlock];
     float block_max[G];
     for (size_t g = 0; g < G; ++g) block_max[g] = neg_inf;
+    // The block's rows (a masked one scores -inf), then their score dots, two rows at a time where the
+    // registers hold both rows' G accumulators: 2·G independent FMA chains hide the FMA latency that
+    // G alone (one per head, head_dim / lanes long) leave exposed. Each dot is summed in the same
+    // order either way.
+    size_t valid[kSparseAttnBlock];
+    size_t n_valid = 0;
     for (size_t j = 0; j < nb; ++j) {
       const int32_t r = idx[start + j];
       if (r < 0) {
@@ -99,15 +109,11 @@ HWY_INLINE void FastSparseAttnHeadGroup(const float* q, size_t head_dim, const K
         for (size_t g = 0; g < G; ++g) score[g][j] = neg_inf;
         continue;
       }
-      const float* row = kv.row(static_cast<size_t>(r), head_dim);
-      rows[j] = row;
-      V acc[G];
-      for (auto& a : acc) a = hn::Zero(df);
-      size_t d = 0;
-      for (; d < whole_dim; d += N) {
-        const V v = hn::LoadU(df, row + d);
-        for (size_t g = 0; g < G; ++g) acc[g] = hn::MulAdd(hn::LoadU(df, q + g * head_dim + d), v, acc[g]);
-      }
+      rows[j] = kv.row(static_cast<size_t>(r), head_dim);
+      valid[n_valid++] = j;
+    }
+    // Row j's scores from its G accumulators (lanes over the first whole_dim elements).
+    const auto finish_row = [&](size_t j, const V* acc) HWY_ATTR {
 #if HWY_TARGET != HWY_SCALAR
       if (G <= N) {
         hn::Store(SumEachOfLanes<G>(df, acc), df, lane_sums);
@@ -118,10 +124,39 @@ HWY_INLINE void FastSparseAttnHeadGroup(const float* q, size_t head_dim, const K
       }
       for (size_t g = 0; g < G; ++g) {
         float sum = lane_sums[g];
-        for (size_t e = d; e < head_dim; ++e) sum += q[g * head_dim + e] * row[e];
+        for (size_t e = whole_dim; e < head_dim; ++e) sum += q[g * head_dim + e] * rows[j][e];
         score[g][j] = sum * scale;
         block_max[g] = std::max(block_max[g], score[g][j]);
       }
+    };
+    size_t i = 0;
+    if constexpr (kPairRows) {
+      for (; i + 2 <= n_valid; i += 2) {
+        const float* row0 = rows[valid[i]];
+        const float* row1 = rows[valid[i + 1]];
+        V acc0[G], acc1[G];
+        for (size_t g = 0; g < G; ++g) acc0[g] = acc1[g] = hn::Zero(df);
+        for (size_t d = 0; d < whole_dim; d += N) {
+          const V v0 = hn::LoadU(df, row0 + d), v1 = hn::LoadU(df, row1 + d);
+          for (size_t g = 0; g < G; ++g) {
+            const V qg = hn::LoadU(df, q + g * head_dim + d);
+            acc0[g] = hn::MulAdd(qg, v0, acc0[g]);
+            acc1[g] = hn::MulAdd(qg, v1, acc1[g]);
+          }
+        }
+        finish_row(valid[i], acc0);
+        finish_row(valid[i + 1], acc1);
+      }
+    }
+    for (; i < n_valid; ++i) {
+      const float* row = rows[valid[i]];
+      V acc[G];
+      for (auto& a : acc) a = hn::Zero(df);
+      for (size_t d = 0; d < whole_dim; d += N) {
+        const V v = hn::LoadU(df, row + d);
+        for (size_t g = 0; g < G; ++g) acc[g] = hn::MulAdd(hn::LoadU(df, q + g * head_dim + d), v, acc[g]);
+      }
+      finish_row(valid[i], acc);
     }
     float alpha[G];
     const float* pv_rows[kSparseAttnBlock];
