@@ -81,7 +81,7 @@ HWY_INLINE void FastSparseAttnHeadGroup(const float* q, size_t head_dim, const K
   HWY_ALIGN float lane_sums[G > HWY_MAX_BYTES / sizeof(float) ? G : HWY_MAX_BYTES / sizeof(float)];
   const size_t whole_dim = head_dim - head_dim % N;
   // Two rows' accumulators, a row vector each and a query vector fit in the vector registers: 32 on
-  // AVX-512, 16 on AVX2 / SSE4.
+  // AVX-512, 16 on AVX2 / SSE4 (and assumed on other architectures).
   constexpr size_t kVectorRegisters = HWY_TARGET <= HWY_AVX3 ? 32 : 16;
   constexpr bool kPairRows = 2 * G + 3 <= kVectorRegisters;
   float running_max[G], den[G];
