@@ -10,6 +10,7 @@
 
 #include <xgrammar/xgrammar.h>
 
+#include "constrain/constraint_limits.h"
 #include "tokenizer/chat_encoding.h"
 
 namespace cedar::constrain {
@@ -587,12 +588,13 @@ Result<std::shared_ptr<const xgrammar::CompiledGrammar>> GrammarEngine::compile(
         return std::make_shared<const xgrammar::CompiledGrammar>(compiler_->CompileStructuralTag(structural_tag));
     }
   } catch (const std::exception& e) {
-    return invalid_argument(std::string(e.what()));
+    return invalid_argument(sanitize_grammar_error(e.what()));  // the reason, without xgrammar's paths and times
   }
   return invalid_argument("unknown constraint kind");
 }
 
 Result<std::shared_ptr<GrammarConstraint>> GrammarEngine::start(const ConstraintSpec& spec) {
+  CEDAR_RETURN_IF_ERROR(check_constraint(spec, ""));  // limits and keywords before any compilation work
   CEDAR_ASSIGN_OR_RETURN(auto grammar, compile(spec));
   const bool gated = spec.after_think_end && think_end_id_ >= 0;
   try {
@@ -602,7 +604,7 @@ Result<std::shared_ptr<GrammarConstraint>> GrammarEngine::start(const Constraint
                                                           dsml ? spelled_marker_ : nullptr, closing_);
     return std::shared_ptr<GrammarConstraint>(new GrammarConstraint(std::move(impl)));
   } catch (const std::exception& e) {
-    return internal_error(std::string("constrained decoding: ") + e.what());
+    return internal_error("constrained decoding: " + sanitize_grammar_error(e.what()));
   }
 }
 

@@ -183,7 +183,7 @@ SchemaError parse_output_format(const OrderedJson& body, ChatRequest* request) {
     return invalid_request("'output_config.format' must be {\"type\": \"json_schema\", \"schema\": {...}}",
                            "output_config.format");
   request->response_format = OrderedJson{{"type", "json_schema"}, {"json_schema", {{"schema", format["schema"]}}}};
-  request->answer_constraint = AnswerConstraint{false, format["schema"].dump(), false};
+  request->answer_constraint = AnswerConstraint{false, format["schema"].dump(), false, "output_config.format.schema"};
   return std::nullopt;
 }
 

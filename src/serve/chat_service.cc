@@ -89,6 +89,7 @@ std::vector<Message> ChatService::replay_turns(const std::vector<Message>& messa
 std::variant<PreparedGeneration, ApiError> ChatService::prepare_chat(const ChatRequest& request,
                                                                      std::string_view id_prefix,
                                                                      std::string_view tool_id_prefix) const {
+  if (SchemaError e = check_output_constraint(request)) return *e;  // constraint limits, before any work
   PromptSettings settings;
   settings.default_thinking = config_.default_thinking;
   settings.format = config_.format;

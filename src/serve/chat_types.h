@@ -62,6 +62,7 @@ struct AnswerConstraint {
   bool regex = false;  // false: JSON
   std::string text;    // JSON: the schema ("" = any object or array, json_object); regex: the pattern
   bool strict = false; // JSON: the schema is in strict form (no undeclared properties)
+  std::string field = "response_format";  // where the request holds it, for errors ("text.format.schema")
 };
 
 struct ChatRequest {

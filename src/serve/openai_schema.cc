@@ -193,7 +193,7 @@ SchemaError parse_response_format(const OrderedJson& body, ChatRequest* out) {
   if (type == "regex") {
     std::string pattern;
     CEDAR_SCHEMA_TRY(read_string(*it, "regex", "response_format", &pattern, /*required=*/true));
-    out->answer_constraint = AnswerConstraint{true, pattern, false};
+    out->answer_constraint = AnswerConstraint{true, pattern, false, "response_format.regex"};
     return std::nullopt;
   }
   if (type != "json_object" && type != "json_schema")
@@ -216,7 +216,7 @@ SchemaError parse_response_format(const OrderedJson& body, ChatRequest* out) {
   out->response_format = js["schema"];  // the prompt shows the schema itself, as deepseek-recipe renders it
   OrderedJson enforced = js["schema"];
   if (strict) CEDAR_SCHEMA_TRY(strict_json_schema(js["schema"], "response_format.json_schema.schema", &enforced));
-  out->answer_constraint = AnswerConstraint{false, enforced.dump(), strict};
+  out->answer_constraint = AnswerConstraint{false, enforced.dump(), strict, "response_format.json_schema.schema"};
   return std::nullopt;
 }
 

@@ -2,6 +2,8 @@
 
 #include <set>
 
+#include "constrain/constraint_limits.h"
+
 namespace cedar::serve {
 namespace {
 
@@ -96,6 +98,15 @@ std::optional<constrain::ConstraintSpec> output_constraint(const ChatRequest& re
   spec.text = request.answer_constraint->text;
   spec.strict = request.answer_constraint->strict;
   return spec;
+}
+
+SchemaError check_output_constraint(const ChatRequest& request) {
+  const std::optional<constrain::ConstraintSpec> spec = output_constraint(request, /*thinking=*/false);
+  if (!spec) return std::nullopt;
+  const std::string field = request.tools.empty() && request.answer_constraint ? request.answer_constraint->field : "tools";
+  const Status checked = constrain::check_constraint(*spec, field);
+  if (!checked.ok()) return invalid_request(checked.message(), field);
+  return std::nullopt;
 }
 
 }  // namespace cedar::serve

@@ -40,4 +40,9 @@ SchemaError strict_json_schema(const OrderedJson& schema, const std::string& fie
 // The constraint of `request` once its thinking mode is known; nullopt when none applies.
 std::optional<constrain::ConstraintSpec> output_constraint(const ChatRequest& request, bool thinking);
 
+// The limits and JSON Schema keywords of the request's constraint (constrain/constraint_limits.h),
+// checked before the request is admitted or anything is compiled: a 400 that names the limit or
+// keyword, where it is, and the request field.
+SchemaError check_output_constraint(const ChatRequest& request);
+
 }  // namespace cedar::serve

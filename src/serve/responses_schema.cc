@@ -147,7 +147,7 @@ SchemaError parse_text_format(const OrderedJson& body, ChatRequest* out) {
   out->response_format = (*format)["schema"];  // the prompt shows the schema itself, as deepseek-recipe renders it
   OrderedJson enforced = (*format)["schema"];
   if (strict) CEDAR_SCHEMA_TRY(strict_json_schema((*format)["schema"], "text.format.schema", &enforced));
-  out->answer_constraint = AnswerConstraint{false, enforced.dump(), strict};
+  out->answer_constraint = AnswerConstraint{false, enforced.dump(), strict, "text.format.schema"};
   return std::nullopt;
 }
 

@@ -15,6 +15,13 @@ at temperature 1 with its own seed, through all three APIs:
                     arguments valid against that tool's schema (jsonschema)
   named_tool        Anthropic Messages, tool_choice {type: tool, name}    -> that tool, valid input
   tool_auto         Chat Completions, tools with tool_choice auto         -> any call made is valid
+  keywords          Chat Completions, a loose json_schema using every keyword cedar enforces (pattern,
+                    format, lengths, multipleOf, prefixItems, a disjoint oneOf, anyOf, $ref recursion,
+                    patternProperties, const, ...)                         -> jsonschema with formats
+
+Before sampling, every schema keyword cedar does not enforce (not, allOf of two, an overlapping oneOf,
+contains, if/then, dependentRequired, uniqueItems) and every schema that accepts nothing must get a
+400 naming it, on all three APIs (jsonschema confirms each such schema does constrain a value).
 
 The validator is the `jsonschema` package (Debian python3-jsonschema), independent of cedar. Every
 sample must parse and validate, also those that max_tokens ended: near the end of the budget cedar
@@ -90,6 +97,57 @@ RESPONSES_TOOLS = [{"type": "function", "name": n, "description": "a tool", "par
 MESSAGES_TOOLS = [{"name": n, "description": "a tool", "input_schema": s} for n, s in TOOLS.items()]
 
 MAX_TOKENS = 512
+
+# Every keyword cedar enforces, loose (not strict): the sampled value must satisfy all of them.
+KEYWORDS_SCHEMA = {
+    "type": "object",
+    "properties": {
+        "id": {"type": "string", "pattern": "^[a-f0-9]{4}$"},
+        "day": {"type": "string", "format": "date"},
+        "name": {"type": "string", "minLength": 2, "maxLength": 8},
+        "step": {"type": "integer", "multipleOf": 5, "minimum": 0, "maximum": 50},
+        "ratio": {"type": "number", "exclusiveMinimum": 0, "maximum": 1},
+        "pair": {"type": "array", "prefixItems": [{"type": "integer"}, {"type": "boolean"}], "items": False,
+                 "minItems": 2},
+        "shape": {"oneOf": [
+            {"type": "object", "properties": {"kind": {"const": "circle"}, "r": {"type": "integer", "minimum": 1}},
+             "required": ["kind", "r"], "additionalProperties": False},
+            {"type": "object", "properties": {"kind": {"const": "dot"}}, "required": ["kind"],
+             "additionalProperties": False}]},
+        "maybe": {"anyOf": [{"type": "integer"}, {"type": "null"}], "default": None, "title": "Maybe"},
+        "tree": {"$ref": "#/$defs/node"},
+        "labels": {"type": "object", "patternProperties": {"^l[0-9]$": {"type": "boolean"}},
+                   "additionalProperties": False, "maxProperties": 2},
+        "version": {"const": "v1", "type": "string"},
+        "tags": {"type": ["array", "null"], "items": {"enum": ["a", "b"]}, "minItems": 1, "maxItems": 3},
+    },
+    "required": ["id", "day", "name", "step", "ratio", "pair", "shape", "maybe", "tree", "labels", "version", "tags"],
+    "additionalProperties": False,
+    "$defs": {"node": {"type": "object", "description": "a tree",
+                       "properties": {"v": {"type": "integer"},
+                                      "kids": {"type": "array", "items": {"$ref": "#/$defs/node"}, "maxItems": 2}},
+                       "required": ["v"], "additionalProperties": False}},
+}
+
+NOTHING = object()  # no value is accepted: nothing to show with jsonschema
+
+# Keywords cedar cannot enforce, and schemas that accept nothing: each a 400 naming the reason. Each
+# comes with a value that the schema's plain part accepts but the keyword refuses, so jsonschema
+# shows the keyword does constrain.
+REFUSED = [
+    ({"type": "object", "properties": {"a": {"type": "integer"}}, "not": {"required": ["a"]}}, "'not'", {"a": 1}),
+    ({"allOf": [{"type": "object", "properties": {"a": {"type": "integer"}}}, {"required": ["a"]}]}, "'allOf'", {}),
+    ({"oneOf": [{"type": "integer"}, {"type": "number"}]}, "'oneOf'", 3),
+    ({"type": "array", "items": {"type": "integer"}, "contains": {"const": 3}}, "'contains'", [1]),
+    ({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+      "if": {"required": ["a"]}, "then": {"required": ["b"]}}, "'if'", {"a": 1}),
+    ({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}},
+      "dependentRequired": {"a": ["b"]}}, "'dependentRequired'", {"a": 1}),
+    ({"type": "array", "items": {"type": "integer"}, "uniqueItems": True}, "'uniqueItems'", [1, 1]),
+    ({"type": "number", "multipleOf": 0.5}, "'multipleOf'", 0.3),
+    ({"anyOf": [{"$ref": "#"}]}, "accepts no value", NOTHING),
+    ({"type": []}, "accepts no value", NOTHING),
+]
 
 
 def validate(instance, schema):
@@ -242,6 +300,48 @@ def check_thinking_json_schema(status, data):
     return tokens, cut
 
 
+def keywords_request(seed):
+    return "/v1/chat/completions", {"model": MODEL, "messages": USER, "temperature": 1, "seed": seed,
+                                    "max_tokens": MAX_TOKENS, "response_format": {"type": "json_schema", "json_schema": {
+                                        "name": "answer", "schema": KEYWORDS_SCHEMA}}}
+
+
+def check_keywords(status, data):
+    body = json.loads(data)
+    assert status == 200, f"status {status}: {data[:300]!r}"
+    choice = body["choices"][0]
+    assert choice["finish_reason"] in ("stop", "length"), f"finish_reason {choice['finish_reason']}"
+    jsonschema.validate(json.loads(choice["message"]["content"]), KEYWORDS_SCHEMA, cls=jsonschema.Draft202012Validator,
+                        format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+    return body["usage"]["completion_tokens"], choice["finish_reason"] == "length"
+
+
+def check_refused(server):
+    """Each REFUSED schema: a 400 naming it on all three APIs. Returns the failures."""
+    failures = []
+    for schema, reason, value in REFUSED:
+        if value is not NOTHING:  # (jsonschema would recurse without end on anyOf: [{"$ref": "#"}])
+            try:
+                jsonschema.validate(value, schema, cls=jsonschema.Draft202012Validator)
+                failures.append(f"{reason}: jsonschema accepts {value!r}, so the case shows nothing")
+            except jsonschema.ValidationError:
+                pass
+        bodies = [
+            ("/v1/chat/completions", {"model": MODEL, "messages": USER, "max_tokens": 8, "response_format": {
+                "type": "json_schema", "json_schema": {"name": "n", "schema": schema}}}),
+            ("/v1/responses", {"model": MODEL, "input": USER, "max_output_tokens": 8,
+                               "text": {"format": {"type": "json_schema", "name": "n", "schema": schema}}}),
+            ("/v1/messages", {"model": MODEL, "messages": USER, "max_tokens": 8,
+                              "tools": [{"name": "f", "input_schema": schema}]}),
+        ]
+        for path, body in bodies:
+            status, data = server.request("POST", path, body)
+            text = data.decode(errors="replace")
+            if status != 400 or reason not in text:
+                failures.append(f"{path} {reason}: status {status}: {text[:300]}")
+    return failures
+
+
 def unconstrained_request(seed):
     return "/v1/chat/completions", {"model": MODEL, "messages": USER, "temperature": 1, "seed": seed,
                                     "max_tokens": 64}
@@ -260,6 +360,7 @@ KINDS = {
     "named_tool": (named_tool_request, check_named_tool),
     "tool_auto": (tool_auto_request, check_tool_auto),
     "thinking_json_schema": (thinking_json_schema_request, check_thinking_json_schema),
+    "keywords": (keywords_request, check_keywords),
 }
 
 
@@ -341,6 +442,11 @@ def main():
                     os.path.join(work, "serve.log"))
     rows, failed = [], 0
     try:
+        refused = check_refused(server)
+        print(json.dumps({"refused_schemas": len(REFUSED), "failures": len(refused)}))
+        for f in refused:
+            print("   FAIL refused", f)
+        failed += len(refused)
         base, _ = run_kind(server, "unconstrained", unconstrained_request, check_unconstrained, samples, workers)
         rows.append(base)
         for name in kinds:
