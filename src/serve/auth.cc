@@ -4,6 +4,7 @@
 #include <openssl/evp.h>
 
 #include <cctype>
+#include <cstdio>
 
 #include "core/check.h"
 
@@ -28,6 +29,27 @@ bool ApiKeyCheck::accepts(std::string_view presented) const {
   if (!enabled_) return true;
   const std::array<unsigned char, 32> digest = sha256(presented);
   return CRYPTO_memcmp(digest.data(), digest_.data(), digest.size()) == 0;
+}
+
+std::optional<std::string> api_key_problem(std::string_view key) {
+  constexpr std::string_view kBom = "\xEF\xBB\xBF";
+  if (key.rfind(kBom, 0) == 0) return "starts with a UTF-8 byte-order mark (bytes EF BB BF); save it without one";
+  if (key.find_first_not_of(" \t\r\n") == std::string_view::npos)
+    return "is blank; give the key itself (e.g. the output of `openssl rand -hex 32`)";
+  for (size_t i = 0; i < key.size(); ++i) {
+    const unsigned char c = static_cast<unsigned char>(key[i]);
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "0x%02X", c);
+    if (c < 0x20 || c == 0x7F)
+      return std::string("contains the control character ") + hex + (c == '\n' || c == '\r' ? " (a line break)" : "") +
+             " at byte " + std::to_string(i) + ", which no HTTP header can carry; use printable ASCII only";
+    if (c > 0x7E)
+      return std::string("contains the non-ASCII byte ") + hex + " at byte " + std::to_string(i) +
+             ", which HTTP clients do not send in a header; use printable ASCII only";
+  }
+  if (key.front() == ' ' || key.back() == ' ')
+    return "begins or ends with a space, which HTTP drops from a header; remove it";
+  return std::nullopt;
 }
 
 namespace {

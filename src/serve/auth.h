@@ -5,6 +5,7 @@
 #pragma once
 
 #include <array>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -20,6 +21,13 @@ class ApiKeyCheck {
   bool enabled_ = false;
   std::array<unsigned char, 32> digest_{};
 };
+
+// What makes `key` unusable as an API key, or nothing when it is fine. Clients send the key in an
+// HTTP header, which cannot carry control characters (a newline from a key file), drops leading and
+// trailing blanks, and is ASCII in the SDKs; a server started with such a key would refuse everyone.
+// So a key must be non-empty printable ASCII (0x20-0x7E) without blanks at either end; a UTF-8
+// byte-order mark (which Windows editors put at the start of a file) is named as such.
+std::optional<std::string> api_key_problem(std::string_view key);
 
 // Local-exposure checks for a server without an API key (docs/SERVER.md, "Security defaults"). A
 // web page the user visits can POST to a loopback server (CSRF) with a "simple" content type, and a

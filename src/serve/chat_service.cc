@@ -151,6 +151,9 @@ std::variant<PreparedGeneration, ApiError> ChatService::finish_prepare(std::vect
                         " tokens): shorten the conversation",
                     "messages"};
   int64_t budget = sampling.max_tokens > 0 ? sampling.max_tokens : config_.default_max_tokens;
+  // --max-tokens is also the cap: a larger max_tokens is clamped to it (the turn ends with "length"),
+  // as the context clamp below, since clients send large budgets by habit (docs/SERVER.md).
+  budget = std::min<int64_t>(budget, config_.default_max_tokens);
   // A budget larger than what the context has left is clamped (the turn ends with "length"),
   // rather than refused: agents ask for large budgets by habit.
   if (context > 0) budget = std::min(budget, context - n);

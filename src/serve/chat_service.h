@@ -34,7 +34,8 @@ namespace cedar::serve {
 struct ServiceConfig {
   std::string model_id;             // the served model's name (requests may name any model)
   bool default_thinking = false;    // mode when the request says nothing (the reference's default: chat)
-  int default_max_tokens = 4096;    // output budget when the request names none
+  int default_max_tokens = 4096;    // output budget when the request names none, and the most one may ask
+                                    // (a larger max_tokens is clamped to it)
   int max_prompt_tokens = 0;        // longest prompt accepted; 0 = the engine's context
   tokenizer::PromptFormat format = tokenizer::PromptFormat::kV41;
 };

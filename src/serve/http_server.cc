@@ -4,6 +4,7 @@
 #include <sys/socket.h>
 #include <signal.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -48,6 +49,10 @@ constexpr size_t kHeaderLimit = 64u << 10;
 // What the read buffer may hold beyond the body being parsed: pipelined requests waiting their turn.
 constexpr size_t kReadBufferLimit = 1u << 20;
 constexpr size_t kWatchReadSize = 16u << 10;
+// While a body is read, what the read buffer may hold unparsed: the body's bytes are moved out as they
+// are parsed, so only an incomplete chunk-size line or chunked trailer stays, and one over this is a
+// 400 at once (rather than a wait for the body deadline).
+constexpr size_t kChunkLineLimit = 64u << 10;
 // After a final response on a connection that is closing, unread request bytes are drained (so the
 // kernel does not answer them with a reset that could destroy the response before the client read
 // it), for at most this long.
@@ -133,6 +138,46 @@ Reply error_reply(bool anthropic, const ApiError& error) {
   return r;
 }
 
+// Request-body bytes held by all connections together (ServerOptions::max_body_bytes_in_flight).
+class BodyBudget {
+ public:
+  explicit BodyBudget(size_t limit) : limit_(limit) {}
+  bool take(size_t n) {
+    size_t used = used_.load();
+    do {
+      if (limit_ > 0 && used + n > limit_) return false;
+    } while (!used_.compare_exchange_weak(used, used + n));
+    return true;
+  }
+  void give(size_t n) { used_.fetch_sub(n); }
+  size_t used() const { return used_.load(); }
+  size_t limit() const { return limit_; }
+
+ private:
+  const size_t limit_;  // 0: no limit (still counted)
+  std::atomic<size_t> used_{0};
+};
+
+// What one request holds of the budget: its declared length up front, or a chunked body's bytes as
+// they arrive; given back when the request's handler is done with it (or the read failed).
+class BodyHold {
+ public:
+  explicit BodyHold(BodyBudget& budget) : budget_(budget) {}
+  ~BodyHold() { budget_.give(held_); }
+  BodyHold(const BodyHold&) = delete;
+  BodyHold& operator=(const BodyHold&) = delete;
+  bool grow_to(size_t bytes) {
+    if (bytes <= held_) return true;
+    if (!budget_.take(bytes - held_)) return false;
+    held_ = bytes;
+    return true;
+  }
+
+ private:
+  BodyBudget& budget_;
+  size_t held_ = 0;
+};
+
 // Fixed threads that run route handlers: generation follows its task to the end on one of them, so
 // the I/O thread never waits for the engine.
 class HandlerPool {
@@ -200,6 +245,10 @@ struct HttpServer::Impl {
 
   // ---- I/O thread.
   void accept();
+  // Counts a connection from `client` (its IP address); false when it already holds
+  // max_connections_per_client. leave() undoes admit().
+  bool admit_client(const std::string& client);
+  void leave_client(const std::string& client);
   // Checks that need only the header: authentication, content type, Host/Origin. Runs before the
   // body is read, so a refused client cannot make the server buffer anything.
   std::optional<Reply> precheck(const http::request_parser<http::string_body>::value_type& header);
@@ -210,7 +259,7 @@ struct HttpServer::Impl {
   Reply handle_count_tokens(const Request& req);
   // 429 for a key whose tokens per minute are spent (or 429 without Retry-After for a prompt over
   // the whole budget), in the endpoint's error format.
-  Reply token_limit_reply(Api api, const TokenBudget::Decision& budget, size_t prompt_tokens);
+  Reply token_limit_reply(Api api, const TokenBudget::Decision& budget, size_t prompt_tokens, int64_t output_budget);
   void stream(Api api, const PreparedGeneration& prepared, GenerationTask& task, bool include_usage,
               HttpConnection& conn);
   Reply fail(Endpoint endpoint, bool anthropic, const ApiError& error) {
@@ -231,6 +280,9 @@ struct HttpServer::Impl {
   ChatService service;
   ServerMetrics metrics;
   std::atomic<int> connections{0};
+  BodyBudget body_budget{options.max_body_bytes_in_flight};
+  std::mutex clients_mu;
+  std::unordered_map<std::string, size_t> client_connections;  // open connections per remote address
   std::atomic<bool> stopped{false};
   HandlerPool pool;
   // Declared after everything a connection touches: destroying the context destroys the
@@ -246,23 +298,24 @@ struct HttpServer::Impl {
 // and reads gone().
 class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
  public:
-  HttpConnection(HttpServer::Impl& server, tcp::socket socket, bool counted)
+  // A counted connection was admitted for `client` (Impl::admit_client) and is let go when it ends.
+  HttpConnection(HttpServer::Impl& server, tcp::socket socket, bool counted, std::string client = {})
       : server_(server), socket_(std::move(socket)), buffer_(kReadBufferLimit), deadline_(server.io),
-        probe_timer_(server.io), counted_(counted) {
+        probe_timer_(server.io), counted_(counted), client_(std::move(client)) {
     if (counted_) server_.connections.fetch_add(1);
   }
   ~HttpConnection() {
-    if (counted_) server_.connections.fetch_sub(1);
+    if (counted_) {
+      server_.connections.fetch_sub(1);
+      server_.leave_client(client_);
+    }
   }
 
   void start() { read_request(); }
 
-  // Over the connection cap: a 503 without reading the request, then close.
-  void reject_busy() {
-    ApiError error{ErrorKind::kOverloaded,
-                   "this server already holds " + std::to_string(server_.options.max_connections) +
-                       " connections (--max-connections); retry later",
-                   ""};
+  // Over a connection cap: a 503 (the server's cap) or 429 (the client's own) without reading the
+  // request, then close.
+  void reject_busy(const ApiError& error) {
     Reply r = error_reply(false, error);
     r.headers.emplace_back("Retry-After", "1");
     write_reply(std::move(r), 11, /*keep_alive=*/false);
@@ -333,32 +386,66 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     if (std::optional<Reply> refused = server_.precheck(header)) {
       return write_reply(std::move(*refused), header.version(), /*keep_alive=*/false);
     }
-    auto read_body = [self = shared_from_this()] {
-      self->arm_read_deadline(self->server_.options.body_timeout);
-      http::async_read(self->socket_, self->buffer_, *self->parser_,
-                       [self](error_code ec, size_t) { self->on_body(ec); });
-    };
+    // The server-wide body budget: a declared length is taken before any of the body is read (and
+    // before a 100 Continue invites it); a chunked body's bytes as they arrive (on_body_part).
+    body_hold_ = std::make_shared<BodyHold>(server_.body_budget);
+    if (const auto length = parser_->content_length(); length && !body_hold_->grow_to(static_cast<size_t>(*length)))
+      return refuse_body_budget();
     if (header.version() >= 11 && beast::iequals(header[http::field::expect], "100-continue") &&
         !parser_->is_done()) {
       auto interim = std::make_shared<http::response<http::empty_body>>(http::status::continue_, 11);
-      return http::async_write(socket_, *interim, [self = shared_from_this(), interim, read_body](error_code ec, size_t) {
+      return http::async_write(socket_, *interim, [self = shared_from_this(), interim](error_code ec, size_t) {
         if (ec) return self->close_now();
-        read_body();
+        self->start_body();
       });
     }
-    read_body();
+    start_body();
   }
 
-  void on_body(error_code ec) {
-    if (ec) return on_read_error(ec);
+  void start_body() {
+    arm_read_deadline(server_.options.body_timeout);
+    buffer_.max_size(std::max(kChunkLineLimit, buffer_.size()));
+    read_body_part();
+  }
+
+  void read_body_part() {
+    if (parser_->is_done()) return on_body();
+    http::async_read_some(socket_, buffer_, *parser_, [self = shared_from_this()](error_code ec, size_t) {
+      if (ec) return self->on_read_error(ec);
+      if (!self->body_hold_->grow_to(self->parser_->get().body().size())) return self->refuse_body_budget();
+      self->read_body_part();
+    });
+  }
+
+  void on_body() {
     deadline_.cancel();
+    buffer_.max_size(kReadBufferLimit);
     Request req = parser_->release();
     parser_.reset();
     dispatch(std::move(req));
   }
 
+  // The body would take the server past --max-body-bytes-in-flight: 503 + Retry-After, and close
+  // (the unread rest is drained, not stored).
+  void refuse_body_budget() {
+    deadline_.cancel();
+    body_hold_.reset();
+    const std::string_view path = path_of(parser_->get().target());
+    ApiError error{ErrorKind::kOverloaded,
+                   "this server already holds its limit of " + std::to_string(server_.body_budget.limit()) +
+                       " bytes of request bodies in flight (--max-body-bytes-in-flight); retry shortly",
+                   ""};
+    Reply r = error_reply(is_anthropic_path(path), error);
+    r.headers.emplace_back("Retry-After", "1");
+    server_.metrics.count_response(endpoint_of_path(path), r.status);
+    const unsigned version = parser_->get().version();
+    parser_.reset();  // what was read of the body goes now, not after the drain
+    write_reply(std::move(r), version, /*keep_alive=*/false);
+  }
+
   void on_read_error(error_code ec) {
     deadline_.cancel();
+    body_hold_.reset();
     const bool mid_request = parser_ && parser_->got_some();
     if (ec == http::error::end_of_stream || ec == asio::error::eof || ec == asio::error::operation_aborted ||
         !socket_.is_open() || (!mid_request && ec != http::error::body_limit)) {
@@ -372,6 +459,9 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
                "the request body is larger than this server's limit of " +
                    std::to_string(server_.options.max_body_bytes) + " bytes (--max-body-bytes)",
                ""};
+    } else if (ec == http::error::buffer_overflow && parser_->is_header_done()) {
+      error = invalid_request("a chunk-size line or the chunked trailer of the request body is larger than " +
+                              std::to_string(kChunkLineLimit) + " bytes; send trailers (and chunk extensions) under that");
     } else if (ec == http::error::header_limit || ec == http::error::buffer_overflow) {
       error = invalid_request("the request header is larger than " + std::to_string(kHeaderLimit) + " bytes");
     } else if (ec == http::error::partial_message) {
@@ -392,7 +482,10 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     probing_ = false;
     version_ = req.version();
     watch();
-    server_.pool.post([self = shared_from_this(), req = std::move(req)] { self->server_.handle(self, req); });
+    // The body's share of the budget goes with the request and is given back when its handler ends.
+    server_.pool.post([self = shared_from_this(), req = std::move(req), hold = std::move(body_hold_)] {
+      self->server_.handle(self, req);
+    });
   }
 
   // While a handler runs, keep reading: pipelined requests go to the buffer (bounded), and the end
@@ -591,6 +684,8 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
   asio::steady_timer deadline_;
   asio::steady_timer probe_timer_;
   const bool counted_;
+  const std::string client_;  // the remote IP address (counted connections)
+  std::shared_ptr<BodyHold> body_hold_;  // the current request body's share of the budget
   unsigned version_ = 11;
   bool busy_ = false;              // a handler owns the current request
   bool response_started_ = false;  // bytes of the final response (or stream header) went out
@@ -618,13 +713,42 @@ void HttpServer::Impl::accept() {
     }
     error_code ignored;
     socket.set_option(tcp::no_delay(true), ignored);  // stream tokens as they come, not in Nagle batches
+    const tcp::endpoint remote = socket.remote_endpoint(ignored);
+    std::string client = remote.address().to_string();
     if (static_cast<size_t>(connections.load()) >= options.max_connections) {
-      std::make_shared<HttpConnection>(*this, std::move(socket), /*counted=*/false)->reject_busy();
+      std::make_shared<HttpConnection>(*this, std::move(socket), /*counted=*/false)
+          ->reject_busy({ErrorKind::kOverloaded,
+                         "this server already holds " + std::to_string(options.max_connections) +
+                             " connections (--max-connections); retry later",
+                         ""});
+    } else if (!admit_client(client)) {
+      std::make_shared<HttpConnection>(*this, std::move(socket), /*counted=*/false)
+          ->reject_busy({ErrorKind::kRateLimited,
+                         "this client address already holds " + std::to_string(options.max_connections_per_client) +
+                             " connections (--max-connections-per-client); reuse or close some, then retry",
+                         ""});
     } else {
-      std::make_shared<HttpConnection>(*this, std::move(socket), /*counted=*/true)->start();
+      std::make_shared<HttpConnection>(*this, std::move(socket), /*counted=*/true, std::move(client))->start();
     }
     accept();
   });
+}
+
+bool HttpServer::Impl::admit_client(const std::string& client) {
+  std::lock_guard lock(clients_mu);
+  size_t& open = client_connections[client];
+  if (options.max_connections_per_client > 0 && open >= options.max_connections_per_client) {
+    if (open == 0) client_connections.erase(client);
+    return false;
+  }
+  ++open;
+  return true;
+}
+
+void HttpServer::Impl::leave_client(const std::string& client) {
+  std::lock_guard lock(clients_mu);
+  auto it = client_connections.find(client);
+  if (it != client_connections.end() && --it->second == 0) client_connections.erase(it);
 }
 
 std::optional<Reply> HttpServer::Impl::precheck(const http::request_parser<http::string_body>::value_type& header) {
@@ -727,7 +851,7 @@ Reply HttpServer::Impl::handle_generation(Api api, const Request& req, HttpConne
   const bool anthropic = api == Api::kMessages;
   auto failed = [&](const ApiError& error) { return fail(endpoint_of(api), anthropic, error); };
   OrderedJson body;
-  if (SchemaError e = parse_body(req.body(), &body)) return failed(*e);
+  if (SchemaError e = parse_body(req.body(), &body, [&conn] { return conn.gone(); })) return failed(*e);
 
   std::variant<PreparedGeneration, ApiError> prepared = ApiError{};
   StreamOptions stream_options;
@@ -770,12 +894,22 @@ Reply HttpServer::Impl::handle_generation(Api api, const Request& req, HttpConne
     ~SlotRelease() { slots.release(bucket); }
   } release{key_slots, bucket};
 
-  // The key's tokens per minute: the prompt now, the generated tokens when the turn has ended.
+  // The key's tokens per minute: the prompt and the whole output budget now; the output budget's
+  // unused part is given back when the turn has ended (rate_limit.h).
+  const int64_t output_budget = generation.request.sampling.max_tokens;
   const TokenBudget::Decision budget =
-      token_budget.admit(bucket, static_cast<int64_t>(generation.request.prompt_ids.size()));
-  if (!budget.admitted) return token_limit_reply(api, budget, generation.request.prompt_ids.size());
+      token_budget.admit(bucket, static_cast<int64_t>(generation.request.prompt_ids.size()), output_budget);
+  if (!budget.admitted)
+    return token_limit_reply(api, budget, generation.request.prompt_ids.size(), output_budget);
+  struct OutputRefund {
+    TokenBudget& budget;
+    const std::string& bucket;
+    int64_t unused;
+    ~OutputRefund() { budget.refund(bucket, unused); }
+  } refund{token_budget, bucket, output_budget};
   auto charge_output = [&](const GenerationTask& done) {
-    if (done.result().ok()) token_budget.charge(bucket, static_cast<int64_t>(done.result()->output_ids.size()));
+    if (done.result().ok())
+      refund.unused = std::max<int64_t>(0, output_budget - static_cast<int64_t>(done.result()->output_ids.size()));
   };
 
   auto submitted = service.submit(generation);
@@ -819,15 +953,18 @@ void HttpServer::Impl::stream(Api api, const PreparedGeneration& prepared, Gener
   if (const Completion* turn = std::get_if<Completion>(&outcome)) metrics.count_turn(turn->usage, gone);
 }
 
-Reply HttpServer::Impl::token_limit_reply(Api api, const TokenBudget::Decision& budget, size_t prompt_tokens) {
+Reply HttpServer::Impl::token_limit_reply(Api api, const TokenBudget::Decision& budget, size_t prompt_tokens,
+                                          int64_t output_budget) {
   const std::string limit = std::to_string(budget.limit);
+  const std::string cost = std::to_string(prompt_tokens) + " prompt tokens + " + std::to_string(output_budget) +
+                           " output tokens (max_tokens)";
   std::string message =
       budget.never
-          ? "this request's prompt has " + std::to_string(prompt_tokens) + " tokens, more than this API key's limit of " +
-                limit + " tokens per minute (--max-tokens-per-minute-per-key); shorten the prompt"
+          ? "this request needs " + cost + ", more than this API key's limit of " + limit +
+                " tokens per minute (--max-tokens-per-minute-per-key); lower max_tokens or shorten the prompt"
           : "this API key has used its " + limit + " tokens per minute (--max-tokens-per-minute-per-key): " +
-                std::to_string(budget.remaining) + " left, this prompt needs " + std::to_string(prompt_tokens) +
-                "; retry in " + std::to_string(budget.retry_after_seconds) + " s";
+                std::to_string(budget.remaining) + " left, this request needs " + cost + "; retry in " +
+                std::to_string(budget.retry_after_seconds) + " s";
   Reply r = error_reply(api == Api::kMessages, {ErrorKind::kTokenRateLimited, std::move(message), ""});
   if (!budget.never) r.headers.emplace_back("Retry-After", std::to_string(budget.retry_after_seconds));
   add_rate_limit_headers(budget, &r);
@@ -926,5 +1063,7 @@ void HttpServer::stop() {
 }
 
 int HttpServer::open_connections() const { return impl_->connections.load(); }
+
+size_t HttpServer::body_bytes_in_flight() const { return impl_->body_budget.used(); }
 
 }  // namespace cedar::serve

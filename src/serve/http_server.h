@@ -9,7 +9,8 @@
 // onto the ChatService, with the safety defaults of docs/SERVER.md: loopback binding unless told
 // otherwise, an optional API key checked in constant time (without one: JSON bodies and loopback
 // Host/Origin only), deadlines for a request's header and body, a body limit enforced while reading
-// (chunked included), a connection cap, and an API-shaped JSON error for every failure (never a
+// (chunked included), a server-wide budget of body bytes in flight, a connection cap overall and per
+// client address, and an API-shaped JSON error for every failure (never a
 // crash, never an HTML page). Keep-alive, pipelining and half-closed clients are served; a client
 // that disconnects cancels its generation, streaming or not.
 #pragma once
@@ -37,6 +38,11 @@ struct ServerOptions {
                                               // (rate_limit.h); over it: 429. 0 = no limit
   size_t max_body_bytes = 16u << 20;
   size_t max_connections = 2048;   // open connections; more are answered 503 and closed
+  size_t max_connections_per_client = 256;  // open connections per remote IP address; more are
+                                            // answered 429 and closed. 0 = no limit
+  size_t max_body_bytes_in_flight = 256u << 20;  // request-body bytes held at once by all connections
+                                                 // (read or being handled); a body that would pass
+                                                 // it is answered 503 + Retry-After. 0 = no limit
   QueueLimits queue;
   ServiceConfig service;
   size_t replay_turns = 4096;      // ReplayStore capacity
@@ -68,6 +74,7 @@ class HttpServer {
   void stop();
 
   int open_connections() const;  // tests: connections held now (rejected ones not counted)
+  size_t body_bytes_in_flight() const;  // tests: request-body bytes reserved now
 
  private:
   friend class HttpConnection;

@@ -1,5 +1,6 @@
 #include "serve/prompt_schema.h"
 
+#include "serve/json_body.h"
 #include "serve/schema_util.h"
 #include "tokenizer/chat_encoding.h"
 
@@ -77,8 +78,8 @@ bool same_arguments(const std::string& a, const std::string& b) {
 }
 
 OrderedJson arguments_object(const std::string& arguments) {
-  if (json_nesting_depth(arguments) > kMaxJsonDepth) return OrderedJson::object();
-  OrderedJson parsed = OrderedJson::parse(arguments, nullptr, false);
+  OrderedJson parsed;
+  if (parse_json_bounded(arguments, JsonLimits{}, &parsed, "the arguments")) return OrderedJson::object();
   return parsed.is_object() ? parsed : OrderedJson::object();
 }
 

@@ -44,12 +44,13 @@ TokenBudget::Decision TokenBudget::describe(const Bucket& b) const {
   return d;
 }
 
-TokenBudget::Decision TokenBudget::admit(const std::string& key, int64_t prompt_tokens) {
+TokenBudget::Decision TokenBudget::admit(const std::string& key, int64_t prompt_tokens, int64_t output_budget) {
   if (per_minute_ <= 0) return {};
   std::lock_guard lock(mu_);
   Bucket& b = refill(key);
-  const double need = static_cast<double>(prompt_tokens);
-  if (prompt_tokens > per_minute_) {
+  const int64_t cost = prompt_tokens + std::max<int64_t>(0, output_budget);
+  const double need = static_cast<double>(cost);
+  if (cost > per_minute_) {
     Decision d = describe(b);
     d.admitted = false;
     d.never = true;
@@ -66,10 +67,11 @@ TokenBudget::Decision TokenBudget::admit(const std::string& key, int64_t prompt_
   return d;
 }
 
-void TokenBudget::charge(const std::string& key, int64_t tokens) {
-  if (per_minute_ <= 0 || tokens <= 0) return;
+void TokenBudget::refund(const std::string& key, int64_t unused_tokens) {
+  if (per_minute_ <= 0 || unused_tokens <= 0) return;
   std::lock_guard lock(mu_);
-  refill(key).tokens -= static_cast<double>(tokens);
+  Bucket& b = refill(key);
+  b.tokens = std::min<double>(static_cast<double>(per_minute_), b.tokens + static_cast<double>(unused_tokens));
 }
 
 }  // namespace cedar::serve

@@ -3,10 +3,12 @@
 //   KeySlots     generation requests in flight per key (--max-concurrent-per-key);
 //   TokenBudget  tokens per minute per key (--max-tokens-per-minute-per-key): a token bucket that
 //                holds at most N tokens and refills continuously at N per 60 s. A request is
-//                admitted when the bucket holds its prompt, which is then taken; the generated
-//                tokens are taken when the turn ends (the bucket may go below zero then, and the
-//                key waits until it refills). So over any minute a key spends about N tokens,
-//                prompt + generated, and a burst of up to N is allowed after a quiet minute.
+//                admitted when the bucket holds its prompt plus its whole output budget
+//                (max_tokens, or the server's default), which are taken then, as OpenAI counts
+//                max_tokens against a tokens-per-minute limit; when the turn ends, the part of the
+//                output budget it did not generate is given back. The bucket never goes below
+//                zero, so a burst of concurrent requests cannot spend more than the bucket held
+//                (charging output only at the end let one burst use 5x the budget).
 #pragma once
 
 #include <chrono>
@@ -39,16 +41,16 @@ class TokenBudget {
 
   struct Decision {
     bool admitted = true;
-    bool never = false;         // the prompt alone is over the whole budget: no wait helps
+    bool never = false;         // prompt + output budget is over the whole budget: no wait helps
     int64_t limit = 0;          // tokens per minute
     int64_t remaining = 0;      // tokens in the bucket after the decision (>= 0)
-    int retry_after_seconds = 0;  // refused: whole seconds until the bucket holds the prompt
+    int retry_after_seconds = 0;  // refused: whole seconds until the bucket holds the request
     double reset_seconds = 0;   // until the bucket is full again
   };
-  // Takes `prompt_tokens` from the key's bucket when it holds them; otherwise refuses.
-  Decision admit(const std::string& key, int64_t prompt_tokens);
-  // Takes the tokens a finished turn generated.
-  void charge(const std::string& key, int64_t tokens);
+  // Takes prompt_tokens + output_budget from the key's bucket when it holds them; otherwise refuses.
+  Decision admit(const std::string& key, int64_t prompt_tokens, int64_t output_budget = 0);
+  // Gives back the part of an admitted output budget that a finished (or failed) turn did not use.
+  void refund(const std::string& key, int64_t unused_tokens);
   bool enabled() const { return per_minute_ > 0; }
   int64_t limit() const { return per_minute_; }
 

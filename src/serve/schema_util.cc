@@ -1,5 +1,7 @@
 #include "serve/schema_util.h"
 
+#include "serve/json_body.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -34,13 +36,11 @@ int json_nesting_depth(std::string_view text) {
   return deepest;
 }
 
-SchemaError parse_body(std::string_view body, OrderedJson* out) {
+SchemaError parse_body(std::string_view body, OrderedJson* out, const std::function<bool()>& cancelled) {
   if (body.empty()) return invalid_request("the request body is empty; send a JSON object");
-  if (json_nesting_depth(body) > kMaxJsonDepth)
-    return invalid_request("the request body nests deeper than " + std::to_string(kMaxJsonDepth) + " levels");
-  OrderedJson parsed = OrderedJson::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (parsed.is_discarded())
-    return invalid_request("the request body is not valid JSON (or not valid UTF-8); send a JSON object");
+  OrderedJson parsed;
+  if (std::optional<JsonError> error = parse_json_bounded(body, JsonLimits{}, &parsed, "the request body", cancelled))
+    return invalid_request(error->message);
   if (!parsed.is_object()) return invalid_request("the request body must be a JSON object");
   *out = std::move(parsed);
   return std::nullopt;
@@ -223,6 +223,14 @@ SchemaError check_history_arguments(const std::string& arguments, const std::str
   if (json_nesting_depth(arguments) > kMaxJsonDepth)
     return invalid_request(
         std::string("'") + path + "' nests deeper than " + std::to_string(kMaxJsonDepth) + " levels", path);
+  // Arguments that are JSON are parsed again when the prompt is rendered; the body's limits (keys per
+  // object, values, memory) apply to them too, so that second parse stays bounded. Text that is not
+  // JSON is accepted as is.
+  OrderedJson parsed;
+  const std::string what = "'" + path + "'";
+  if (std::optional<JsonError> error = parse_json_bounded(arguments, JsonLimits{}, &parsed, what);
+      error && error->kind != JsonError::Kind::kSyntax)
+    return invalid_request(error->message, path);
   return std::nullopt;
 }
 

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -29,7 +30,9 @@ inline constexpr int kMaxJsonDepth = 64;
 
 // Parses a request body into an insertion-ordered JSON object: malformed JSON, invalid UTF-8, a
 // top level that is not an object, or nesting deeper than kMaxJsonDepth are 400s.
-SchemaError parse_body(std::string_view body, OrderedJson* out);
+// The parse is linear in the body with json_body.h's default limits (keys per object, values, string
+// bytes, memory), each a 400 naming it; `cancelled` (the client left) is polled while it runs.
+SchemaError parse_body(std::string_view body, OrderedJson* out, const std::function<bool()>& cancelled = {});
 // The nesting depth of a JSON text (brackets outside strings), without parsing it.
 int json_nesting_depth(std::string_view text);
 
@@ -71,7 +74,7 @@ SchemaError read_effort_text(const std::string& text, ReasoningOptions* reasonin
 
 // Checks the arguments of a tool call in the history. Any text is accepted, as deepseek-recipe accepts
 // it (text that is not a JSON object is rendered as one "arguments" string parameter); only JSON
-// nested deeper than kMaxJsonDepth is refused, so later parses stay bounded.
+// nested deeper than kMaxJsonDepth or over json_body.h's limits is refused, so later parses stay bounded.
 SchemaError check_history_arguments(const std::string& arguments, const std::string& path);
 
 // A fresh identifier: prefix + 24 random alphanumerics ("chatcmpl-9xQ...").

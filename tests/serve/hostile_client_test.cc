@@ -64,7 +64,12 @@ bool raise_descriptor_limit(rlim_t wanted) {
 // A raw client connection: bytes in, Beast-parsed responses out, every read under a deadline.
 class RawClient {
  public:
-  RawClient(asio::io_context& io, int port) : io_(io), socket_(io) {
+  // `source`: the loopback address to connect from (127.0.0.2 is another client to the server).
+  RawClient(asio::io_context& io, int port, const char* source = nullptr) : io_(io), socket_(io) {
+    if (source) {
+      socket_.open(tcp::v4());
+      socket_.bind({asio::ip::make_address(source), 0});
+    }
     socket_.connect({asio::ip::make_address("127.0.0.1"), static_cast<unsigned short>(port)});
   }
   void send(std::string_view bytes) { asio::write(socket_, asio::buffer(bytes.data(), bytes.size())); }
@@ -147,7 +152,9 @@ class HostileClientTest : public ::testing::Test {
   void TearDown() override {
     if (server_) server_->stop();
   }
-  std::unique_ptr<RawClient> connect() { return std::make_unique<RawClient>(io_, port_); }
+  std::unique_ptr<RawClient> connect(const char* source = nullptr) {
+    return std::make_unique<RawClient>(io_, port_, source);
+  }
   std::string chat(bool stream) const {
     return json({{"messages", {user("go")}}, {"stream", stream}}).dump();
   }
@@ -163,6 +170,7 @@ TEST_F(HostileClientTest, SlowlorisConnectionsDoNotStarveOtherClients) {
   ASSERT_TRUE(raise_descriptor_limit(2 * kSlow + 512)) << "cannot raise RLIMIT_NOFILE for " << kSlow << " sockets";
   ServerOptions options;
   options.header_timeout = 10s;  // long enough for a loaded machine to open them all first
+  options.max_connections_per_client = 0;  // all of them come from 127.0.0.1 (the per-client cap has its test)
   start(options);
   std::vector<std::unique_ptr<RawClient>> slow;
   for (int i = 0; i < kSlow; ++i) {
@@ -318,6 +326,137 @@ TEST_F(HostileClientTest, ConnectionCapAnswers503) {
   res = admitted->read();
   ASSERT_TRUE(res.has_value());
   EXPECT_EQ(res->result_int(), 200);
+}
+
+// One client address may hold only --max-connections-per-client connections; another address still
+// gets in (127.0.0.2 is a different client on loopback).
+TEST_F(HostileClientTest, PerClientConnectionCapAnswers429AndLetsOtherClientsIn) {
+  ServerOptions options;
+  options.max_connections_per_client = 3;
+  start(options);
+  std::vector<std::unique_ptr<RawClient>> held;
+  for (int i = 0; i < 3; ++i) held.push_back(connect());
+  ASSERT_TRUE(eventually([&] { return server_->open_connections() == 3; })) << server_->open_connections();
+  auto refused = connect();
+  refused->send(get_request("/health"));
+  auto res = refused->read();
+  ASSERT_TRUE(res.has_value());
+  EXPECT_EQ(res->result_int(), 429) << res->body();
+  EXPECT_NE(res->body().find("--max-connections-per-client"), std::string::npos) << res->body();
+  EXPECT_FALSE(res->keep_alive());
+  auto other = connect("127.0.0.2");
+  other->send(get_request("/health"));
+  res = other->read();
+  ASSERT_TRUE(res.has_value()) << "a second client address was not answered";
+  EXPECT_EQ(res->result_int(), 200) << res->body();
+  held[0]->send(get_request("/health"));  // the held ones are served as usual
+  res = held[0]->read();
+  ASSERT_TRUE(res.has_value());
+  EXPECT_EQ(res->result_int(), 200);
+  held.pop_back();  // one leaves: room for a new connection from the first address
+  ASSERT_TRUE(eventually([&] { return server_->open_connections() <= 3; }));
+  auto admitted = connect();
+  admitted->send(get_request("/health"));
+  res = admitted->read();
+  ASSERT_TRUE(res.has_value());
+  EXPECT_EQ(res->result_int(), 200);
+}
+
+// Half-sent bodies hold their declared length of --max-body-bytes-in-flight; the next one that would
+// pass it is refused before it is read, and the server's memory stays bounded by the budget.
+TEST_F(HostileClientTest, BodyBytesInFlightBudgetRefusesTheNextBodyWith503) {
+  constexpr size_t kBody = 1u << 20, kBudget = 4 * kBody;
+  ServerOptions options;
+  options.max_body_bytes_in_flight = kBudget;
+  start(options);
+  const size_t baseline = resident_bytes();
+  const std::string head =
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+      "Content-Length: " + std::to_string(kBody) + "\r\n\r\n";
+  const std::string half(kBody / 2, ' ');
+  std::vector<std::unique_ptr<RawClient>> held;
+  for (int i = 0; i < 4; ++i) {
+    held.push_back(connect());
+    held.back()->send(head + half);
+  }
+  ASSERT_TRUE(eventually([&] { return server_->body_bytes_in_flight() == kBudget; }))
+      << server_->body_bytes_in_flight();
+  // Twenty more: each refused with 503 + Retry-After before its body is read.
+  for (int i = 0; i < 20; ++i) {
+    auto refused = connect();
+    refused->send(head);
+    auto res = refused->read();
+    ASSERT_TRUE(res.has_value()) << "no answer to body " << i;
+    EXPECT_EQ(res->result_int(), 503) << res->body();
+    EXPECT_NE(res->body().find("--max-body-bytes-in-flight"), std::string::npos) << res->body();
+    EXPECT_FALSE(res->operator[](http::field::retry_after).empty());
+  }
+  EXPECT_LE(server_->body_bytes_in_flight(), kBudget);
+  const size_t grown = resident_bytes() - std::min(baseline, resident_bytes());
+  EXPECT_LT(grown, 32u << 20) << "RSS grew by " << grown << " bytes";
+  // A held body that completes is answered (a 400: spaces are not JSON), and gives its bytes back.
+  held[0]->send(half);
+  auto res = held[0]->read();
+  ASSERT_TRUE(res.has_value());
+  EXPECT_EQ(res->result_int(), 400) << res->body();
+  held.clear();  // the others leave: everything is given back, and a new body gets in
+  ASSERT_TRUE(eventually([&] { return server_->body_bytes_in_flight() == 0; })) << server_->body_bytes_in_flight();
+  auto admitted = connect();
+  admitted->send(post_request("/v1/chat/completions", chat(false)));
+  res = admitted->read();
+  ASSERT_TRUE(res.has_value());
+  EXPECT_EQ(res->result_int(), 200) << res->body();
+}
+
+// A chunked body is charged as its chunks arrive: one that grows past the budget is refused mid-way.
+TEST_F(HostileClientTest, ChunkedBodyPastTheBodyBudgetIs503) {
+  ServerOptions options;
+  options.max_body_bytes_in_flight = 256u << 10;
+  start(options);
+  auto client = connect();
+  client->send(
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+      "Transfer-Encoding: chunked\r\n\r\n");
+  const std::string chunk = "10000\r\n" + std::string(1u << 16, ' ') + "\r\n";  // 64 KiB
+  for (int i = 0; i < 8 && client->try_send(chunk); ++i) {
+  }
+  auto res = client->read();
+  ASSERT_TRUE(res.has_value());
+  EXPECT_EQ(res->result_int(), 503) << res->body();
+  EXPECT_NE(res->body().find("--max-body-bytes-in-flight"), std::string::npos) << res->body();
+  EXPECT_TRUE(eventually([&] { return server_->body_bytes_in_flight() == 0; })) << server_->body_bytes_in_flight();
+}
+
+// A chunked trailer (or chunk-size line) over 64 KiB is answered with a 400 as soon as it passes the
+// limit, not after the body deadline (120 s by default; the read below waits at most 30 s).
+TEST_F(HostileClientTest, OversizedChunkedTrailerIsAnswered400AtOnce) {
+  start();
+  for (const bool trailer : {true, false}) {
+    auto client = connect();
+    std::string request =
+        "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        "Transfer-Encoding: chunked\r\n\r\n2\r\n{}\r\n";
+    request += trailer ? "0\r\nX-Big: " + std::string(100u << 10, 'a')  // never ended by CRLF CRLF
+                       : "1;ext=" + std::string(100u << 10, 'b');        // a chunk-size line never ended
+    client->try_send(request);
+    auto res = client->read();
+    ASSERT_TRUE(res.has_value()) << (trailer ? "trailer" : "chunk line") << ": no answer";
+    EXPECT_EQ(res->result_int(), 400) << res->body();
+    EXPECT_NE(res->body().find("65536 bytes"), std::string::npos) << res->body();
+  }
+  auto normal = connect();  // a trailer under the limit is fine
+  normal->send(
+      "POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+      "Transfer-Encoding: chunked\r\n\r\n" +
+      [&] {
+        const std::string body = chat(false);
+        char size[16];
+        std::snprintf(size, sizeof size, "%zx", body.size());
+        return std::string(size) + "\r\n" + body + "\r\n0\r\nX-Small: " + std::string(1000, 'c') + "\r\n\r\n";
+      }());
+  auto res = normal->read();
+  ASSERT_TRUE(res.has_value());
+  EXPECT_EQ(res->result_int(), 200) << res->body();
 }
 
 // Clients that leave mid-generation, all at once: the engine must see every request cancelled.

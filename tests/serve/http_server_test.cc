@@ -287,6 +287,27 @@ TEST_F(HttpServerTest, StopStringsAndMaxTokens) {
   EXPECT_EQ(a["content"][0]["text"], "one ");
 }
 
+// --max-tokens is the default output budget and also the most a request may ask: a larger max_tokens
+// is clamped to it (the turn ends with "length"), on every API.
+TEST_F(HttpServerTest, MaxTokensFlagCapsWhatARequestMayAsk) {
+  ServerOptions options;
+  options.service.default_max_tokens = 3;
+  start({{"", "one two three" + std::string(test::kEos)}}, options);
+  for (const json& extra : {json{{"max_tokens", 100}}, json{{"max_completion_tokens", 100}}, json::object()}) {
+    json body = {{"messages", {user("count")}}};
+    body.update(extra);
+    const json r = post_json(*client_, "/v1/chat/completions", body);
+    EXPECT_EQ(r["choices"][0]["message"]["content"], "one") << extra.dump();
+    EXPECT_EQ(r["choices"][0]["finish_reason"], "length") << extra.dump();
+    EXPECT_EQ(r["usage"]["completion_tokens"], 3) << extra.dump();
+  }
+  const json a = post_json(*client_, "/v1/messages", {{"max_tokens", 100}, {"messages", {user("count")}}});
+  EXPECT_EQ(a["stop_reason"], "max_tokens");
+  EXPECT_EQ(a["usage"]["output_tokens"], 3);
+  const json fewer = post_json(*client_, "/v1/chat/completions", {{"messages", {user("count")}}, {"max_tokens", 1}});
+  EXPECT_EQ(fewer["usage"]["completion_tokens"], 1) << "a smaller max_tokens is kept";
+}
+
 TEST_F(HttpServerTest, ErrorsAreJsonInTheApisShape) {
   start({{"", kAnswer}}, {}, {}, /*max_context=*/64);
   auto bad = client_->Post("/v1/chat/completions", "{not json", "application/json");

@@ -39,17 +39,49 @@ TEST(TokenBudget, AdmitsPromptsWhileTheBucketHoldsThemAndRefillsPerSecond) {
   EXPECT_EQ(budget.admit("k", 0).remaining, 60) << "the bucket never holds more than a minute's tokens";
 }
 
-TEST(TokenBudget, GeneratedTokensAreChargedAfterTheTurnAndMayOverdraw) {
+TEST(TokenBudget, TheOutputBudgetIsTakenUpFrontAndItsUnusedPartGivenBack) {
   FakeClock clock;
   TokenBudget budget(60, clock.fn());
-  ASSERT_TRUE(budget.admit("k", 10).admitted);
-  budget.charge("k", 80);  // 50 - 80 = -30
-  TokenBudget::Decision d = budget.admit("k", 1);
+  TokenBudget::Decision d = budget.admit("k", 10, 30);
+  ASSERT_TRUE(d.admitted);
+  EXPECT_EQ(d.remaining, 20);  // 60 - 10 - 30
+  budget.refund("k", 25);      // the turn generated 5 of its 30
+  EXPECT_EQ(budget.admit("k", 0).remaining, 45);
+  d = budget.admit("k", 10, 40);  // 50 > 45
   EXPECT_FALSE(d.admitted);
-  EXPECT_EQ(d.remaining, 0);
-  EXPECT_EQ(d.retry_after_seconds, 31);
-  clock.now += 31s;
-  EXPECT_TRUE(budget.admit("k", 1).admitted);
+  EXPECT_FALSE(d.never);
+  EXPECT_EQ(d.retry_after_seconds, 5);
+  budget.refund("k", 1000);
+  EXPECT_EQ(budget.admit("k", 0).remaining, 60) << "a refund never fills the bucket past its limit";
+  d = budget.admit("k", 10, 51);
+  EXPECT_FALSE(d.admitted);
+  EXPECT_TRUE(d.never) << "prompt + output budget over the whole limit";
+}
+
+// Issue 35: charged only at the end, a burst of requests admitted together used 5x the budget. With the
+// output budget taken at admission, what a burst can spend within the minute is at most the limit.
+TEST(TokenBudget, ABurstCannotSpendMoreThanTheBudget) {
+  FakeClock clock;
+  constexpr int64_t kLimit = 1000, kPrompt = 20, kMaxTokens = 180;
+  TokenBudget budget(kLimit, clock.fn());
+  int64_t spent = 0;
+  int admitted = 0;
+  for (int i = 0; i < 50; ++i) {  // 50 requests at the same instant, each generating all it may
+    if (!budget.admit("k", kPrompt, kMaxTokens).admitted) continue;
+    ++admitted;
+    spent += kPrompt + kMaxTokens;
+    budget.refund("k", 0);
+  }
+  EXPECT_EQ(admitted, 5);
+  EXPECT_LE(spent, kLimit);
+  // Over a longer run at one request a second, the spend per minute stays within limit + one burst.
+  spent = 0;
+  for (int second = 0; second < 600; ++second) {
+    clock.now += 1s;
+    if (budget.admit("k", kPrompt, kMaxTokens).admitted) spent += kPrompt + kMaxTokens;
+  }
+  EXPECT_LE(spent, kLimit * 10 + kLimit) << "10 minutes";
+  EXPECT_GE(spent, kLimit * 9) << "the budget is still usable";
 }
 
 TEST(TokenBudget, APromptOverTheWholeBudgetIsNeverAdmitted) {
@@ -78,17 +110,20 @@ TEST(KeySlots, CountsRequestsInFlightPerKey) {
 
 class TokenLimitTest : public ::testing::Test {
  protected:
-  void start(int64_t per_minute) {
+  void start(int64_t per_minute, int max_tokens = 13) {
     // "Once" is 4 prompt tokens for /v1/completions (a byte-level tokenizer, no template); the
     // reply is 12 bytes + EOS = 13 generated tokens.
     engine_ = test::make_engine({{"", " upon a time" + std::string(test::kEos)}});
     ServerOptions options;
     options.max_tokens_per_minute_per_key = per_minute;
+    options.service.default_max_tokens = max_tokens;  // the output budget a request without max_tokens takes
     server_ = std::make_unique<test::TestServer>(*engine_, options);
     client_ = server_->client();
   }
-  httplib::Result complete(const std::string& prompt) {
-    return client_->Post("/v1/completions", json{{"prompt", prompt}}.dump(), "application/json");
+  httplib::Result complete(const std::string& prompt, json extra = json::object()) {
+    json body = {{"prompt", prompt}};
+    body.update(extra);
+    return client_->Post("/v1/completions", body.dump(), "application/json");
   }
   std::unique_ptr<ScriptedEngine> engine_;
   std::unique_ptr<test::TestServer> server_;
@@ -101,14 +136,15 @@ TEST_F(TokenLimitTest, SpentTokensAnswer429WithRetryAfterInEachApisShape) {
   ASSERT_TRUE(first);
   EXPECT_EQ(first->status, 200) << first->body;
   EXPECT_EQ(first->get_header_value("x-ratelimit-limit-tokens"), "20");
-  EXPECT_EQ(first->get_header_value("x-ratelimit-remaining-tokens"), "16");  // after the prompt
-  // 20 - 4 - 13 = 3 tokens left (plus what refilled meanwhile, 1 every 3 s): a 4-token prompt waits.
+  // 20 - 4 prompt tokens - 13 (the output budget, all of it generated) = 3 left (plus what refilled
+  // meanwhile, 1 every 3 s): the next request, 17 tokens, waits ~42 s.
+  EXPECT_EQ(first->get_header_value("x-ratelimit-remaining-tokens"), "3");
   auto second = complete("Once");
   ASSERT_TRUE(second);
   ASSERT_EQ(second->status, 429) << second->body;
   const int retry = std::stoi(second->get_header_value("Retry-After"));
-  EXPECT_GE(retry, 1);
-  EXPECT_LE(retry, 3);
+  EXPECT_GE(retry, 36);
+  EXPECT_LE(retry, 42);
   EXPECT_EQ(second->get_header_value("x-ratelimit-limit-tokens"), "20");
   EXPECT_EQ(second->get_header_value("x-ratelimit-remaining-tokens"), "3");
   const json body = json::parse(second->body);
@@ -125,6 +161,26 @@ TEST_F(TokenLimitTest, SpentTokensAnswer429WithRetryAfterInEachApisShape) {
   EXPECT_EQ(a["type"], "error");
   EXPECT_EQ(a["error"]["type"], "rate_limit_error");
   EXPECT_FALSE(anthropic->get_header_value("Retry-After").empty());
+}
+
+TEST_F(TokenLimitTest, TheUnusedOutputBudgetIsGivenBackAfterTheTurn) {
+  start(60, /*max_tokens=*/40);
+  auto first = complete("Once", {{"max_tokens", 40}});
+  ASSERT_TRUE(first);
+  ASSERT_EQ(first->status, 200) << first->body;
+  EXPECT_EQ(first->get_header_value("x-ratelimit-remaining-tokens"), "16");  // 60 - 4 - 40
+  // It generated 13 of its 40: 27 came back, so 43 (+ refill) hold the next 4 + 35.
+  auto second = complete("Once", {{"max_tokens", 35}});
+  ASSERT_TRUE(second);
+  ASSERT_EQ(second->status, 200) << second->body;
+  const int remaining = std::stoi(second->get_header_value("x-ratelimit-remaining-tokens"));
+  EXPECT_GE(remaining, 4);
+  EXPECT_LE(remaining, 8);
+  // 22 more came back (~26 now); max_tokens 1000 is clamped to the server's 40, and 44 do not fit.
+  auto third = complete("Once", {{"max_tokens", 1000}});
+  ASSERT_TRUE(third);
+  ASSERT_EQ(third->status, 429) << third->body;
+  EXPECT_NE(third->body.find("4 prompt tokens + 40 output tokens"), std::string::npos) << third->body;
 }
 
 TEST_F(TokenLimitTest, APromptOverTheWholeBudgetSaysSoWithoutRetryAfter) {

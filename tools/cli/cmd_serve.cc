@@ -15,6 +15,7 @@
 #include "residency_flags.h"
 #include "command.h"
 #include "core/log.h"
+#include "serve/auth.h"
 #include "serve/engine_setup.h"
 #include "serve/http_server.h"
 
@@ -36,16 +37,21 @@ constexpr const char* kUsage =
     "                           (Host and Origin) are answered\n"
     "  --allow-remote-origins   without a key, answer any Host/Origin and content type anyway\n"
     "  --max-concurrent-per-key N  generation requests in flight per key (default 0 = no limit; 429)\n"
-    "  --max-tokens-per-minute-per-key N  prompt + generated tokens per key and minute, refilled\n"
-    "                           continuously (default 0 = no limit; 429 with Retry-After)\n"
+    "  --max-tokens-per-minute-per-key N  prompt + output-budget tokens per key and minute (the unused\n"
+    "                           output is given back), refilled continuously (default 0 = no limit; 429)\n"
     "  --max-connections N      open connections before new ones get 503 (default 2048)\n"
+    "  --max-connections-per-client N  open connections per client IP address before new ones get 429\n"
+    "                           (default 256; 0 = no limit; behind a proxy every client shares its address)\n"
     "  --served-model-name NAME model id reported by /v1/models (default: the checkpoint's name)\n"
     "  --parallel N             requests handed to the engine at once (default 16)\n"
     "  --queue N                requests waiting behind them before 429 (default 64)\n"
     "  --max-context N          prompt + output tokens per request (default: the engine's)\n"
     "  --max-prompt-tokens N    longest prompt accepted (default: the context)\n"
-    "  --max-tokens N           output budget when a request names none (default 4096)\n"
+    "  --max-tokens N           output budget when a request names none, and the most it may name (a larger\n"
+    "                           max_tokens is clamped to it; default 4096)\n"
     "  --max-body-bytes N       largest request body (default 16777216)\n"
+    "  --max-body-bytes-in-flight SIZE  request-body bytes held at once, all connections together; a body\n"
+    "                           that would pass it gets 503 + Retry-After (default 256M; 0 = no limit)\n"
     "  --thinking on|off        mode when a request does not choose (default off = chat)\n"
     "  --threads N              engine compute threads (default: all cores)\n"
     "  --cache-dir DIR          durable prefix cache: conversations survive restarts\n"
@@ -96,9 +102,14 @@ Result<std::string> api_key(const Args& args) {
     if (!in) return invalid_argument("--api-key-file '" + path + "' cannot be read; give a file holding the key");
     std::string key;
     std::getline(in, key);
+    // The file's first line, less a UTF-8 byte-order mark and the line's end (CR LF, blanks): what
+    // editors add, not part of the key (docs/SERVER.md).
+    if (key.rfind("\xEF\xBB\xBF", 0) == 0) key.erase(0, 3);
     while (!key.empty() && (key.back() == '\r' || key.back() == ' ' || key.back() == '\t')) key.pop_back();
     if (key.empty())
       return invalid_argument("--api-key-file '" + path + "' starts with an empty line; put the key on its first line");
+    if (std::optional<std::string> problem = serve::api_key_problem(key))
+      return invalid_argument("the key in --api-key-file '" + path + "' " + *problem);
     return key;
   }
   if (args.has("--api-key")) {
@@ -107,11 +118,15 @@ Result<std::string> api_key(const Args& args) {
       return invalid_argument(
           "--api-key is empty; give a non-empty key (better: --api-key-file FILE or the CEDAR_API_KEY environment "
           "variable, which `ps` does not show), or leave the flag out to serve without a key on loopback");
+    if (std::optional<std::string> problem = serve::api_key_problem(key))
+      return invalid_argument("--api-key " + *problem);
     return key;
   }
   if (const char* env = std::getenv("CEDAR_API_KEY")) {
     if (*env == '\0')
       return invalid_argument("CEDAR_API_KEY is set but empty; set it to the key, or unset it to serve without a key");
+    if (std::optional<std::string> problem = serve::api_key_problem(env))
+      return invalid_argument("CEDAR_API_KEY " + *problem);
     return std::string(env);
   }
   return std::string();
@@ -172,6 +187,25 @@ Result<ServeConfig> read_flags(const Args& args) {
   c.server.max_body_bytes = static_cast<size_t>(body);
   CEDAR_ASSIGN_OR_RETURN(c.server.service.max_prompt_tokens, int_flag(args, "--max-prompt-tokens", 0, 0, 1 << 24));
   CEDAR_ASSIGN_OR_RETURN(c.server.service.default_max_tokens, int_flag(args, "--max-tokens", 4096, 1, 1 << 24));
+  // A request's per-minute cost includes its whole output budget (rate_limit.h), so one that asked
+  // for --max-tokens could never run.
+  if (c.server.max_tokens_per_minute_per_key > 0 &&
+      c.server.service.default_max_tokens >= c.server.max_tokens_per_minute_per_key)
+    return invalid_argument("--max-tokens (" + std::to_string(c.server.service.default_max_tokens) +
+                            ") must be below --max-tokens-per-minute-per-key (" +
+                            std::to_string(c.server.max_tokens_per_minute_per_key) +
+                            "): a request's output budget is counted against the per-minute budget; lower "
+                            "--max-tokens or raise the per-minute limit");
+  CEDAR_ASSIGN_OR_RETURN(int per_client, int_flag(args, "--max-connections-per-client", 256, 0, 1 << 20));
+  c.server.max_connections_per_client = static_cast<size_t>(per_client);
+  if (args.get_or("--max-body-bytes-in-flight", "") == "0") {
+    c.server.max_body_bytes_in_flight = 0;
+  } else if (args.has("--max-body-bytes-in-flight")) {
+    CEDAR_ASSIGN_OR_RETURN(c.server.max_body_bytes_in_flight, size_flag(args, "--max-body-bytes-in-flight"));
+  }
+  if (c.server.max_body_bytes_in_flight > 0 && c.server.max_body_bytes_in_flight < c.server.max_body_bytes)
+    return invalid_argument("--max-body-bytes-in-flight must be 0 (no limit) or at least --max-body-bytes (" +
+                            std::to_string(c.server.max_body_bytes) + "), or no body of the largest size could be read");
   const std::string thinking = args.get_or("--thinking", "off");
   if (thinking != "on" && thinking != "off") return invalid_argument("--thinking must be on or off");
   c.server.service.default_thinking = thinking == "on";
@@ -188,7 +222,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
                           {"--model", "--scripted", "--tokenizer", "--host", "--port", "--api-key", "--api-key-file",
                            "--max-concurrent-per-key", "--max-tokens-per-minute-per-key", "--max-connections",
                            "--served-model-name", "--parallel", "--queue", "--max-context", "--max-prompt-tokens",
-                           "--max-tokens", "--max-body-bytes", "--thinking", "--threads", "--cache-dir", "--replay", "--kv-memory", "--numerics",
+                           "--max-tokens", "--max-body-bytes", "--max-body-bytes-in-flight", "--max-connections-per-client", "--thinking", "--threads", "--cache-dir", "--replay", "--kv-memory", "--numerics",
                            "--memory-budget", "--residency-stats"},
                           {"--help", "--allow-remote-origins"}, {{"-m", "--model"}});
   if (!args.ok()) {
