@@ -19,7 +19,7 @@
 namespace cedar::serve {
 
 struct PromptSettings {
-  bool default_thinking = false;  // mode when the request says nothing
+  bool default_thinking = true;  // mode when the request says nothing (deepseek-recipe's default)
   tokenizer::PromptFormat format = tokenizer::PromptFormat::kV41;
 };
 

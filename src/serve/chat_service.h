@@ -33,7 +33,9 @@ namespace cedar::serve {
 
 struct ServiceConfig {
   std::string model_id;             // the served model's name (requests may name any model)
-  bool default_thinking = false;    // mode when the request says nothing (the reference's default: chat)
+  // Mode when the request says nothing: thinking, as deepseek-recipe's ConversionOptions() and
+  // DeepSeek's API (`cedar serve --thinking off` chooses chat).
+  bool default_thinking = true;
   int default_max_tokens = 4096;    // output budget when the request names none
   int max_prompt_tokens = 0;        // longest prompt accepted; 0 = the engine's context
   tokenizer::PromptFormat format = tokenizer::PromptFormat::kV41;

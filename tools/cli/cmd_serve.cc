@@ -46,7 +46,8 @@ constexpr const char* kUsage =
     "  --max-prompt-tokens N    longest prompt accepted (default: the context)\n"
     "  --max-tokens N           output budget when a request names none (default 4096)\n"
     "  --max-body-bytes N       largest request body (default 16777216)\n"
-    "  --thinking on|off        mode when a request does not choose (default off = chat)\n"
+    "  --thinking on|off        mode when a request does not choose (default on, as DeepSeek's API;\n"
+    "                           off = chat mode, faster on a CPU)\n"
     "  --threads N              engine compute threads (default: all cores)\n"
     "  --cache-dir DIR          durable prefix cache: conversations survive restarts\n"
     "  --replay MODE            after a prefix hit: bounded (default) or full (exact recompute)\n"
@@ -172,7 +173,7 @@ Result<ServeConfig> read_flags(const Args& args) {
   c.server.max_body_bytes = static_cast<size_t>(body);
   CEDAR_ASSIGN_OR_RETURN(c.server.service.max_prompt_tokens, int_flag(args, "--max-prompt-tokens", 0, 0, 1 << 24));
   CEDAR_ASSIGN_OR_RETURN(c.server.service.default_max_tokens, int_flag(args, "--max-tokens", 4096, 1, 1 << 24));
-  const std::string thinking = args.get_or("--thinking", "off");
+  const std::string thinking = args.get_or("--thinking", "on");
   if (thinking != "on" && thinking != "off") return invalid_argument("--thinking must be on or off");
   c.server.service.default_thinking = thinking == "on";
   c.served_name = args.get_or("--served-model-name", "");
