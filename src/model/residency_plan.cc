@@ -40,6 +40,20 @@ int64_t dense_resident_bytes(const ModelConfig& c, const ParamCounts& counts) {
   return counts.backbone_bytes - counts.routed_expert_bytes + counts.engram_bytes - engram_table_bytes(c);
 }
 
+// Activations and scratch: a few percent of the budget, at most 2 GiB (the released model's
+// decode workspace is tens of MiB; a 512-token prefill chunk needs a few hundred).
+int64_t workspace_reserve(int64_t budget) { return std::min<int64_t>(2 * kGiB, budget / 50); }
+
+// The smallest budget B with B - workspace_reserve(B) >= `rest`. B - workspace_reserve(B) never
+// decreases as B grows, so every larger budget (a rounded-up one) works too.
+int64_t smallest_budget(int64_t rest) {
+  int64_t b = rest;
+  // Every step stays at or below the answer (workspace_reserve never decreases) and closes most of
+  // the gap to it (the workspace is a fiftieth of the budget): a few steps.
+  while (b - workspace_reserve(b) < rest) b = rest + workspace_reserve(b);
+  return b;
+}
+
 }  // namespace
 
 int64_t routed_expert_bytes(const ModelConfig& c) {
@@ -89,9 +103,7 @@ Result<ResidencyPlan> plan_residency(const ModelConfig& c, const LayerPlan& plan
   p.budget = budget;
   p.kv_reserve_bytes = static_cast<int64_t>(options.kv_reserve_bytes);
   p.prefill_chunk = options.prefill_chunk;
-  // Activations and scratch: a few percent of the budget, at most 2 GiB (the released model's
-  // decode workspace is tens of MiB; a 512-token prefill chunk needs a few hundred).
-  p.workspace_reserve = std::min<int64_t>(2 * kGiB, static_cast<int64_t>(budget / 50));
+  p.workspace_reserve = workspace_reserve(static_cast<int64_t>(budget));
   const int64_t fixed = p.dense_bytes + p.kv_reserve_bytes + p.workspace_reserve + p.coded_head_bytes;
   const int64_t everything = fixed + p.routed_expert_total + p.engram_table_total;
   if (static_cast<int64_t>(budget) >= everything) return p;  // fully resident: no streaming
@@ -104,20 +116,25 @@ Result<ResidencyPlan> plan_residency(const ModelConfig& c, const LayerPlan& plan
   const int64_t min_engram = p.engram_table_total > 0 ? std::max<int64_t>(p.engram_rows_per_token, 1024) * engram_slot : 0;
   const int64_t min_needed = fixed + n_active * p.expert_slot + min_engram;
   if (static_cast<int64_t>(budget) < min_needed) {
+    // The workspace grows with the budget, so the budget that works is larger than min_needed here:
+    // the smallest B with B - workspace(B) >= what the rest needs, rounded up to the unit named (a
+    // figure with decimals could round below B).
+    const int64_t works = smallest_budget(min_needed - p.workspace_reserve);
+    const int64_t unit = works >= kGiB ? kGiB : int64_t{1} << 20;
+    const int64_t rounded = (works + unit - 1) / unit * unit;
     return failed_precondition(
         "--memory-budget " + gib(static_cast<double>(budget)) + " cannot hold the dense weights (" + gib(p.dense_bytes) +
         ")" + (p.coded_head_bytes ? " plus the re-coded head (" + gib(p.coded_head_bytes) + ")" : std::string()) +
         (p.kv_reserve_bytes ? " plus the KV reserve (" + gib(p.kv_reserve_bytes) + ")" : std::string()) +
         " and the smallest streaming caches (" + gib(n_active * p.expert_slot + min_engram) +
-        "); raise --memory-budget to at least " + gib(min_needed) + " (" +
-        (min_needed >= kGiB ? std::to_string((min_needed + kGiB - 1) / kGiB) + "G"
-                            : std::to_string((min_needed + (1 << 20) - 1) >> 20) + "M") +
-        ")");
+        "); raise --memory-budget to at least " + std::to_string(rounded / unit) + (unit == kGiB ? "G" : "M"));
   }
   int64_t avail = static_cast<int64_t>(budget) - fixed;
   // Experts first: at 0% hits they cost ~n_layers * 6 experts per token, Engram rows 48 pages; a
   // modest hot-row cache catches the frequent n-grams (Zipf), the rest of the budget holds experts.
-  p.engram_cache_bytes = std::min(p.engram_table_total, std::max(min_engram, avail / 100));
+  // (Never out of the smallest expert cache: a budget near the minimum keeps one token's experts.)
+  const int64_t spare = avail - n_active * p.expert_slot;
+  p.engram_cache_bytes = std::min(p.engram_table_total, std::max(min_engram, std::min(spare, avail / 100)));
   avail -= p.engram_cache_bytes;
   p.expert_slots = std::min<int64_t>(p.n_experts, avail / p.expert_slot);
   p.expert_slab_bytes = p.expert_slots * p.expert_slot;

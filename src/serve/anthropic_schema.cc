@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <functional>
 
+#include "serve/chat_prompt.h"
 #include "serve/prompt_schema.h"
 #include "serve/sse.h"
 
@@ -124,7 +125,7 @@ SchemaError parse_tools(const OrderedJson& tools, std::vector<OrderedJson>* out)
                                  "\"; cedar serves client tools with an input_schema only (no server tools)",
                              field_path(path, "type"));
     CEDAR_SCHEMA_TRY(read_string(t, "name", path, &name, /*required=*/true));
-    if (name.empty()) return invalid_request("'" + field_path(path, "name") + "' is empty", field_path(path, "name"));
+    CEDAR_SCHEMA_TRY(check_tool_name(name, field_path(path, "name")));
     CEDAR_SCHEMA_TRY(read_string(t, "description", path, &description));
     auto schema = t.find("input_schema");
     if (schema == t.end() || !schema->is_object())

@@ -1,5 +1,6 @@
 #include "serve/chat_prompt.h"
 
+#include <algorithm>
 #include <cctype>
 
 #include "serve/prompt_schema.h"
@@ -39,6 +40,21 @@ void append_forced_call_prefill(tokenizer::ChatPrompt* prompt, bool new_turn) {
 }
 
 }  // namespace
+
+std::optional<ApiError> check_tool_name(const std::string& name, const std::string& path) {
+  auto allowed = [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+  };
+  if (!name.empty() && name.size() <= kMaxToolNameBytes && std::all_of(name.begin(), name.end(), allowed))
+    return std::nullopt;
+  // The name as a JSON string (quotes and control characters escaped), cut at a character boundary.
+  size_t cut = std::min<size_t>(name.size(), kMaxToolNameBytes);
+  while (cut < name.size() && cut > 0 && (static_cast<unsigned char>(name[cut]) & 0xC0) == 0x80) --cut;
+  const std::string shown = OrderedJson(name.substr(0, cut)).dump(-1, ' ', false, OrderedJson::error_handler_t::replace) + (cut < name.size() ? "..." : "");
+  return invalid_request("'" + path + "' is " + shown + ": a tool name must match ^[a-zA-Z0-9_-]{1,64}$ (1 to " +
+                             std::to_string(kMaxToolNameBytes) + " ASCII letters, digits, underscores or dashes)",
+                         path);
+}
 
 std::variant<RenderedChat, ApiError> render_chat_prompt(const ChatRequest& request, const std::vector<Message>& messages,
                                                         const tokenizer::Tokenizer& tokenizer,

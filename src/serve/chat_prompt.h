@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <variant>
@@ -18,7 +19,7 @@
 namespace cedar::serve {
 
 struct PromptSettings {
-  bool default_thinking = false;  // mode when the request says nothing
+  bool default_thinking = true;  // mode when the request says nothing (deepseek-recipe's default)
   tokenizer::PromptFormat format = tokenizer::PromptFormat::kV41;
 };
 
@@ -35,6 +36,13 @@ inline constexpr int kDefaultEffort = 75;
 // the assistant header, as deepseek-recipe renders it: the model continues inside the DSML block.
 inline constexpr std::string_view kForcedCallPrefill = "\n\n<｜DSML｜ calls>\n";
 inline std::string forced_call_prefill() { return std::string(kForcedCallPrefill); }
+
+// A declared tool's name must read back from the DSML tool-call format (`invoke name="..."`, parsed
+// up to the quote) and be one OpenAI and Anthropic accept: ^[a-zA-Z0-9_-]{1,64}$ (deepseek-recipe
+// refuses names outside [a-zA-Z0-9_-]+ too). Returns the 400 that names the tool, the field `path`
+// and the rule, or nothing.
+inline constexpr size_t kMaxToolNameBytes = 64;
+std::optional<ApiError> check_tool_name(const std::string& name, const std::string& path);
 
 // Renders `messages` (the request's, after any replay of generated turns) with the request's tools,
 // response format and reasoning options. 400 for what the encoder rejects; 500 when the tokenizer

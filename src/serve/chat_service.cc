@@ -39,10 +39,30 @@ uint64_t fresh_seed() {
 ChatService::ChatService(const tokenizer::Tokenizer& tokenizer, runtime::Engine& engine, GenerationQueue& queue,
                          ReplayStore& replay, ServiceConfig config)
     : tokenizer_(tokenizer),
+      eos_id_(tokenizer.token_to_id(tokenizer::kEos)),
       queue_(queue),
       replay_(replay),
       config_(std::move(config)),
-      info_(engine.info()) {}
+      info_(engine.info()) {
+  for (const tokenizer::AddedToken& t : tokenizer.added_tokens()) added_ids_.insert(t.id);
+}
+
+bool ChatService::markers_as_generated(const runtime::GenerationResult& result, const OutputSettings& output,
+                                       const std::string& reasoning, const std::string& raw) const {
+  auto added_in = [&](const std::string& text) -> std::optional<size_t> {
+    auto ids = tokenizer_.encode(text, /*add_special=*/false);  // as encode_chat_ids encodes model text
+    if (!ids.ok()) return std::nullopt;
+    return std::count_if(ids->begin(), ids->end(), [&](int32_t id) { return added_ids_.contains(id); });
+  };
+  size_t generated = 0;
+  for (int32_t id : result.output_ids)
+    if (id != eos_id_ && added_ids_.contains(id)) ++generated;
+  // Thinking mode: the `</think>` token that ended the reasoning is the encoder's own in the replay.
+  const size_t think_end = output.thinking == tokenizer::ThinkingMode::kThinking ? 1 : 0;
+  const std::optional<size_t> in_reasoning = added_in(reasoning), in_raw = added_in(raw),
+                              in_prefix = added_in(output.output_prefix);
+  return in_reasoning && in_raw && in_prefix && *in_reasoning + think_end + *in_raw == generated + *in_prefix;
+}
 
 constrain::GrammarEngine* ChatService::grammar() const {
   std::call_once(grammar_once_, [&] {
@@ -64,6 +84,10 @@ std::vector<Message> ChatService::replay_turns(const std::vector<Message>& messa
     if (m.role != Role::kAssistant || m.tool_calls.empty()) continue;
     std::optional<ReplayTurn> turn = replay_.find(m.tool_calls.front().id);
     if (!turn || !same_calls(m.tool_calls, turn->calls) || m.content != turn->content) continue;
+    // The replayed turn is encoded as model text (its markers become the tokens the model wrote), so
+    // it may carry nothing the client wrote: reasoning the client sent other than the generated one
+    // is the client's text, and the turn renders canonically, its text plain like any client text.
+    if (!m.reasoning.empty() && m.reasoning != turn->reasoning) continue;
     // The encoder orders tool results like the calls of the assistant turn before them; that turn is
     // about to become plain text, so order its results here (stable, unknown ids last).
     size_t end = i + 1;
@@ -80,7 +104,7 @@ std::vector<Message> ChatService::replay_turns(const std::vector<Message>& messa
     // keeps the reasoning of tool-call turns in the prompt.
     m.content = std::move(turn->raw);
     m.tool_calls.clear();
-    if (m.reasoning.empty()) m.reasoning = std::move(turn->reasoning);
+    m.reasoning = std::move(turn->reasoning);
     m.model_text = true;
   }
   return out;
@@ -228,7 +252,7 @@ std::variant<Completion, ApiError> ChatService::follow(const PreparedGeneration&
   // Without a replayable text the turn's calls are rendered from the client's message as usual.
   std::optional<std::string> raw = assembler.raw_after_reasoning();
   if (prepared.output.mode == OutputMode::kChat && !turn.tool_calls.empty() && turn.finish == FinishKind::kToolCalls &&
-      raw)
+      raw && markers_as_generated(*result, prepared.output, turn.reasoning, *raw))
     replay_.remember({turn.tool_calls, turn.content, turn.reasoning, std::move(*raw)});
   return turn;
 }

@@ -15,8 +15,10 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_set>
 #include <variant>
 
 #include "constrain/grammar_engine.h"
@@ -33,7 +35,9 @@ namespace cedar::serve {
 
 struct ServiceConfig {
   std::string model_id;             // the served model's name (requests may name any model)
-  bool default_thinking = false;    // mode when the request says nothing (the reference's default: chat)
+  // Mode when the request says nothing: thinking, as deepseek-recipe's ConversionOptions() and
+  // DeepSeek's API (`cedar serve --thinking off` chooses chat).
+  bool default_thinking = true;
   int default_max_tokens = 4096;    // output budget when the request names none, and the most one may ask
                                     // (a larger max_tokens is clamped to it)
   int max_prompt_tokens = 0;        // longest prompt accepted; 0 = the engine's context
@@ -75,6 +79,12 @@ class ChatService {
  private:
   // Restores tool-call turns the server generated to their exact text (see ReplayStore).
   std::vector<Message> replay_turns(const std::vector<Message>& messages) const;
+  // Whether a finished tool-call turn may be remembered for replay: its reasoning and `raw` text,
+  // encoded as model text (with added tokens), must hold exactly the control tokens the model
+  // generated (and the prompt's own `output_prefix`). A marker the model spelled with ordinary
+  // tokens, e.g. copied from a client's text, would otherwise come back as a control token.
+  bool markers_as_generated(const runtime::GenerationResult& result, const OutputSettings& output,
+                            const std::string& reasoning, const std::string& raw) const;
   std::variant<PreparedGeneration, ApiError> finish_prepare(std::vector<int32_t> prompt_ids,
                                                             const SamplingOptions& sampling, OutputSettings output,
                                                             std::string_view id_prefix, const std::string& model) const;
@@ -84,6 +94,8 @@ class ChatService {
   constrain::GrammarEngine* grammar() const;
 
   const tokenizer::Tokenizer& tokenizer_;
+  std::unordered_set<int32_t> added_ids_;  // the tokenizer's added (control) tokens
+  std::optional<int32_t> eos_id_;          // ends a turn; never part of its text
   mutable std::once_flag grammar_once_;
   mutable std::unique_ptr<constrain::GrammarEngine> grammar_;
   mutable Status grammar_status_;

@@ -1,6 +1,7 @@
 #include "serve/openai_schema.h"
 
 #include "runtime/engine.h"
+#include "serve/chat_prompt.h"
 #include "serve/logprobs_json.h"
 #include "serve/output_constraint.h"
 #include "serve/sse.h"
@@ -151,7 +152,7 @@ SchemaError parse_tools(const OrderedJson& tools, std::vector<OrderedJson>* out)
     if (fn == t.end() || !fn->is_object()) return invalid_request("'" + fpath + "' must be an object", fpath);
     std::string name, description;
     CEDAR_SCHEMA_TRY(read_string(*fn, "name", fpath, &name, /*required=*/true));
-    if (name.empty()) return invalid_request("'" + field_path(fpath, "name") + "' is empty", field_path(fpath, "name"));
+    CEDAR_SCHEMA_TRY(check_tool_name(name, field_path(fpath, "name")));
     CEDAR_SCHEMA_TRY(read_string(*fn, "description", fpath, &description));
     if (fn->contains("parameters") && !(*fn)["parameters"].is_object() && !(*fn)["parameters"].is_null())
       return invalid_request("'" + field_path(fpath, "parameters") + "' must be a JSON schema object",

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "runtime/engine.h"
+#include "serve/chat_prompt.h"
 #include "serve/logprobs_json.h"
 #include "serve/output_constraint.h"
 #include "serve/sse.h"
@@ -107,7 +108,7 @@ SchemaError parse_tools(const OrderedJson& tools, std::vector<OrderedJson>* out)
                                  "\"; cedar serves function tools only (no hosted tools)",
                              field_path(path, "type"));
     CEDAR_SCHEMA_TRY(read_string(t, "name", path, &name, /*required=*/true));
-    if (name.empty()) return invalid_request("'" + field_path(path, "name") + "' is empty", field_path(path, "name"));
+    CEDAR_SCHEMA_TRY(check_tool_name(name, field_path(path, "name")));
     if (t.contains("parameters") && !t["parameters"].is_object() && !t["parameters"].is_null())
       return invalid_request("'" + field_path(path, "parameters") + "' must be a JSON schema object",
                              field_path(path, "parameters"));

@@ -66,6 +66,52 @@ TEST(StreamingCli, BudgetBelowTheDenseWeightsFailsClearly) {
                            "--memory-budget must be a positive size"));
 }
 
+// The budget a too-small --memory-budget error names ("at least 37M") works for that run:
+// the figure counts the workspace, which grows with the budget itself, and rounds up. Whatever the
+// failed budget was, the figure is the same, and one MiB less fails again naming it.
+TEST(StreamingCli, SuggestedMemoryBudgetWorks) {
+  const std::string& dir = shared_tiny_checkpoint();
+  auto suggested = [&](const std::string& budget, const std::string& ids) -> int {
+    RunResult r = run_cedar("generate -m " + dir + " --prompt-ids " + ids + " -n 2 --residency-stats none --memory-budget " +
+                            budget);
+    EXPECT_EQ(r.exit_code, 1) << budget << ": " << r.output;
+    const std::string key = "raise --memory-budget to at least ";
+    const size_t at = r.output.find(key);
+    const size_t unit = at == std::string::npos ? at : r.output.find_first_not_of("0123456789", at + key.size());
+    if (unit == std::string::npos || r.output[unit] != 'M' || unit == at + key.size()) {
+      ADD_FAILURE() << budget << ": " << r.output;
+      return -1;
+    }
+    return std::stoi(r.output.substr(at + key.size(), unit - at - key.size()));
+  };
+  const int mib = suggested("1M", "5,6");
+  ASSERT_GT(mib, 1);
+  for (const char* budget : {"4M", "20M", "33M"}) EXPECT_EQ(suggested(budget, "5,6"), mib) << budget;
+  EXPECT_EQ(suggested(std::to_string(mib - 1) + "M", "5,6"), mib);
+  // The suggestion works for every prompt length (the KV of a run is not part of the budget).
+  for (int length : {1, 7, 64, 300}) {
+    std::string ids;
+    for (int i = 0; i < length; ++i) ids += (i ? "," : "") + std::to_string(5 + (i * 37) % 900);
+    RunResult r = run_cedar("generate -m " + dir + " --prompt-ids " + ids + " -n 4 --residency-stats none --memory-budget " +
+                            std::to_string(mib) + "M");
+    EXPECT_EQ(r.exit_code, 0) << length << " tokens: " << r.output;
+    EXPECT_NE(r.output.find("streaming: budget"), std::string::npos) << r.output;
+  }
+}
+
+// The streamed completion ends its line before the speed line (stdout and stderr in one pipe, where
+// stdout is fully buffered): the speed line starts a line of its own.
+TEST(StreamingCli, GenerateEndsTheCompletionLineBeforeTheSpeedLine) {
+  for (const char* ids : {"5,900,77", "5,6,7,8,9,10,11,12"}) {
+    RunResult r = run_cedar("generate -m " + shared_tiny_checkpoint() + " --prompt-ids " + ids + " -n 12 --residency-stats none");
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    const size_t speed = r.output.find("prefill: ");
+    ASSERT_NE(speed, std::string::npos) << r.output;
+    ASSERT_GT(speed, 0u);
+    EXPECT_EQ(r.output[speed - 1], '\n') << r.output;
+  }
+}
+
 TEST(StreamingCli, BenchReportsStreamingFigures) {
   RunResult r = run_cedar_stdout("bench -m " + shared_tiny_checkpoint() +
                                  " --memory-budget 100%,97% -p 16 -n 4 -t 1 -o json --fio-bandwidth 1000000000");

@@ -61,6 +61,37 @@ TEST(ResidencyPlan, TooSmallNamesTheSmallestBudget) {
   EXPECT_NE(p.status().message().find("raise --memory-budget to at least"), std::string::npos);
 }
 
+// The budget the error names is one that plans (the workspace reserve grows with the budget, so it is
+// more than the sum of the parts at the failed budget), and one unit less fails naming the same.
+TEST(ResidencyPlan, TheNamedBudgetWorks) {
+  const Released r = released();
+  auto named = [&](uint64_t budget, const ResidencyPlanOptions& o) -> uint64_t {
+    auto p = plan_residency(r.c, r.plan, r.counts, budget, o);
+    if (p.ok()) return 0;
+    const std::string m = p.status().message(), key = "raise --memory-budget to at least ";
+    const size_t at = m.find(key);
+    if (at == std::string::npos) return 0;
+    auto size = parse_size(m.substr(at + key.size()), "--memory-budget");
+    return size.ok() ? *size : 0;
+  };
+  for (bool coded : {true, false}) {
+    for (uint64_t kv : {uint64_t{0}, uint64_t{3} << 30, uint64_t{700} << 20}) {
+      ResidencyPlanOptions o;
+      o.coded_head = coded;
+      o.kv_reserve_bytes = kv;
+      const uint64_t works = named(uint64_t{1} << 30, o);
+      ASSERT_GT(works, 0u) << coded << " " << kv;
+      EXPECT_EQ(named(works / 2, o), works);
+      auto p = plan_residency(r.c, r.plan, r.counts, works, o);
+      ASSERT_TRUE(p.ok()) << p.status().to_string();
+      EXPECT_LE(p->resident_total(), static_cast<int64_t>(works));
+      EXPECT_GE(p->expert_slots, r.plan.layers[0].n_activated_experts);  // one token's experts of a layer
+      const uint64_t unit = works % (uint64_t{1} << 30) == 0 ? uint64_t{1} << 30 : uint64_t{1} << 20;
+      EXPECT_EQ(named(works - unit, o), works);
+    }
+  }
+}
+
 TEST(ResidencyPlan, FastNumericsCountTheReCodedHead) {
   const Released r = released();
   // head [129280, 5120]: 5120 · 1.5 bytes per row, a 16-byte table per row, 129,281 row offsets.

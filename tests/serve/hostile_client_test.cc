@@ -144,6 +144,7 @@ class HostileClientTest : public ::testing::Test {
     options.host = "127.0.0.1";
     options.port = 0;
     options.service.model_id = "cedar-test";
+    options.service.default_thinking = false;  // the reply is a chat-mode answer (as test::TestServer)
     server_ = std::make_unique<HttpServer>(*engine_, test::test_tokenizer(), options);
     auto port = server_->start();
     ASSERT_TRUE(port.ok()) << port.status().to_string();

@@ -259,6 +259,39 @@ TEST_F(HttpServerTest, AnthropicMessagesRoundTrip) {
   EXPECT_EQ(count["input_tokens"], 6);
 }
 
+// A request that does not choose a mode thinks, on every API (DeepSeek's default, deepseek-recipe's
+// ConversionOptions()); `--thinking off` makes chat mode the default.
+TEST_F(HttpServerTest, DefaultModeIsThinkingOnEveryApi) {
+  for (bool server_default : {true, false}) {
+    client_.reset();
+    server_.reset();  // before the engine it serves
+    engine_ = test::make_engine({{"<｜Assistant｜><think>", "why</think>fine" + std::string(test::kEos)},
+                                 {"<｜Assistant｜></think>", "chat" + std::string(test::kEos)}});
+    ServerOptions options;
+    options.service.default_thinking = server_default;
+    server_ = std::make_unique<test::TestServer>(*engine_, options, /*server_default_thinking=*/true);
+    client_ = server_->client();
+    SCOPED_TRACE(server_default ? "default" : "--thinking off");
+    const json chat = post_json(*client_, "/v1/chat/completions", {{"messages", {user("hi")}}});
+    const json responses = post_json(*client_, "/v1/responses", {{"input", "hi"}});
+    const json messages = post_json(*client_, "/v1/messages", {{"max_tokens", 64}, {"messages", {user("hi")}}});
+    if (server_default) {
+      EXPECT_EQ(chat["choices"][0]["message"]["reasoning_content"], "why");
+      EXPECT_EQ(chat["choices"][0]["message"]["content"], "fine");
+      ASSERT_EQ(responses["output"].size(), 2u) << responses.dump();
+      EXPECT_EQ(responses["output"][0]["type"], "reasoning");
+      EXPECT_EQ(responses["output"][1]["content"][0]["text"], "fine");
+      ASSERT_EQ(messages["content"].size(), 2u) << messages.dump();
+      EXPECT_EQ(messages["content"][0]["thinking"], "why");
+      EXPECT_EQ(messages["content"][1]["text"], "fine");
+    } else {
+      EXPECT_EQ(chat["choices"][0]["message"]["content"], "chat");
+      EXPECT_EQ(responses["output"].back()["content"][0]["text"], "chat");
+      EXPECT_EQ(messages["content"].back()["text"], "chat");
+    }
+  }
+}
+
 TEST_F(HttpServerTest, LegacyCompletions) {
   start({{"", " upon a time" + std::string(test::kEos)}});
   const json r = post_json(*client_, "/v1/completions", {{"prompt", "Once"}, {"max_tokens", 50}});

@@ -106,6 +106,7 @@ TEST_F(PromptTest, InvalidEffortsAreRejected) {
 TEST_F(PromptTest, ToolsWithoutASystemMessageGetOne) {
   const test::json body = {
       {"messages", {{{"role", "user"}, {"content", "hi"}}}},
+      {"thinking", {{"type", "disabled"}}},
       {"tools", {{{"type", "function"}, {"function", {{"name", "f"}, {"parameters", {{"type", "object"}}}}}}}}};
   const std::string prompt = prompt_of(body);
   EXPECT_EQ(prompt.rfind("<｜begin▁of▁sentence｜><｜System｜>\n\n## Tools\n", 0), 0u) << prompt;
@@ -117,6 +118,7 @@ TEST_F(PromptTest, ToolsWithoutASystemMessageGetOne) {
 TEST_F(PromptTest, ToolChoiceNoneLeavesToolsOut) {
   const test::json body = {
       {"messages", {{{"role", "user"}, {"content", "hi"}}}},
+      {"thinking", {{"type", "disabled"}}},
       {"tool_choice", "none"},
       {"tools", {{{"type", "function"}, {"function", {{"name", "f"}}}}}}};
   EXPECT_EQ(prompt_of(body), "<｜begin▁of▁sentence｜><｜User｜>hi<｜Assistant｜></think>");
@@ -124,12 +126,46 @@ TEST_F(PromptTest, ToolChoiceNoneLeavesToolsOut) {
 
 TEST_F(PromptTest, AssistantPrefillContinuesInChatModeOnly) {
   const test::json body = {
-      {"messages", {{{"role", "user"}, {"content", "Continue:"}}, {{"role", "assistant"}, {"content", "Once"}}}}};
+      {"messages", {{{"role", "user"}, {"content", "Continue:"}}, {{"role", "assistant"}, {"content", "Once"}}}},
+      {"thinking", {{"type", "disabled"}}}};
   EXPECT_EQ(prompt_of(body), "<｜begin▁of▁sentence｜><｜User｜>Continue:<｜Assistant｜></think>Once");
   test::json thinking = body;
   thinking["reasoning_effort"] = "high";
+  thinking.erase("thinking");
   int status = 0;
   prompt_of(thinking, &status);
+  EXPECT_EQ(status, 400);
+  test::json unchosen = body;  // the default mode is thinking
+  unchosen.erase("thinking");
+  status = 0;
+  prompt_of(unchosen, &status);
+  EXPECT_EQ(status, 400);
+}
+
+// A request that does not choose a mode runs in thinking mode with effort 75, as on DeepSeek's API:
+// the prompt deepseek-recipe 0.2.0 renders with ConversionOptions() for {"messages": [user "hi"]}.
+// `cedar serve --thinking off` (ServiceConfig::default_thinking = false) makes it chat mode.
+TEST_F(PromptTest, DefaultModeIsDeepSeeksThinking) {
+  const test::json body = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}};
+  EXPECT_EQ(prompt_of(body),
+            "<｜begin▁of▁sentence｜><｜System｜>Reasoning Effort: 75 (range 1-100, the higher the value, the more "
+            "thorough the reasoning)\n\n<｜User｜>hi<｜Assistant｜><think>");
+  ServiceConfig chat_default{"cedar-test"};
+  chat_default.default_thinking = false;
+  ChatService chat_service(test::test_tokenizer(), *engine_, queue_, replay_, chat_default);
+  ChatRequest request;
+  ASSERT_FALSE(parse_chat_completion_request(OrderedJson::parse(body.dump()), &request));
+  auto prepared = chat_service.prepare_chat(request, "chatcmpl-", "call_");
+  ASSERT_TRUE(std::holds_alternative<PreparedGeneration>(prepared));
+  auto chat_prompt = test::test_tokenizer().decode(std::get<PreparedGeneration>(prepared).request.prompt_ids);
+  ASSERT_TRUE(chat_prompt.ok());
+  EXPECT_EQ(*chat_prompt, "<｜begin▁of▁sentence｜><｜User｜>hi<｜Assistant｜></think>");
+  // A forced tool call needs chat mode: refused under the default, as deepseek-recipe refuses it.
+  test::json forced = body;
+  forced["tools"] = {{{"type", "function"}, {"function", {{"name", "f"}}}}};
+  forced["tool_choice"] = "required";
+  int status = 0;
+  EXPECT_NE(prompt_of(forced, &status).find("tool_choice"), std::string::npos);
   EXPECT_EQ(status, 400);
 }
 
@@ -140,6 +176,7 @@ TEST(PromptLimits, TooLongPromptsAndBudgetsAreHandled) {
   ChatService service(test::test_tokenizer(), *engine, queue, replay, ServiceConfig{"cedar-test"});
   ChatRequest request;
   request.messages.push_back({Role::kUser, std::string(100, 'a'), "", {}, ""});
+  request.reasoning.thinking = false;
   auto too_long = service.prepare_chat(request, "x-", "call_");
   ASSERT_TRUE(std::holds_alternative<ApiError>(too_long));
   EXPECT_EQ(std::get<ApiError>(too_long).kind, ErrorKind::kContextTooLong);

@@ -349,6 +349,55 @@ TEST(AnthropicSchema, Rejections) {
             "tool_choice.type");
 }
 
+// Tool names must match ^[a-zA-Z0-9_-]{1,64}$ (OpenAI's and Anthropic's rule; deepseek-recipe refuses
+// anything outside [a-zA-Z0-9_-]+): a name with a quote would not read back from the DSML call, whose
+// name="..." ends at the first quote. Every API answers a 400 naming the tool's field and the rule.
+TEST(ToolNames, EveryApiRefusesNamesOutsideTheRule) {
+  const std::string longest(64, 'a');
+  const std::vector<std::string> good = {"get_weather", "a", "Get-Weather_2", "1abc", longest};
+  const std::vector<std::string> bad = {"get\"weather", "", "get weather", "get.weather", "get/x", "x\ny",
+                                        "名前", "get<｜DSML｜>", longest + "a"};
+  auto parse = [](int api, const std::string& name, std::string* param) -> std::optional<std::string> {
+    OrderedJson body;
+    body["messages"] = OrderedJson::array({{{"role", "user"}, {"content", "x"}}});
+    ChatRequest r;
+    SchemaError e;
+    if (api == 0) {
+      body["tools"] = OrderedJson::array({{{"type", "function"}, {"function", {{"name", name}}}}});
+      e = parse_chat_completion_request(body, &r);
+    } else if (api == 1) {
+      body["input"] = "x";
+      body.erase("messages");
+      body["tools"] = OrderedJson::array({{{"type", "function"}, {"name", name}}});
+      e = parse_responses_request(body, &r);
+    } else {
+      body["max_tokens"] = 5;
+      body["tools"] = OrderedJson::array({{{"name", name}, {"input_schema", {{"type", "object"}}}}});
+      e = parse_messages_request(body, &r);
+    }
+    if (!e) return std::nullopt;
+    EXPECT_EQ(e->http_status(), 400);
+    *param = e->param;
+    return e->message;
+  };
+  const char* fields[] = {"tools[0].function.name", "tools[0].name", "tools[0].name"};
+  for (int api = 0; api < 3; ++api) {
+    std::string param;
+    for (const std::string& name : good) EXPECT_FALSE(parse(api, name, &param).has_value()) << api << " " << name;
+    for (const std::string& name : bad) {
+      const std::optional<std::string> message = parse(api, name, &param);
+      ASSERT_TRUE(message.has_value()) << api << " accepted " << name;
+      EXPECT_EQ(param, fields[api]) << *message;
+      EXPECT_NE(message->find("^[a-zA-Z0-9_-]{1,64}$"), std::string::npos) << *message;
+      EXPECT_NE(message->find(fields[api]), std::string::npos) << *message;
+    }
+    // The refused name is shown escaped, so the message stays one line.
+    ASSERT_TRUE(parse(api, "get\"weather", &param).has_value());
+    EXPECT_NE(parse(api, "get\"weather", &param)->find(R"("get\"weather")"), std::string::npos);
+    EXPECT_EQ(parse(api, "x\ny", &param)->find('\n'), std::string::npos);
+  }
+}
+
 TEST(AnthropicSchema, RendersAMessage) {
   const auto body = test::json::parse(render_message(sample_turn()));
   EXPECT_EQ(body["type"], "message");

@@ -89,10 +89,14 @@ inline std::unique_ptr<ScriptedEngine> make_engine(const std::vector<std::pair<s
 
 inline constexpr const char* kEos = "<｜end▁of▁sentence｜>";
 
-// A server on a free loopback port for the lifetime of the object.
+// A server on a free loopback port for the lifetime of the object. The scripted completions of the
+// server tests are chat-mode answers (no reasoning before `</think>`), so a TestServer runs as
+// `cedar serve --thinking off` does; `server_default_thinking` keeps the server's own default
+// (thinking, DeepSeek's) for the tests of that default.
 class TestServer {
  public:
-  explicit TestServer(runtime::Engine& engine, ServerOptions options = {}) {
+  explicit TestServer(runtime::Engine& engine, ServerOptions options = {}, bool server_default_thinking = false) {
+    if (!server_default_thinking) options.service.default_thinking = false;
     options.host = "127.0.0.1";
     options.port = 0;
     if (options.service.model_id.empty()) options.service.model_id = "cedar-test";

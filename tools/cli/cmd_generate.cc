@@ -217,8 +217,11 @@ int cmd_generate(const std::vector<std::string>& argv) {
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     if (printed < text->size()) std::fwrite(text->data() + printed, 1, text->size() - printed, stdout);
-    std::printf("\n");
+    // The completion ends its line, and reaches the terminal or pipe before the speed line on
+    // stderr (stdout is fully buffered when it is not a terminal).
+    if (text->empty() || text->back() != '\n') std::fputc('\n', stdout);
   }
+  std::fflush(stdout);
   if (store)
     std::fprintf(stderr, "prefix cache: %lld prompt tokens restored, %lld replayed, %lld computed\n",
                  static_cast<long long>(stats.cached_tokens), static_cast<long long>(stats.replayed_tokens),

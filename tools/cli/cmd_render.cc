@@ -34,7 +34,7 @@ constexpr const char* kUsage =
     "  --bodies FILE    many requests: one {\"api\", \"body\"[, \"name\"]} object per line; prints one\n"
     "                   --json object per line (or {\"name\", \"error\"} for a refused body)\n"
     "  --thinking on|off  the mode when the request does not choose (as `cedar serve --thinking`;\n"
-    "                   default off)\n"
+    "                   default on, deepseek-recipe's ConversionOptions() default)\n"
     "  -m DIR           use the checkpoint's tokenizer (default: the repository's V4.1 tokenizer,\n"
     "  --tokenizer DIR  data/tokenizers/deepseek-v4 with V4.1's markers)\n";
 
@@ -153,7 +153,7 @@ int cmd_render(const std::vector<std::string>& argv) {
   const std::string api = args->get_or("--api", "");
   if (!batch && api != "chat" && api != "responses" && api != "messages")
     return usage_error("--api must be chat, responses or messages, got '" + api + "'");
-  const std::string thinking = args->get_or("--thinking", "off");
+  const std::string thinking = args->get_or("--thinking", "on");
   if (thinking != "on" && thinking != "off") return usage_error("--thinking must be on or off");
   if (args->has("--model") && args->has("--tokenizer")) return usage_error("give -m or --tokenizer, not both");
   const std::string tokenizer_dir =

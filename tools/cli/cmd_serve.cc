@@ -52,7 +52,8 @@ constexpr const char* kUsage =
     "  --max-body-bytes N       largest request body (default 16777216)\n"
     "  --max-body-bytes-in-flight SIZE  request-body bytes held at once, all connections together; a body\n"
     "                           that would pass it gets 503 + Retry-After (default 256M; 0 = no limit)\n"
-    "  --thinking on|off        mode when a request does not choose (default off = chat)\n"
+    "  --thinking on|off        mode when a request does not choose (default on, as DeepSeek's API;\n"
+    "                           off = chat mode, faster on a CPU)\n"
     "  --threads N              engine compute threads (default: all cores)\n"
     "  --cache-dir DIR          durable prefix cache: conversations survive restarts\n"
     "  --replay MODE            after a prefix hit: bounded (default) or full (exact recompute)\n"
@@ -206,7 +207,7 @@ Result<ServeConfig> read_flags(const Args& args) {
   if (c.server.max_body_bytes_in_flight > 0 && c.server.max_body_bytes_in_flight < c.server.max_body_bytes)
     return invalid_argument("--max-body-bytes-in-flight must be 0 (no limit) or at least --max-body-bytes (" +
                             std::to_string(c.server.max_body_bytes) + "), or no body of the largest size could be read");
-  const std::string thinking = args.get_or("--thinking", "off");
+  const std::string thinking = args.get_or("--thinking", "on");
   if (thinking != "on" && thinking != "off") return invalid_argument("--thinking must be on or off");
   c.server.service.default_thinking = thinking == "on";
   c.served_name = args.get_or("--served-model-name", "");

@@ -150,6 +150,11 @@ REFUSED = [
 ]
 
 
+# The server's default mode is thinking (DeepSeek's); every kind but thinking_json_schema asks for
+# chat mode (Chat Completions and Messages spell it alike; Responses says reasoning effort "none").
+CHAT_MODE = {"type": "disabled"}
+
+
 def validate(instance, schema):
     jsonschema.validate(instance, schema, cls=jsonschema.Draft202012Validator)
 
@@ -165,7 +170,8 @@ def sse_events(data):
 # completion token count.
 def json_object_request(seed):
     return "/v1/chat/completions", {"model": MODEL, "messages": USER, "temperature": 1, "seed": seed,
-                                    "max_tokens": MAX_TOKENS, "response_format": {"type": "json_object"}}
+                                    "max_tokens": MAX_TOKENS, "response_format": {"type": "json_object"},
+                                    "thinking": CHAT_MODE}
 
 
 # A checker returns (completion tokens, whether max_tokens ended the output).
@@ -186,7 +192,7 @@ def json_schema_request(seed):
         return "/v1/responses", {"model": MODEL, "input": USER, "temperature": 1, "max_output_tokens": MAX_TOKENS,
                                  "text": {"format": fmt}, "reasoning": {"effort": "none"}, "seed": seed}
     return "/v1/chat/completions", {"model": MODEL, "messages": USER, "temperature": 1, "seed": seed,
-                                    "max_tokens": MAX_TOKENS, "stream": True,
+                                    "max_tokens": MAX_TOKENS, "stream": True, "thinking": CHAT_MODE,
                                     "stream_options": {"include_usage": True},
                                     "response_format": {"type": "json_schema", "json_schema": {
                                         "name": "answer", "schema": ANSWER_SCHEMA, "strict": True}}}
@@ -215,7 +221,8 @@ def check_json_schema(status, data):
 
 def regex_request(seed):
     return "/v1/chat/completions", {"model": MODEL, "messages": USER, "temperature": 1, "seed": seed,
-                                    "max_tokens": MAX_TOKENS, "response_format": {"type": "regex", "regex": REGEX}}
+                                    "max_tokens": MAX_TOKENS, "response_format": {"type": "regex", "regex": REGEX},
+                                    "thinking": CHAT_MODE}
 
 
 def check_regex(status, data):
@@ -249,7 +256,8 @@ def check_tool_required(status, data):
 def named_tool_request(seed):
     return "/v1/messages", {"model": MODEL, "max_tokens": MAX_TOKENS, "messages": [{"role": "user", "content": "Go."}],
                             "tools": MESSAGES_TOOLS, "tool_choice": {"type": "tool", "name": "search_docs"},
-                            "temperature": 1, "metadata": {"user_id": str(seed)}, "seed": seed}
+                            "temperature": 1, "metadata": {"user_id": str(seed)}, "seed": seed,
+                            "thinking": CHAT_MODE}
 
 
 def check_named_tool(status, data):
@@ -267,7 +275,8 @@ def check_named_tool(status, data):
 def tool_auto_request(seed):
     # Free text may run to max_tokens (no grammar ends it), so this kind's budget is small.
     return "/v1/chat/completions", {"model": MODEL, "messages": [{"role": "user", "content": "Weather?"}],
-                                    "tools": CHAT_TOOLS, "temperature": 1, "seed": seed, "max_tokens": 128}
+                                    "tools": CHAT_TOOLS, "temperature": 1, "seed": seed, "max_tokens": 128,
+                                    "thinking": CHAT_MODE}
 
 
 def check_tool_auto(status, data):

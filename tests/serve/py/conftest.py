@@ -21,7 +21,8 @@ def server_url():
         pytest.fail("CEDAR_BIN is not set (run through tests/serve/py/run_sdk_tests.sh)")
     cmd = [binary, "serve", "--scripted", os.path.join(HERE, "sdk_script.json"),
            "--tokenizer", os.path.join(HERE, "..", "data", "tokenizer"),
-           "--port", "0", "--api-key", API_KEY, "--served-model-name", "cedar-test"]
+           "--port", "0", "--api-key", API_KEY, "--served-model-name", "cedar-test",
+           "--thinking", "off"]  # the script's answers are chat-mode completions (no reasoning first)
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     url = None
     for line in proc.stdout:  # the start-up line names the port

@@ -7,7 +7,7 @@ cedar="$1"
 here="$(cd "$(dirname "$0")" && pwd)"
 log="$(mktemp)"
 "$cedar" serve --scripted "$here/sdk_script.json" --tokenizer "$here/../data/tokenizer" --port 0 \
-  --api-key k --max-body-bytes 65536 >"$log" 2>&1 &
+  --api-key k --max-body-bytes 65536 --thinking off >"$log" 2>&1 &  # the script: chat-mode answers
 pid=$!
 trap 'kill $pid 2>/dev/null; rm -f "$log"' EXIT
 url=""

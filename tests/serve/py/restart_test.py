@@ -59,7 +59,7 @@ class Server:
         t0 = time.monotonic()
         status, data = self.request("POST", "/v1/chat/completions",
                                     {"model": "tiny", "messages": messages, "max_tokens": max_tokens,
-                                     "temperature": 0})
+                                     "temperature": 0, "thinking": {"type": "disabled"}})
         if status != 200:
             raise RuntimeError(f"chat returned {status}: {data[:400]!r}")
         return json.loads(data), time.monotonic() - t0

@@ -10,7 +10,9 @@ spelling deepseek-recipe's SpecialToken.System.default_str() gives) and id 12926
 
     check_corpus.py CEDAR_BINARY [corpus.jsonl] [--show N]
 
-Both sides use chat mode when a request does not choose (cedar serve's default, `--thinking off`).
+Both sides run with their defaults: deepseek-recipe's ConversionOptions() and cedar render's (equal to
+`cedar serve`'s), so a body that does not choose a thinking mode checks the default mode too
+(DeepSeek's: thinking).
 Exit status: 0 all equal, 1 some differ (the first differences are printed).
 """
 
@@ -78,7 +80,7 @@ def main():
     cedar = args[0]
     corpus = args[1] if len(args) > 1 else os.path.join(HERE, "corpus.jsonl")
     encoding = dr.DeepseekV41Encoding().with_tokenizer(dr.Tokenizer.from_str(v41_tokenizer_json()))
-    options = dr.ConversionOptions(default_thinking_mode=False)
+    options = dr.ConversionOptions()
     cases = [json.loads(line) for line in open(corpus, encoding="utf-8") if line.strip()]
     same = refused = 0
     differ = []

@@ -41,7 +41,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 TOKENIZER_DIR = os.path.join(HERE, "..", "data", "tokenizer")
 MODEL = "DeepSeek-V4.1-Flash"
 EOS = "<｜end▁of▁sentence｜>"
-OPTIONS = dr.ConversionOptions(default_thinking_mode=False)
+OPTIONS = dr.ConversionOptions()  # the defaults, as `cedar serve` (a body below always names its mode)
 
 
 
@@ -108,6 +108,8 @@ def body_for(api, case):
             body["tools"] = [{"type": "function", "function": {"name": n, "parameters": TOOL_PARAMS}} for n in TOOL_NAMES]
         if case["thinking"]:
             body["reasoning_effort"] = "high"
+        else:
+            body["thinking"] = {"type": "disabled"}
         if case["stop"]:
             body["stop"] = case["stop"]
         if case["max_tokens"]:
@@ -118,8 +120,7 @@ def body_for(api, case):
         body = {"model": MODEL, "input": user}
         if case["tools"]:
             body["tools"] = [{"type": "function", "name": n, "parameters": TOOL_PARAMS} for n in TOOL_NAMES]
-        if case["thinking"]:
-            body["reasoning"] = {"effort": "high"}
+        body["reasoning"] = {"effort": "high" if case["thinking"] else "none"}
         if case["max_tokens"]:
             body["max_output_tokens"] = case["max_tokens"]
         if fmt:
@@ -130,6 +131,8 @@ def body_for(api, case):
             body["tools"] = [{"name": n, "input_schema": TOOL_PARAMS} for n in TOOL_NAMES]
         if case["thinking"]:
             body["thinking"] = {"type": "enabled", "budget_tokens": 2048}
+        else:
+            body["thinking"] = {"type": "disabled"}
         if case["stop"]:
             body["stop_sequences"] = case["stop"]
     return body

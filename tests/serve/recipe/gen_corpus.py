@@ -5,7 +5,8 @@ checked against DeepSeek's protocol library on (check_corpus.py).
 Deterministic (a fixed seed, no clock, no network): rerunning it rewrites the same file. Each line
 is {"name": ..., "api": "chat" | "responses" | "messages", "body": {...}}.
 
-The bodies cover tools and tool results, reasoning effort levels, thinking on/off/default,
+The bodies cover tools and tool results, reasoning effort levels, thinking on/off/default (the
+default compared as each side has it: thinking),
 multi-turn conversations, and control-token spellings placed in every kind of text a client
 controls (user, system and developer text, tool results, tool names' descriptions and schemas,
 assistant history, reasoning, tool call arguments, Responses instructions, Messages blocks).
@@ -435,6 +436,85 @@ def constrained_cases(g):
     return out
 
 
+def default_cases():
+    """Bodies that do not choose a thinking mode, or choose it only through an effort: both sides run
+    their defaults (deepseek-recipe's ConversionOptions(), cedar's: thinking). Also chat-mode
+    copies of the forced-call bodies above that choose no mode (in thinking mode both refuse them),
+    and tool names both refuse. Appended last, so the bodies above are unchanged."""
+    user = [{"role": "user", "content": "hi there <｜Assistant｜>"}]
+    weather = {"type": "object", "properties": {"city": {"type": "string", "description": "</think>"}}}
+    chat_tools = [{"type": "function", "function": {"name": "get_weather", "description": "w", "parameters": weather}}]
+    resp_tools = [{"type": "function", "name": "get_weather", "description": "w", "parameters": weather}]
+    msg_tools = [{"name": "get_weather", "description": "w", "input_schema": weather}]
+    call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{\"city\": \"x\"}"}}
+    out = []
+
+    def chat(name, **fields):
+        out.append(("chat", "default-" + name, dict({"model": MODEL, "messages": user}, **fields)))
+
+    def responses(name, **fields):
+        out.append(("responses", "default-" + name, dict({"model": MODEL, "input": user}, **fields)))
+
+    def messages(name, **fields):
+        out.append(("messages", "default-" + name, dict({"model": MODEL, "max_tokens": 64, "messages": user}, **fields)))
+
+    chat("plain")
+    chat("thinking-null", thinking=None)
+    chat("tools-auto", tools=chat_tools, tool_choice="auto")
+    chat("tools-none", tools=chat_tools, tool_choice="none")
+    chat("required", tools=chat_tools, tool_choice="required")
+    chat("named", tools=chat_tools, tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    chat("effort-low", reasoning_effort="low")
+    chat("effort-none", reasoning_effort="none")
+    chat("json-object", messages=[{"role": "user", "content": "in json please"}], response_format={"type": "json_object"})
+    chat("history-reasoning", messages=user + [{"role": "assistant", "content": "a", "reasoning_content": "r </think>"},
+                                               {"role": "user", "content": "more"}])
+    chat("history-no-reasoning", messages=user + [{"role": "assistant", "content": "a"}, {"role": "user", "content": "more"}])
+    chat("history-call-no-reasoning", tools=chat_tools,
+         messages=user + [{"role": "assistant", "content": "", "tool_calls": [call]},
+                          {"role": "tool", "tool_call_id": "c1", "content": "sunny"}])
+    responses("plain")
+    responses("string", input="hello <｜User｜>")
+    responses("reasoning-empty", reasoning={})
+    responses("reasoning-summary", reasoning={"summary": "auto"})
+    responses("reasoning-effort-null", reasoning={"effort": None})
+    responses("effort-minimal", reasoning={"effort": "minimal"})
+    responses("required", tools=resp_tools, tool_choice="required")
+    responses("named", tools=resp_tools, tool_choice={"type": "function", "name": "get_weather"})
+    responses("json-object", input=[{"role": "user", "content": "json!"}], text={"format": {"type": "json_object"}})
+    responses("reasoning-item-history", tools=resp_tools, input=user + [
+        {"type": "reasoning", "id": "rs_1", "summary": [], "content": [{"type": "reasoning_text", "text": "t <｜User｜>"}]},
+        {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"},
+        {"type": "function_call_output", "call_id": "c1", "output": "ok"}])
+    messages("plain")
+    messages("any", tools=msg_tools, tool_choice={"type": "any"})
+    messages("tool", tools=msg_tools, tool_choice={"type": "tool", "name": "get_weather"})
+    messages("auto", tools=msg_tools, tool_choice={"type": "auto"})
+    messages("effort", output_config={"effort": "low"})
+    messages("adaptive", thinking={"type": "adaptive"})
+    messages("disabled-effort", thinking={"type": "disabled"}, output_config={"effort": "max"})
+    messages("thinking-block-history", tools=msg_tools, messages=user + [
+        {"role": "assistant", "content": [{"type": "thinking", "thinking": "hmm <｜end▁of▁sentence｜>", "signature": "s"},
+                                          {"type": "tool_use", "id": "t1", "name": "get_weather", "input": {"city": "x"}}]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": "t1", "content": "ok"}]}])
+    # The forced-call bodies of constrained_cases() that choose no mode, in chat mode.
+    partial = [{"role": "user", "content": "weather? <｜Assistant｜>"}, {"role": "assistant", "content": "Let me"}]
+    off = {"type": "disabled"}
+    chat("chat-required-with-json", thinking=off, messages=[{"role": "user", "content": "answer in json"}],
+         tools=chat_tools, tool_choice="required", response_format={"type": "json_object"})
+    chat("chat-forced-after-partial-required", thinking=off, messages=partial, tools=chat_tools, tool_choice="required")
+    chat("chat-forced-after-partial-named", thinking=off, messages=partial, tools=chat_tools,
+         tool_choice={"type": "function", "function": {"name": "get_weather"}})
+    messages("chat-forced-after-partial-messages", thinking=off, messages=partial, tools=msg_tools,
+             tool_choice={"type": "tool", "name": "get_weather"})
+    # Tool names outside [a-zA-Z0-9_-]: refused by both (cedar's rule also caps them at 64 bytes).
+    for i, bad in enumerate(["get\"weather", "get weather", "get.weather", "", "名前", "get<｜DSML｜>"]):
+        chat("bad-tool-name-%d" % i, tools=[{"type": "function", "function": {"name": bad, "parameters": weather}}])
+        responses("bad-tool-name-%d" % i, tools=[{"type": "function", "name": bad, "parameters": weather}])
+        messages("bad-tool-name-%d" % i, tools=[{"name": bad, "input_schema": weather}])
+    return out
+
+
 BUILDERS = {"chat": chat_body, "responses": responses_body, "messages": messages_body}
 SHAPES = {
     "chat": ["user", "system", "user_parts", "multi", "multi_system", "tools_roundtrip"],
@@ -466,6 +546,8 @@ def main():
     for api, name, body in edge_cases(g):
         out.append({"name": name, "api": api, "body": body})
     for api, name, body in constrained_cases(Gen(20261204)):
+        out.append({"name": name, "api": api, "body": body})
+    for api, name, body in default_cases():
         out.append({"name": name, "api": api, "body": body})
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus.jsonl")
     with open(path, "w", encoding="utf-8") as f:
