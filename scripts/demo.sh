@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/deps.sh
-scripts/build.sh
+CEDAR_BUILD_TARGETS=cedar scripts/build.sh  # the binary alone; scripts/test.sh builds the rest
 BIN=${CEDAR_BUILD_DIR:-build}/tools/cli/cedar
 MODEL=${CEDAR_DEMO_MODEL:-models/cedar-mini}
 PROMPT=${CEDAR_DEMO_PROMPT:-$'def is_even(n):\n    return n % 2 == 0\n\n\ndef is_odd(n):\n'}

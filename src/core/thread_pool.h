@@ -61,7 +61,8 @@ class ThreadPool {
   using TaskFn = void (*)(void*, size_t, size_t, int);
   // Enough chunks that the last one (all a finished thread may wait for) is short; claiming one from
   // a thread's own share costs an uncontended compare-and-swap. Decode's regions take tens of
-  // microseconds; with 2 threads, 16 chunks each decoded at least as fast as 4 (docs/PERFORMANCE_LOG_2026-12-05.md).
+  // microseconds; with 2 threads, 16 chunks each decoded at least as fast as 4
+  // (`git show f6bfcca:docs/PERFORMANCE_LOG_2026-12-05.md`).
   static constexpr size_t kChunksPerThread = 16;
   static constexpr int kMaxThreads = 4096;
   static constexpr size_t kMaxChunks = 0xFFFF;  // chunk indices fill the 16-bit fields of a share

@@ -4,7 +4,8 @@
 // table loops of the reference were a visible serial part of decode.
 //
 // The codes are decoded arithmetically, not looked up: decode's window decoder as a gather from the
-// 256-entry table took about 3 ns per value on Zen 4 (a profile of 2-thread decode, docs/PERFORMANCE_LOG.md).
+// 256-entry table took about 3 ns per value on Zen 4 (a profile of 2-thread decode; the performance
+// log, `git show f6bfcca:docs/PERFORMANCE_LOG.md`).
 // Every code's value is built exactly (the format's exponent moved into f32's, subnormals from an
 // exact integer conversion, the table's NaN for NaN codes), then multiplied by the block's scale in
 // f32 with the reference's operand order: the bits are the reference's on every target, NaN included.

@@ -11,7 +11,7 @@
 //     times 2^-120 (the two formats' exponent biases differ by 120), met by activations scaled by
 //     2^120. Only zero and the normal codes come out right that way (and the NaN codes as ±480, as in
 //     the Highway decoders); `vdpbf16ps` shares its execution ports with byte permutes, so this form runs at
-//     ~1.2x the table form (docs/PERFORMANCE_LOG.md).
+//     ~1.2x the table form (git show f6bfcca:docs/PERFORMANCE_LOG.md).
 //   * through two `vpermi2b` lookups in 128-byte tables (the high and low bytes of the bf16 bits),
 //     exact for every code: a chunk holding a subnormal code takes this form, with the unscaled
 //     activations.

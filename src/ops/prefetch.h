@@ -4,8 +4,9 @@
 // leaves its loads waiting on DRAM. Two hints per line keep them arriving: one 8 KiB ahead into L2
 // (prefetcht1: many lines in flight without filling L1) and one 1 KiB ahead into L1 (by then the line
 // is in L2, so that fetch is short). Measured on a 2-core AVX-512 Xeon, 1 thread, FP8 matrices larger
-// than the caches (docs/PERFORMANCE_LOG_2026-12-05.md): 32768x1280 9.4 -> 12.0 GB/s and 2304x5120 in 8 copies
-// 16 -> 20 GB/s, against a single L1 hint 2 KiB ahead; a plain load loop reads 14.7 GB/s there.
+// than the caches (`git show f6bfcca:docs/PERFORMANCE_LOG_2026-12-05.md`): 32768x1280 9.4 -> 12.0
+// GB/s and 2304x5120 in 8 copies 16 -> 20 GB/s, against a single L1 hint 2 KiB ahead; a plain load
+// loop reads 14.7 GB/s there.
 #pragma once
 
 #include <cstddef>

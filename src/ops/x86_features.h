@@ -38,7 +38,7 @@ inline bool has_avx512_bf16_vbmi() {
 // AVX512-BF16 where a zmm `vdpbf16ps` (32 products) issues as often as an fp32 FMA (16): AMD's Zen 4
 // and later. Intel's cores with AVX512-BF16 (Sapphire Rapids to Granite Rapids) issue it once per two
 // cycles against two FMAs per cycle, a quarter of the FMA's products per cycle (measured on a Xeon
-// with AMX: docs/PERFORMANCE_LOG.md), so there the kernels that have an integer form prefer it.
+// with AMX: git show f6bfcca:docs/PERFORMANCE_LOG.md), so there the kernels that have an integer form prefer it.
 inline bool has_fast_avx512_bf16_dot() {
   static const bool fast = has_avx512_bf16() && CEDAR_X86_CPU_IS("amd");
   return fast;
