@@ -195,7 +195,8 @@ class BoundedDomBuilder {
       frame.container->get_ptr<Elements*>()->reserve(count);
       return true;
     }
-    if (count > limits_.max_object_keys) return too_many_keys();
+    // Repeated keys do not count against the limit, so an object past it is left to place() to refuse.
+    if (count > limits_.max_object_keys) return true;
     if (!charge(count * sizeof(Members::value_type))) return false;
     Members& members = *frame.container->get_ptr<OrderedJson::object_t*>();
     members.reserve(count);
