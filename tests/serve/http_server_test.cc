@@ -341,6 +341,40 @@ TEST_F(HttpServerTest, MaxTokensFlagCapsWhatARequestMayAsk) {
   EXPECT_EQ(fewer["usage"]["completion_tokens"], 1) << "a smaller max_tokens is kept";
 }
 
+// The bounded body parser's limits reach the client as a 400 in the endpoint's error shape, naming the
+// limit (json_body_test covers each limit).
+TEST_F(HttpServerTest, JsonBodyLimitsAre400sNamingTheLimit) {
+  start({{"", kAnswer}});
+  std::string many_keys = "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"metadata\":{";
+  for (int i = 0; i <= 10000; ++i) many_keys += (i ? ",\"k" : "\"k") + std::to_string(i) + "\":0";
+  many_keys += "}}";
+  auto openai = client_->Post("/v1/chat/completions", many_keys, "application/json");
+  ASSERT_TRUE(openai);
+  EXPECT_EQ(openai->status, 400);
+  EXPECT_NE(json::parse(openai->body)["error"]["message"].get<std::string>().find("more than 10,000 keys"),
+            std::string::npos)
+      << openai->body;
+  std::string empties = "{\"max_tokens\":5,\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"x\":[{}";
+  for (int i = 0; i < 1100000; ++i) empties += ",{}";
+  empties += "]}";
+  auto anthropic = client_->Post("/v1/messages", empties, "application/json");
+  ASSERT_TRUE(anthropic);
+  EXPECT_EQ(anthropic->status, 400);
+  const json a = json::parse(anthropic->body);
+  EXPECT_EQ(a["type"], "error");
+  EXPECT_NE(a["error"]["message"].get<std::string>().find("more than 1,048,576 JSON values"), std::string::npos)
+      << anthropic->body;
+  // A repeated key takes its last value, as Python's json (DeepSeek's API) reads it.
+  const json r = post_json(*client_, "/v1/chat/completions",
+                           json::parse(R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":1})"));
+  EXPECT_EQ(r["usage"]["completion_tokens"], 1);
+  auto repeated = client_->Post("/v1/chat/completions",
+                                R"({"max_tokens":1,"messages":[{"role":"user","content":"hi"}],"max_tokens":2})",
+                                "application/json");
+  ASSERT_TRUE(repeated);
+  EXPECT_EQ(json::parse(repeated->body)["usage"]["completion_tokens"], 2) << repeated->body;
+}
+
 TEST_F(HttpServerTest, ErrorsAreJsonInTheApisShape) {
   start({{"", kAnswer}}, {}, {}, /*max_context=*/64);
   auto bad = client_->Post("/v1/chat/completions", "{not json", "application/json");

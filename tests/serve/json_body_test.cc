@@ -76,6 +76,10 @@ TEST(JsonBody, ARepeatedKeyKeepsItsFirstPositionAndTakesTheLastValueAsPythonDoes
   three.max_object_keys = 3;
   OrderedJson repeated;
   EXPECT_FALSE(parse(R"({"a":1,"b":2,"c":3,"a":4,"b":5,"c":6})", &repeated, three));
+  std::string same_key = "{";
+  for (int i = 0; i < 20000; ++i) same_key += i ? ",\"a\":" + std::to_string(i) : "\"a\":0";
+  ASSERT_FALSE(parse(same_key + "}", &repeated)) << "20,000 members but one key";
+  EXPECT_EQ(repeated.dump(), "{\"a\":19999}");
 }
 
 TEST(JsonBody, EachLimitIsRefusedWithAMessageNamingIt) {
