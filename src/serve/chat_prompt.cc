@@ -50,7 +50,9 @@ std::optional<ApiError> check_tool_name(const std::string& name, const std::stri
   // The name as a JSON string (quotes and control characters escaped), cut at a character boundary.
   size_t cut = std::min<size_t>(name.size(), kMaxToolNameBytes);
   while (cut < name.size() && cut > 0 && (static_cast<unsigned char>(name[cut]) & 0xC0) == 0x80) --cut;
-  const std::string shown = OrderedJson(name.substr(0, cut)).dump(-1, ' ', false, OrderedJson::error_handler_t::replace) + (cut < name.size() ? "..." : "");
+  const std::string quoted =
+      OrderedJson(name.substr(0, cut)).dump(-1, ' ', false, OrderedJson::error_handler_t::replace);
+  const std::string shown = quoted + (cut < name.size() ? "..." : "");
   return invalid_request("'" + path + "' is " + shown + ": a tool name must match ^[a-zA-Z0-9_-]{1,64}$ (1 to " +
                              std::to_string(kMaxToolNameBytes) + " ASCII letters, digits, underscores or dashes)",
                          path);

@@ -11,6 +11,8 @@ namespace cedar::serve {
 namespace {
 
 constexpr int64_t kMaxTokensField = 1 << 30;  // a sanity bound; the engine's context decides for real
+// deepseek-recipe's ConversionOptions() bound on max_tokens (thinking or not): larger is a 400 there.
+constexpr int64_t kRecipeMaxTokens = 393216;
 
 // choices[].logprobs of Chat Completions (and of its chunks).
 OrderedJson chat_logprobs_json(std::span<const TokenLogprob> tokens) {
@@ -22,7 +24,7 @@ OrderedJson chat_logprobs_json(std::span<const TokenLogprob> tokens) {
 SchemaError parse_common_generation_fields(const OrderedJson& body, SamplingOptions* sampling,
                                            StreamOptions* stream) {
   std::optional<int64_t> max_tokens, max_completion_tokens, n, seed;
-  CEDAR_SCHEMA_TRY(read_int(body, "max_tokens", "", 1, kMaxTokensField, &max_tokens));
+  CEDAR_SCHEMA_TRY(read_int(body, "max_tokens", "", 1, kRecipeMaxTokens, &max_tokens));
   CEDAR_SCHEMA_TRY(read_int(body, "max_completion_tokens", "", 1, kMaxTokensField, &max_completion_tokens));
   if (max_completion_tokens) {
     sampling->max_tokens = static_cast<int>(*max_completion_tokens);

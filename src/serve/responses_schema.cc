@@ -12,7 +12,8 @@
 namespace cedar::serve {
 namespace {
 
-constexpr int64_t kMaxTokensField = 1 << 30;
+// deepseek-recipe's ConversionOptions() bound on max_output_tokens (thinking or not): larger is a 400.
+constexpr int64_t kMaxTokensField = 393216;
 
 Message& open_assistant_turn(std::vector<Message>& messages) {
   if (messages.empty() || messages.back().role != Role::kAssistant) {

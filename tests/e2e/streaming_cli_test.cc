@@ -72,8 +72,8 @@ TEST(StreamingCli, BudgetBelowTheDenseWeightsFailsClearly) {
 TEST(StreamingCli, SuggestedMemoryBudgetWorks) {
   const std::string& dir = shared_tiny_checkpoint();
   auto suggested = [&](const std::string& budget, const std::string& ids) -> int {
-    RunResult r = run_cedar("generate -m " + dir + " --prompt-ids " + ids + " -n 2 --residency-stats none --memory-budget " +
-                            budget);
+    RunResult r = run_cedar("generate -m " + dir + " --prompt-ids " + ids +
+                            " -n 2 --residency-stats none --memory-budget " + budget);
     EXPECT_EQ(r.exit_code, 1) << budget << ": " << r.output;
     const std::string key = "raise --memory-budget to at least ";
     const size_t at = r.output.find(key);
@@ -92,8 +92,8 @@ TEST(StreamingCli, SuggestedMemoryBudgetWorks) {
   for (int length : {1, 7, 64, 300}) {
     std::string ids;
     for (int i = 0; i < length; ++i) ids += (i ? "," : "") + std::to_string(5 + (i * 37) % 900);
-    RunResult r = run_cedar("generate -m " + dir + " --prompt-ids " + ids + " -n 4 --residency-stats none --memory-budget " +
-                            std::to_string(mib) + "M");
+    RunResult r = run_cedar("generate -m " + dir + " --prompt-ids " + ids +
+                            " -n 4 --residency-stats none --memory-budget " + std::to_string(mib) + "M");
     EXPECT_EQ(r.exit_code, 0) << length << " tokens: " << r.output;
     EXPECT_NE(r.output.find("streaming: budget"), std::string::npos) << r.output;
   }
@@ -103,7 +103,8 @@ TEST(StreamingCli, SuggestedMemoryBudgetWorks) {
 // stdout is fully buffered): the speed line starts a line of its own.
 TEST(StreamingCli, GenerateEndsTheCompletionLineBeforeTheSpeedLine) {
   for (const char* ids : {"5,900,77", "5,6,7,8,9,10,11,12"}) {
-    RunResult r = run_cedar("generate -m " + shared_tiny_checkpoint() + " --prompt-ids " + ids + " -n 12 --residency-stats none");
+    RunResult r =
+        run_cedar("generate -m " + shared_tiny_checkpoint() + " --prompt-ids " + ids + " -n 12 --residency-stats none");
     ASSERT_EQ(r.exit_code, 0) << r.output;
     const size_t speed = r.output.find("prefill: ");
     ASSERT_NE(speed, std::string::npos) << r.output;

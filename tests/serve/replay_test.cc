@@ -178,7 +178,9 @@ TEST_F(ReplayTest, ResponsesClientReasoningStaysText) {
 TEST_F(ReplayTest, MessagesClientThinkingStaysText) {
   start(thinking_tool_script());
   const json tools = json::parse(R"([{"name": "get_weather", "input_schema": {"type": "object"}}])");
-  const json request = {{"max_tokens", 1000}, {"tools", tools}, {"thinking", {{"type", "enabled"}, {"budget_tokens", 1024}}},
+  const json request = {{"max_tokens", 1000},
+                        {"tools", tools},
+                        {"thinking", {{"type", "enabled"}, {"budget_tokens", 1024}}},
                         {"messages", {user("Weather?")}}};
   const json r1 = post_json(*client_, "/v1/messages", request);
   ASSERT_EQ(r1["stop_reason"], "tool_use");

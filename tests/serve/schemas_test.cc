@@ -76,6 +76,8 @@ TEST(OpenAiSchema, RejectionsNameTheParameter) {
       {R"({"messages": [{"role": "user", "content": "x"}], "n": 2})", "n"},
       {R"({"messages": [{"role": "user", "content": "x"}], "temperature": 3})", "temperature"},
       {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 0})", "max_tokens"},
+      // deepseek-recipe's ConversionOptions() bound (393216) refuses more, thinking or not.
+      {R"({"messages": [{"role": "user", "content": "x"}], "max_tokens": 393217})", "max_tokens"},
       {R"({"messages": [{"role": "user", "content": "x"}], "top_logprobs": 2})", "top_logprobs"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tool_choice": "required"})", "tool_choice"},
       {R"({"messages": [{"role": "user", "content": "x"}], "tools": [{"type": "web_search"}]})", "tools[0].type"},
@@ -205,6 +207,16 @@ TEST(ResponsesSchema, InputItemsBecomeTurns) {
   EXPECT_EQ(to_wire(*r.response_format), R"({"type":"object"})");  // the prompt shows the schema itself
   EXPECT_EQ(r.reasoning.effort, 75);
   EXPECT_EQ(r.sampling.max_tokens, 64);
+}
+
+TEST(ResponsesSchema, MaxOutputTokensFollowsDeepseekRecipesBound) {
+  ChatRequest r;
+  EXPECT_FALSE(parse_responses_request(body_of(R"({"input": "x", "max_output_tokens": 393216})"), &r));
+  EXPECT_EQ(r.sampling.max_tokens, 393216);
+  const SchemaError e = parse_responses_request(body_of(R"({"input": "x", "max_output_tokens": 393217})"), &r);
+  ASSERT_TRUE(e.has_value());
+  EXPECT_EQ(e->param, "max_output_tokens");
+  EXPECT_NE(e->message.find("393216"), std::string::npos) << e->message;
 }
 
 TEST(ResponsesSchema, RefusesWhatNeedsServerState) {

@@ -512,6 +512,12 @@ def default_cases():
         chat("bad-tool-name-%d" % i, tools=[{"type": "function", "function": {"name": bad, "parameters": weather}}])
         responses("bad-tool-name-%d" % i, tools=[{"type": "function", "name": bad, "parameters": weather}])
         messages("bad-tool-name-%d" % i, tools=[{"name": bad, "input_schema": weather}])
+    # ConversionOptions()' max_tokens bound, 393216: Chat and Responses refuse more, Messages lowers it.
+    chat("max-tokens-bound", max_tokens=393216)
+    chat("max-tokens-over", max_tokens=393217)
+    responses("max-output-tokens-bound", max_output_tokens=393216)
+    responses("max-output-tokens-over", max_output_tokens=393217)
+    messages("max-tokens-over", max_tokens=1000000)
     return out
 
 
