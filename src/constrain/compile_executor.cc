@@ -5,6 +5,10 @@
 #include <new>
 #include <stdexcept>
 
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
 #include <xgrammar/xgrammar.h>
 
 #include "core/log.h"
@@ -13,6 +17,10 @@ namespace cedar::constrain {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// The compile threads' nice value: on a machine whose cores run the model and the requests, a long
+// compilation takes what they leave (its own requester waits, bounded by the deadline).
+constexpr int kCompileNice = 10;
 
 // How often a waiting requester looks at cancelled().
 constexpr auto kPollInterval = std::chrono::milliseconds(50);
@@ -68,6 +76,8 @@ void CompileExecutor::spawn_locked() {
 }
 
 void CompileExecutor::worker(int id) {
+  // Per thread on Linux (and inherited by the threads xgrammar starts from it); failing is harmless.
+  (void)setpriority(PRIO_PROCESS, static_cast<id_t>(syscall(SYS_gettid)), kCompileNice);
   std::unique_ptr<xgrammar::GrammarCompiler> compiler;
   try {
     // cache_enabled = false: xgrammar's cache is unbounded; CompiledGrammarCache is cedar's.

@@ -335,73 +335,83 @@ class LocalEngine final : public Engine {
   // it and ends the request when it stops. true: the sequence goes on (its next input is pending).
   bool emit_token(Job* j, float* row) {
     const auto& req = *j->request;
-    {
+    if (j->mask_slot && j->mask_slot->error) {
+      finish(j, FinishReason::kError,
+             internal_error("constrained decoding: " + MaskPrefetcher::error_message(*j->mask_slot)));
+      return false;
+    }
+    Timer constraint_timer;
+    if (req.constraint)
+      if (const uint32_t* mask = j->mask_slot->mask) apply_token_mask(mask, row, model_->sampleable_vocab());
+    double constraint_seconds = req.constraint ? constraint_timer.seconds() : 0.0;
+    int32_t next = ops::sample_token(row, model_->sampleable_vocab(), req.sampling.temperature, *j->rng);
+    bool resampled = false;
+    if (req.constraint) {
+      Timer closing_timer;
+      // Near max_tokens: a token after which the output could no longer be completed in time is
+      // sampled again from the narrower mask (a subset of the applied one) the constraint gives.
+      const int left_after = req.sampling.max_tokens - static_cast<int>(j->result.output_ids.size()) - 1;
+      // The constraint's calls may throw (std::bad_alloc in a matcher): that fails this request only.
+      const uint32_t* narrower = nullptr;
+      try {
+        narrower = req.constraint->mask_to_finish_within(next, left_after);
+      } catch (const std::exception& e) {
+        finish(j, FinishReason::kError, internal_error(std::string("constrained decoding: ") + e.what()));
+        return false;
+      }
+      if (narrower) {
+        apply_token_mask(narrower, row, model_->sampleable_vocab());
+        next = ops::sample_token(row, model_->sampleable_vocab(), req.sampling.temperature, *j->rng);
+        resampled = true;
+      }
+      constraint_seconds += closing_timer.seconds();
+    }
+    j->result.output_ids.push_back(next);
+    if (req.constraint) {
+      Timer accept_timer;
+      bool accepted = false;
+      try {
+        accepted = req.constraint->accept_token(next);
+      } catch (const std::exception& e) {
+        finish(j, FinishReason::kError, internal_error(std::string("constrained decoding: ") + e.what()));
+        return false;
+      }
+      constraint_seconds += accept_timer.seconds();
       {
-        if (j->mask_slot && j->mask_slot->error) {
-          finish(j, FinishReason::kError,
-                 internal_error("constrained decoding: " + MaskPrefetcher::error_message(*j->mask_slot)));
-          return false;
-        }
-        Timer constraint_timer;
-        if (req.constraint)
-          if (const uint32_t* mask = j->mask_slot->mask) apply_token_mask(mask, row, model_->sampleable_vocab());
-        double constraint_seconds = req.constraint ? constraint_timer.seconds() : 0.0;
-        int32_t next = ops::sample_token(row, model_->sampleable_vocab(), req.sampling.temperature, *j->rng);
-        bool resampled = false;
-        if (req.constraint) {
-          Timer closing_timer;
-          // Near max_tokens: a token after which the output could no longer be completed in time is
-          // sampled again from the narrower mask (a subset of the applied one) the constraint gives.
-          const int left_after = req.sampling.max_tokens - static_cast<int>(j->result.output_ids.size()) - 1;
-          if (const uint32_t* narrower = req.constraint->mask_to_finish_within(next, left_after)) {
-            apply_token_mask(narrower, row, model_->sampleable_vocab());
-            next = ops::sample_token(row, model_->sampleable_vocab(), req.sampling.temperature, *j->rng);
-            resampled = true;
-          }
-          constraint_seconds += closing_timer.seconds();
-        }
-        j->result.output_ids.push_back(next);
-        if (req.constraint) {
-          Timer accept_timer;
-          const bool accepted = req.constraint->accept_token(next);
-          constraint_seconds += accept_timer.seconds();
-          {
-            std::lock_guard<std::mutex> lock(mu_);
-            stats_.constrained_tokens++;
-            stats_.constraint_seconds += constraint_seconds;
-            stats_.constraint_budget_resamples += resampled ? 1 : 0;
-          }
-          if (!accepted) {
-            finish(j, FinishReason::kError,
-                   internal_error("constrained decoding: the grammar rejected sampled token " + std::to_string(next)));
-            return false;
-          }
-        }
-        // Under a constraint the masked row is the distribution sampled from: its log-softmax gives the
-        // logprobs (tokens the grammar forbids have none).
-        if (req.on_logprobs) {
-          const size_t k = std::min<size_t>(static_cast<size_t>(req.top_logprobs), model_->sampleable_vocab());
-          TokenLogprobsView view;
-          view.token = next;
-          view.logprob = ops::token_logprobs(row, model_->sampleable_vocab(), next, k, j->top_ids.data(),
-                                             j->top_logprobs.data());
-          view.top_ids = {j->top_ids.data(), k};
-          view.top_logprobs = {j->top_logprobs.data(), k};
-          req.on_logprobs(view);
-        }
-        const bool keep = !req.on_token || req.on_token(next);
-        const bool is_stop = next == info_.eos_id || std::find(req.sampling.stop_ids.begin(), req.sampling.stop_ids.end(),
-                                                               next) != req.sampling.stop_ids.end();
-        if (!keep) finish(j, FinishReason::kCancelled);
-        else if (is_stop) finish(j, FinishReason::kStop);
-        else if (static_cast<int>(j->result.output_ids.size()) >= req.sampling.max_tokens) finish(j, FinishReason::kLength);
-        else {
-          j->pending.assign(1, next);
-          return true;
-        }
+        std::lock_guard<std::mutex> lock(mu_);
+        stats_.constrained_tokens++;
+        stats_.constraint_seconds += constraint_seconds;
+        stats_.constraint_budget_resamples += resampled ? 1 : 0;
+      }
+      if (!accepted) {
+        finish(j, FinishReason::kError,
+               internal_error("constrained decoding: the grammar rejected sampled token " + std::to_string(next)));
         return false;
       }
     }
+    // Under a constraint the masked row is the distribution sampled from: its log-softmax gives the
+    // logprobs (tokens the grammar forbids have none).
+    if (req.on_logprobs) {
+      const size_t k = std::min<size_t>(static_cast<size_t>(req.top_logprobs), model_->sampleable_vocab());
+      TokenLogprobsView view;
+      view.token = next;
+      view.logprob = ops::token_logprobs(row, model_->sampleable_vocab(), next, k, j->top_ids.data(),
+                                         j->top_logprobs.data());
+      view.top_ids = {j->top_ids.data(), k};
+      view.top_logprobs = {j->top_logprobs.data(), k};
+      req.on_logprobs(view);
+    }
+    const bool keep = !req.on_token || req.on_token(next);
+    const bool is_stop = next == info_.eos_id || std::find(req.sampling.stop_ids.begin(), req.sampling.stop_ids.end(),
+                                                           next) != req.sampling.stop_ids.end();
+    if (!keep) finish(j, FinishReason::kCancelled);
+    else if (is_stop) finish(j, FinishReason::kStop);
+    else if (static_cast<int>(j->result.output_ids.size()) >= req.sampling.max_tokens) finish(j, FinishReason::kLength);
+    else {
+      j->pending.assign(1, next);
+      return true;
+    }
+    return false;
   }
 
   std::unique_ptr<model::Model> model_;

@@ -407,3 +407,40 @@ TEST(TokenConstraint, AThrowingMaskEndsItsRequestWithAnError) {
 
 }  // namespace
 }  // namespace cedar::runtime
+
+namespace cedar::runtime {
+namespace {
+
+// Every token allowed; accept_token runs out of memory on the third token.
+class OutOfMemoryOnAccept final : public TokenConstraint {
+ public:
+  const uint32_t* next_token_mask() override { return nullptr; }
+  bool accept_token(int32_t) override {
+    if (++calls_ == 3) throw std::bad_alloc();
+    return true;
+  }
+
+ private:
+  int calls_ = 0;
+};
+
+TEST(TokenConstraint, AnAllocationFailureInAcceptEndsOnlyItsRequest) {
+  auto engine = make_engine(model::testing::tiny_checkpoint(2), EngineOptions{});
+  ASSERT_TRUE(engine.ok());
+  GenerationRequest r;
+  r.prompt_ids = model::testing::test_prompt(12, 1);
+  r.sampling.max_tokens = 8;
+  r.constraint = std::make_shared<OutOfMemoryOnAccept>();
+  auto out = (*engine)->generate(r);
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().code(), StatusCode::kInternal);
+  GenerationRequest plain;
+  plain.prompt_ids = model::testing::test_prompt(12, 2);
+  plain.sampling.max_tokens = 3;
+  auto again = (*engine)->generate(plain);
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_EQ(again->output_ids.size(), 3u);
+}
+
+}  // namespace
+}  // namespace cedar::runtime
