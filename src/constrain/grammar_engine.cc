@@ -129,6 +129,12 @@ struct GrammarConstraint::Impl {
   std::unordered_set<std::string> seen;         // grammar states on the path being searched
   std::unordered_set<std::string> seen_shapes;  // ... and their shapes (shape_of)
   std::unordered_map<std::string, int> lengths; // closing length by state, while narrowing
+  // The last find_closing() stopped at kMaxClosingTokens; once a search from the output's own state
+  // does (not one after a candidate token), closing is off for the request: such a grammar (`(a{1000}){1000}`: a million bytes to
+  // complete) would pay two failing 512-step searches per token, ~170 ms each, on the engine's
+  // thread, for nothing.
+  bool hit_cap = false;
+  bool closing_off = false;
 
   bool allowed(int32_t id) const {
     if (last_mask_all) return true;
@@ -228,16 +234,22 @@ struct GrammarConstraint::Impl {
     seen.insert(key);
     const size_t n = spelled_marker ? closing->ascii : closing->ids.size();
     bool found = true;
+    hit_cap = false;
     int steps = 0;  // matcher steps taken (forced text is one step for many tokens)
     while (!matcher.IsCompleted()) {
       if (out->size() >= static_cast<size_t>(kMaxClosingTokens)) {
         found = false;
+        hit_cap = true;
         break;
       }
       if (take_forced_text(out)) {
         ++steps;
         key = state_key();
         continue;
+      }
+      if (hit_cap) {  // the forced text alone passes kMaxClosingTokens
+        found = false;
+        break;
       }
       const long age = oldest_rule_age(key);
       const std::string shape = shape_of(key);
@@ -315,6 +327,7 @@ struct GrammarConstraint::Impl {
         }
       }
       if (id < 0 || out->size() >= static_cast<size_t>(kMaxClosingTokens)) {
+        hit_cap = id >= 0;
         out->resize(start);
         return false;
       }
@@ -432,7 +445,7 @@ const uint32_t* GrammarConstraint::mask_to_finish_within(int32_t token, int toke
     s.narrowed[static_cast<size_t>(s.think_end_id) / 32] |= 1u << (s.think_end_id % 32);
     return s.narrowed.data();
   }
-  if (s.matcher.IsTerminated()) return nullptr;
+  if (s.matcher.IsTerminated() || s.closing_off) return nullptr;
   int after = -1;
   if (s.path_current && !s.path.empty() && s.path.front() == token) {
     // The token starts the closing path already known: the rest of it follows.
@@ -465,6 +478,8 @@ const uint32_t* GrammarConstraint::mask_to_finish_within(int32_t token, int toke
   } else if (s.find_closing(&s.path)) {
     s.path_current = true;
     current = static_cast<int>(s.path.size());
+  } else if (s.hit_cap) {
+    s.closing_off = true;
   }
   if (current < 0 || current - 1 > tokens_left_after) return nullptr;
   const uint32_t* narrowed = s.narrow_to_closable(tokens_left_after);
@@ -494,6 +509,7 @@ void GrammarConstraint::reset() {
   impl_->waiting_for_think_end = impl_->gated_at_start;
   impl_->after_tag_open = impl_->after_less = false;
   impl_->path_current = false;
+  impl_->closing_off = false;
   impl_->approved_token = -1;
 }
 
