@@ -199,7 +199,12 @@ Result<CompileExecutor::Grammar> CompileExecutor::run(const std::string& key, co
     const auto now = Clock::now();
     if (now >= flight->deadline) {
       ++stats_.timed_out;
+      const bool started = flight->running;
       leave_locked(flight);
+      // Never started: the compile threads were busy with others, which is not this request's fault.
+      if (!started)
+        return resource_exhausted("the constraint compilers were busy for " + limit +
+                                  " s (--grammar-compile-timeout); retry in a few seconds");
       return overdue;
     }
     if (cancelled) {

@@ -4,7 +4,8 @@
 //
 // - Singleflight: concurrent requests for the same key share one compilation.
 // - Deadline: a compilation has `timeout` from the moment it is queued. Its requesters stop waiting
-//   then (InvalidArgument naming the limit); one queued past it is dropped unstarted. xgrammar cannot
+//   then (InvalidArgument naming the limit); one still queued then is dropped unstarted and its
+//   requesters get ResourceExhausted (the compilers were busy: not the request's fault). xgrammar cannot
 //   be interrupted mid-compilation, so a running one finishes on its thread (its result still goes to
 //   the cache); while it does, a replacement thread takes its place so the others are not held up, up
 //   to `max_overdue` such threads. Requests for that key meanwhile fail at once.

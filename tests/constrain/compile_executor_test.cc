@@ -150,6 +150,24 @@ TEST(CompileExecutor, AFullQueueIsRefusedAtOnce) {
   queued.join();
 }
 
+TEST(CompileExecutor, ACompilationThatNeverStartedBeforeItsDeadlineIsBusyNotInvalid) {
+  CompileOptions options;
+  options.threads = 1;
+  options.max_overdue = 0;  // no replacement thread: the queued one cannot start
+  options.timeout_seconds = 0.2;
+  CompileExecutor executor(tiny_info(), options);
+  Latch latch;
+  std::thread running([&] { (void)executor.run("running", job(nullptr, &latch), {}); });
+  until([&] { return executor.stats().running == 1; });
+  std::atomic<int> runs{0};
+  Result<Grammar> queued = executor.run("queued", job(&runs), {});
+  ASSERT_FALSE(queued.ok());
+  EXPECT_EQ(queued.status().code(), StatusCode::kResourceExhausted) << queued.status().message();
+  latch.open();
+  running.join();
+  EXPECT_EQ(runs.load(), 0);
+}
+
 TEST(CompileExecutor, AllocationFailuresFailOnlyTheirCompilation) {
   CompileExecutor executor(tiny_info(), CompileOptions{});
   Result<Grammar> oom = executor.run("oom", [](xgrammar::GrammarCompiler&) -> Result<Grammar> { throw std::bad_alloc(); },
