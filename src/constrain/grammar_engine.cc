@@ -3,29 +3,39 @@
 #include <algorithm>
 #include <cstdlib>
 #include <exception>
-#include <mutex>
+#include <new>
+#include <stdexcept>
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
 
 #include <xgrammar/xgrammar.h>
 
+#include "constrain/compile_cache.h"
 #include "constrain/constraint_limits.h"
 #include "tokenizer/chat_encoding.h"
 
 namespace cedar::constrain {
 namespace {
 
-// The one GrammarCompiler is shared by the server's request threads; its cache makes a repeated
-// schema cost nothing, and the lock keeps the compiler single-threaded from cedar's side.
 // The longest run of white space the grammars allow between JSON tokens and DSML tags: room for
 // pretty-printed JSON (a newline and an indent), and a bound on the runs of white space a model
 // can otherwise emit without end (xgrammar's runtime safeguard, max_whitespace_cnt).
 constexpr int kMaxWhitespaceRun = 16;
 
-std::mutex& compiler_mutex() {
-  static std::mutex mu;
-  return mu;
+// The cache and singleflight key of a spec: what the compiled grammar depends on. after_think_end
+// is left out on purpose: the `</think>` gate lives in the matcher (GrammarConstraint), the grammar
+// is the same with or without it.
+std::string cache_key(const ConstraintSpec& spec) {
+  std::string key = constraint_kind_name(spec.kind);
+  key += spec.strict ? "\n1\n" : "\n0\n";
+  key += spec.text;
+  return key;
+}
+
+std::string mib_text(int64_t bytes) {
+  const int64_t tenths = (bytes * 10 + (int64_t{1} << 19)) >> 20;
+  return std::to_string(tenths / 10) + "." + std::to_string(tenths % 10) + " MiB";
 }
 
 }  // namespace
@@ -67,7 +77,15 @@ struct ClosingAlphabet {
   int32_t marker_id = -1;
   size_t preferred = 0;  // ids[0, preferred): `0`, the closers and the marker, all tried at every step
   std::vector<uint16_t> token_bytes;  // [vocab]: how many bytes each token's text has
+  // Text a grammar forces (tag names, property keys) is spelled with the longest ordinary tokens
+  // that fit, as the model itself would write it, not byte by byte: a DSML call's forced tags are
+  // ~40 bytes but ~15 tokens, and a closing path counted in bytes overstated what a small
+  // max_tokens needs (forced tool calls came out partial below ~110 tokens). ASCII tokens only
+  // (none of them can spell the DSML marker).
+  std::unordered_map<std::string, int32_t> ascii_tokens;  // 2..kLongestForcedToken bytes
 };
+
+constexpr size_t kLongestForcedToken = 16;
 
 struct GrammarConstraint::Impl {
   Impl(const xgrammar::CompiledGrammar& grammar, int vocab_size, bool gated, int32_t think_end, int32_t eos,
@@ -112,6 +130,12 @@ struct GrammarConstraint::Impl {
   std::unordered_set<std::string> seen;         // grammar states on the path being searched
   std::unordered_set<std::string> seen_shapes;  // ... and their shapes (shape_of)
   std::unordered_map<std::string, int> lengths; // closing length by state, while narrowing
+  // The last find_closing() stopped at kMaxClosingTokens; once a search from the output's own state
+  // does (not one after a candidate token), closing is off for the request: such a grammar (`(a{1000}){1000}`: a million bytes to
+  // complete) would pay two failing 512-step searches per token, ~170 ms each, on the engine's
+  // thread, for nothing.
+  bool hit_cap = false;
+  bool closing_off = false;
 
   bool allowed(int32_t id) const {
     if (last_mask_all) return true;
@@ -211,16 +235,22 @@ struct GrammarConstraint::Impl {
     seen.insert(key);
     const size_t n = spelled_marker ? closing->ascii : closing->ids.size();
     bool found = true;
+    hit_cap = false;
     int steps = 0;  // matcher steps taken (forced text is one step for many tokens)
     while (!matcher.IsCompleted()) {
       if (out->size() >= static_cast<size_t>(kMaxClosingTokens)) {
         found = false;
+        hit_cap = true;
         break;
       }
       if (take_forced_text(out)) {
         ++steps;
         key = state_key();
         continue;
+      }
+      if (hit_cap) {  // the forced text alone passes kMaxClosingTokens
+        found = false;
+        break;
       }
       const long age = oldest_rule_age(key);
       const std::string shape = shape_of(key);
@@ -281,13 +311,29 @@ struct GrammarConstraint::Impl {
     const size_t start = out->size();
     for (size_t i = 0; i < forced.size();) {
       const bool is_marker = closing->marker_id >= 0 && std::string_view(forced).substr(i).starts_with(marker);
-      const int32_t id = is_marker ? closing->marker_id : closing->byte_token[static_cast<uint8_t>(forced[i])];
+      int32_t id = is_marker ? closing->marker_id : closing->byte_token[static_cast<uint8_t>(forced[i])];
+      size_t taken = is_marker ? marker.size() : 1;
+      if (!is_marker) {
+        // The longest ordinary token spelling the text from here, not across a marker.
+        size_t limit = std::min(kLongestForcedToken, forced.size() - i);
+        if (const size_t m = closing->marker_id >= 0 ? forced.find(marker, i) : std::string::npos; m != std::string::npos)
+          limit = std::min(limit, m - i);
+        for (size_t len = limit; len >= 2; --len) {
+          auto it = closing->ascii_tokens.find(forced.substr(i, len));
+          if (it != closing->ascii_tokens.end()) {
+            id = it->second;
+            taken = len;
+            break;
+          }
+        }
+      }
       if (id < 0 || out->size() >= static_cast<size_t>(kMaxClosingTokens)) {
+        hit_cap = id >= 0;
         out->resize(start);
         return false;
       }
       out->push_back(id);
-      i += is_marker ? marker.size() : 1;
+      i += taken;
     }
     if (!matcher.AcceptString(forced)) {
       out->resize(start);
@@ -323,6 +369,9 @@ struct GrammarConstraint::Impl {
       }
       if (it->second >= 0 && it->second <= left_after) set(id);
     }
+    // The closing path's first token may be a longer one (forced text): it fits by construction.
+    if (path_current && !path.empty() && allowed(path.front()) && static_cast<int>(path.size()) - 1 <= left_after)
+      set(path.front());
     return any ? narrowed.data() : nullptr;
   }
 };
@@ -397,7 +446,7 @@ const uint32_t* GrammarConstraint::mask_to_finish_within(int32_t token, int toke
     s.narrowed[static_cast<size_t>(s.think_end_id) / 32] |= 1u << (s.think_end_id % 32);
     return s.narrowed.data();
   }
-  if (s.matcher.IsTerminated()) return nullptr;
+  if (s.matcher.IsTerminated() || s.closing_off) return nullptr;
   int after = -1;
   if (s.path_current && !s.path.empty() && s.path.front() == token) {
     // The token starts the closing path already known: the rest of it follows.
@@ -430,6 +479,8 @@ const uint32_t* GrammarConstraint::mask_to_finish_within(int32_t token, int toke
   } else if (s.find_closing(&s.path)) {
     s.path_current = true;
     current = static_cast<int>(s.path.size());
+  } else if (s.hit_cap) {
+    s.closing_off = true;
   }
   if (current < 0 || current - 1 > tokens_left_after) return nullptr;
   const uint32_t* narrowed = s.narrow_to_closable(tokens_left_after);
@@ -442,6 +493,16 @@ const uint32_t* GrammarConstraint::mask_to_finish_within(int32_t token, int toke
   return narrowed;
 }
 
+int GrammarConstraint::tokens_to_complete() {
+  Impl& s = *impl_;
+  if (s.start_closing == -2) {
+    std::vector<int32_t> scratch;
+    s.start_closing = s.find_closing(&scratch) ? static_cast<int>(scratch.size()) : -1;
+  }
+  if (s.start_closing < 0) return -1;
+  return s.start_closing + (s.gated_at_start ? 1 : 0);
+}
+
 bool GrammarConstraint::terminated() const { return !impl_->waiting_for_think_end && impl_->matcher.IsTerminated(); }
 
 void GrammarConstraint::reset() {
@@ -449,10 +510,12 @@ void GrammarConstraint::reset() {
   impl_->waiting_for_think_end = impl_->gated_at_start;
   impl_->after_tag_open = impl_->after_less = false;
   impl_->path_current = false;
+  impl_->closing_off = false;
   impl_->approved_token = -1;
 }
 
-Result<std::unique_ptr<GrammarEngine>> GrammarEngine::create(const tokenizer::Tokenizer& tokenizer, int vocab_size) {
+Result<std::unique_ptr<GrammarEngine>> GrammarEngine::create(const tokenizer::Tokenizer& tokenizer, int vocab_size,
+                                                             GrammarEngineOptions options) {
   if (!tokenizer.has_byte_level_decoder())
     return failed_precondition("constrained decoding needs a byte-level BPE tokenizer (DeepSeek's)");
   const std::optional<tokenizer::TokenId> eos = tokenizer.token_to_id(tokenizer::kEos);
@@ -530,6 +593,12 @@ Result<std::unique_ptr<GrammarEngine>> GrammarEngine::create(const tokenizer::To
     for (unsigned char c : std::string_view("\n \t\r")) add(c);
     alphabet->ascii = alphabet->ids.size();
     for (int c = 0; c < 256; ++c) add(static_cast<unsigned char>(c));
+    for (int id = 0; id < n; ++id) {
+      const std::string& bytes = vocab[static_cast<size_t>(id)];
+      if (bytes.size() < 2 || bytes.size() > kLongestForcedToken) continue;
+      if (std::all_of(bytes.begin(), bytes.end(), [](char c) { return c == '\n' || (c >= 0x20 && c < 0x7f); }))
+        alphabet->ascii_tokens.emplace(bytes, id);
+    }
     engine->closing_ = std::move(alphabet);
   }
   engine->vocab_size_ = vocab_size;
@@ -551,11 +620,14 @@ Result<std::unique_ptr<GrammarEngine>> GrammarEngine::create(const tokenizer::To
     engine->reasoning_mask_ = std::make_shared<const std::vector<uint32_t>>(std::move(reasoning));
     engine->reasoning_mask_dsml_ = std::make_shared<const std::vector<uint32_t>>(std::move(reasoning_dsml));
   }
+  engine->cache_ = std::make_unique<CompiledGrammarCache>(std::max<int64_t>(0, options.cache_bytes));
+  engine->max_grammar_bytes_ =
+      options.max_grammar_bytes > 0 ? options.max_grammar_bytes : std::max<int64_t>(1, options.cache_bytes / 4);
   try {
     engine->info_ = std::make_unique<xgrammar::TokenizerInfo>(vocab, xgrammar::VocabType::RAW, vocab_size,
                                                               std::vector<int32_t>{*eos});
-    // Two compile threads: the server's cores belong to the model.
-    engine->compiler_ = std::make_unique<xgrammar::GrammarCompiler>(*engine->info_, /*max_threads=*/2);
+    // The compile threads, each with its own compiler: no lock is shared between compilations.
+    engine->executor_ = std::make_unique<CompileExecutor>(*engine->info_, options.compile);
   } catch (const std::exception& e) {
     return internal_error(std::string("constrained decoding: xgrammar rejected the vocabulary: ") + e.what());
   }
@@ -564,38 +636,65 @@ Result<std::unique_ptr<GrammarEngine>> GrammarEngine::create(const tokenizer::To
 
 GrammarEngine::~GrammarEngine() = default;
 
-Result<std::shared_ptr<const xgrammar::CompiledGrammar>> GrammarEngine::compile(const ConstraintSpec& spec) {
+int64_t GrammarEngine::cache_bytes() const { return cache_->bytes(); }
+size_t GrammarEngine::cache_entries() const { return cache_->entries(); }
+
+Result<std::shared_ptr<const xgrammar::CompiledGrammar>> GrammarEngine::compile(const ConstraintSpec& spec,
+                                                                                const std::function<bool()>& cancelled) {
+  std::string key = cache_key(spec);
+  if (std::shared_ptr<const xgrammar::CompiledGrammar> cached = cache_->find(key)) return cached;
   std::string structural_tag;
   if (spec.kind == ConstraintKind::kToolCall || spec.kind == ConstraintKind::kToolCallRequired) {
     const bool required = spec.kind == ConstraintKind::kToolCallRequired;
     CEDAR_ASSIGN_OR_RETURN(structural_tag, dsml_tool_call_structural_tag(spec.text, required, kMaxWhitespaceRun));
   }
-  std::lock_guard<std::mutex> lock(compiler_mutex());
-  try {
-    switch (spec.kind) {
-      case ConstraintKind::kJson:
-        // "" (json_object) is a JSON object or array holding any values, as a schema (xgrammar's
-        // builtin JSON grammar has no white-space bound). Not any JSON value: the answer is read
-        // as JSON output (serve/output_assembler.h), which starts only at `{` / `[`, so a top-level
-        // `42` or `"text"` would reach the client as spaces.
-        return std::make_shared<const xgrammar::CompiledGrammar>(compiler_->CompileJSONSchema(
-            spec.text.empty() ? R"({"anyOf": [{"type": "object"}, {"type": "array"}]})" : spec.text,
-            /*any_whitespace=*/true, std::nullopt, std::nullopt, /*strict_mode=*/spec.strict, kMaxWhitespaceRun));
-      case ConstraintKind::kRegex:
-        return std::make_shared<const xgrammar::CompiledGrammar>(compiler_->CompileRegex(spec.text));
-      case ConstraintKind::kToolCall:
-      case ConstraintKind::kToolCallRequired:
-        return std::make_shared<const xgrammar::CompiledGrammar>(compiler_->CompileStructuralTag(structural_tag));
+  // Runs on a compile thread, with that thread's compiler (CompileExecutor); the result goes to the
+  // cache even when the requester stopped waiting, so a retry finds it.
+  auto job = [this, spec, key, tag = std::move(structural_tag)](
+                 xgrammar::GrammarCompiler& compiler) -> Result<std::shared_ptr<const xgrammar::CompiledGrammar>> {
+    std::optional<xgrammar::CompiledGrammar> grammar;
+    try {
+      switch (spec.kind) {
+        case ConstraintKind::kJson:
+          // "" (json_object) is a JSON object or array holding any values, as a schema (xgrammar's
+          // builtin JSON grammar has no white-space bound). Not any JSON value: the answer is read
+          // as JSON output (serve/output_assembler.h), which starts only at `{` / `[`, so a top-level
+          // `42` or `"text"` would reach the client as spaces.
+          grammar.emplace(compiler.CompileJSONSchema(
+              spec.text.empty() ? R"({"anyOf": [{"type": "object"}, {"type": "array"}]})" : spec.text,
+              /*any_whitespace=*/true, std::nullopt, std::nullopt, /*strict_mode=*/spec.strict, kMaxWhitespaceRun));
+          break;
+        case ConstraintKind::kRegex: grammar.emplace(compiler.CompileRegex(spec.text)); break;
+        case ConstraintKind::kToolCall:
+        case ConstraintKind::kToolCallRequired: grammar.emplace(compiler.CompileStructuralTag(tag)); break;
+      }
+    } catch (const std::bad_alloc&) {
+      return invalid_argument("the constraint needs more memory to compile than this server can give it");
+    } catch (const std::length_error&) {
+      return invalid_argument("the constraint needs more memory to compile than this server can give it");
+    } catch (const std::exception& e) {
+      return invalid_argument(sanitize_grammar_error(e.what()));  // the reason, without xgrammar's paths and times
     }
-  } catch (const std::exception& e) {
-    return invalid_argument(sanitize_grammar_error(e.what()));  // the reason, without xgrammar's paths and times
-  }
-  return invalid_argument("unknown constraint kind");
+    if (!grammar) return invalid_argument("unknown constraint kind");
+    const int64_t bytes = static_cast<int64_t>(grammar->MemorySizeBytes());
+    if (bytes > max_grammar_bytes_)
+      return invalid_argument("the compiled constraint takes " + mib_text(bytes) + ", over the " +
+                              mib_text(max_grammar_bytes_) +
+                              " this server allows per constraint (a quarter of --grammar-cache); use a smaller "
+                              "schema or pattern");
+    auto shared = std::make_shared<const xgrammar::CompiledGrammar>(std::move(*grammar));
+    // Charged at 1.5x: MemorySizeBytes counts the elements, not the containers' and allocator's
+    // overhead (RSS grew ~1.2x the sum over a thousand schemas), and the budget bounds the RSS.
+    cache_->insert(key, shared, bytes + bytes / 2);
+    return shared;
+  };
+  return executor_->run(key, job, cancelled);
 }
 
-Result<std::shared_ptr<GrammarConstraint>> GrammarEngine::start(const ConstraintSpec& spec) {
+Result<std::shared_ptr<GrammarConstraint>> GrammarEngine::start(const ConstraintSpec& spec,
+                                                                const std::function<bool()>& cancelled) {
   CEDAR_RETURN_IF_ERROR(check_constraint(spec, ""));  // limits and keywords before any compilation work
-  CEDAR_ASSIGN_OR_RETURN(auto grammar, compile(spec));
+  CEDAR_ASSIGN_OR_RETURN(auto grammar, compile(spec, cancelled));
   const bool gated = spec.after_think_end && think_end_id_ >= 0;
   try {
     const bool dsml = spec.kind == ConstraintKind::kToolCall || spec.kind == ConstraintKind::kToolCallRequired;
@@ -603,6 +702,8 @@ Result<std::shared_ptr<GrammarConstraint>> GrammarEngine::start(const Constraint
                                                           dsml ? reasoning_mask_dsml_ : reasoning_mask_,
                                                           dsml ? spelled_marker_ : nullptr, closing_);
     return std::shared_ptr<GrammarConstraint>(new GrammarConstraint(std::move(impl)));
+  } catch (const std::bad_alloc&) {
+    return resource_exhausted("constrained decoding: out of memory starting the grammar matcher");
   } catch (const std::exception& e) {
     return internal_error("constrained decoding: " + sanitize_grammar_error(e.what()));
   }

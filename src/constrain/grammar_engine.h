@@ -4,7 +4,9 @@
 // token and compiles the output constraints deepseek-recipe derives from a request (json, regex,
 // tool_call, tool_call_required; see ConstraintSpec) into grammars, caching them. start() gives a
 // fresh per-request GrammarConstraint, the runtime::TokenConstraint the engine masks the logits
-// with.
+// with. Compilations run on CompileExecutor's threads (deadline, singleflight, bounded queue) and
+// their results live in a byte-bounded LRU, CompiledGrammarCache (docs/SERVER.md, "Compilation and
+// the grammar cache").
 //
 // Token bytes: ordinary tokens are their byte-level bytes. Added tokens are never allowed inside a
 // constrained span (xgrammar treats an empty token as special), except the end-of-sentence token,
@@ -19,10 +21,12 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "constrain/compile_executor.h"
 #include "core/status.h"
 #include "runtime/engine.h"
 #include "tokenizer/tokenizer.h"
@@ -59,6 +63,7 @@ struct ConstraintSpec {
 };
 
 class GrammarEngine;
+class CompiledGrammarCache;
 struct SpelledMarkerTokens;
 struct ClosingAlphabet;
 
@@ -80,6 +85,10 @@ class GrammarConstraint final : public runtime::TokenConstraint {
   // single-byte tokens (and the marker, and the end of sentence once complete) that pass; under a
   // `</think>` gate, `</think>` itself once the reasoning would leave the answer no room.
   const uint32_t* mask_to_finish_within(int32_t token, int tokens_left_after) override;
+  // The length of a closing path from the start (the search above), plus `</think>` under a gate:
+  // the fewest output tokens cedar can guarantee a complete output in. -1 when none was found.
+  // Call before the first token.
+  int tokens_to_complete();
   // The grammar is complete and took the stop token.
   bool terminated() const;
   // Back to the state start() gave (the grammar not begun; before `</think>` when gated).
@@ -92,26 +101,49 @@ class GrammarConstraint final : public runtime::TokenConstraint {
   std::unique_ptr<Impl> impl_;
 };
 
+inline constexpr int64_t kDefaultGrammarCacheBytes = int64_t{256} << 20;  // --grammar-cache
+
+struct GrammarEngineOptions {
+  CompileOptions compile;
+  int64_t cache_bytes = kDefaultGrammarCacheBytes;  // the compiled-grammar cache's budget
+  // The largest compiled grammar accepted (CompiledGrammar::MemorySizeBytes); 0: a quarter of
+  // cache_bytes, so the cache holds at least four.
+  int64_t max_grammar_bytes = 0;
+};
+
 class GrammarEngine {
  public:
   // `vocab_size`: the engine's logits width (may exceed the tokenizer's; the extra ids are never
   // allowed). Fails when the tokenizer is not byte-level or lacks an end-of-sentence token.
-  static Result<std::unique_ptr<GrammarEngine>> create(const tokenizer::Tokenizer& tokenizer, int vocab_size);
+  static Result<std::unique_ptr<GrammarEngine>> create(const tokenizer::Tokenizer& tokenizer, int vocab_size,
+                                                       GrammarEngineOptions options = {});
   ~GrammarEngine();
 
-  // Compiles (or finds in the cache) the grammar of `spec` and returns a fresh matcher over it.
-  // InvalidArgument, with xgrammar's reason, for a schema or pattern it cannot compile.
-  Result<std::shared_ptr<GrammarConstraint>> start(const ConstraintSpec& spec);
+  // Compiles (or finds in the cache) the grammar of `spec` and returns a fresh matcher over it. The
+  // compilation runs on the executor's threads; this thread waits for it until its deadline or until
+  // `cancelled` (polled, may be empty) returns true. InvalidArgument, with xgrammar's reason, for a
+  // schema or pattern it cannot compile, one over the deadline or over the memory limit;
+  // ResourceExhausted when too many compilations are queued.
+  Result<std::shared_ptr<GrammarConstraint>> start(const ConstraintSpec& spec,
+                                                   const std::function<bool()>& cancelled = {});
 
   int vocab_size() const { return vocab_size_; }
   int32_t eos_id() const { return eos_id_; }
+  int64_t cache_bytes() const;
+  size_t cache_entries() const;
+  int64_t max_grammar_bytes() const { return max_grammar_bytes_; }
+  CompileExecutor::Stats compile_stats() const { return executor_->stats(); }
 
  private:
   GrammarEngine() = default;
-  Result<std::shared_ptr<const xgrammar::CompiledGrammar>> compile(const ConstraintSpec& spec);
+  Result<std::shared_ptr<const xgrammar::CompiledGrammar>> compile(const ConstraintSpec& spec,
+                                                                   const std::function<bool()>& cancelled);
 
   std::unique_ptr<xgrammar::TokenizerInfo> info_;
-  std::unique_ptr<xgrammar::GrammarCompiler> compiler_;
+  // Declared before the executor: its threads insert into the cache until they are joined.
+  std::unique_ptr<CompiledGrammarCache> cache_;
+  std::unique_ptr<CompileExecutor> executor_;
+  int64_t max_grammar_bytes_ = 0;
   int vocab_size_ = 0;
   int32_t eos_id_ = -1;
   int32_t think_end_id_ = -1;

@@ -133,6 +133,8 @@ struct EngineStats {             // cumulative, for /metrics
   uint64_t constrained_tokens = 0;
   double constraint_seconds = 0;
   double constraint_mask_seconds = 0;
+  // Steps a constrained sequence sat out because its mask was not ready when the step ended.
+  uint64_t constraint_parked_steps = 0;
   // Tokens sampled again from a narrower mask so that the constraint completes within max_tokens
   // (TokenConstraint::mask_to_finish_within).
   uint64_t constraint_budget_resamples = 0;

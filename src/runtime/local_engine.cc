@@ -58,6 +58,12 @@ struct Job {
   Timer timer;
   bool prefilled = false;
   uint64_t state_bytes = 0;      // model::sequence_state_bytes of its capacity (memory limit)
+  // Constrained requests: the next mask (MaskPrefetcher). A sequence whose mask was not ready when
+  // its step ended is parked: it keeps that step's logits and sits out the steps until the mask
+  // is there, while the rest of the batch goes on.
+  std::shared_ptr<MaskSlot> mask_slot;
+  bool parked = false;
+  std::vector<float> parked_row;
 };
 
 class LocalEngine final : public Engine {
@@ -65,7 +71,15 @@ class LocalEngine final : public Engine {
   LocalEngine(std::unique_ptr<model::Model> model, std::unique_ptr<PrefixStore> store, EngineOptions options,
               std::string id)
       : model_(std::move(model)), store_(std::move(store)), options_(options),
-        pool_(options.threads > 0 ? options.threads : hardware_threads()) {
+        pool_(options.threads > 0 ? options.threads : hardware_threads()),
+        prefetch_(options.mask_budget_seconds, [this] {
+          // A mask is ready: a parked sequence may go on.
+          {
+            std::lock_guard<std::mutex> lock(mu_);
+            ++mask_events_;
+          }
+          cv_.notify_all();
+        }) {
     info_.model_id = std::move(id);
     info_.vocab_size = model_->config().vocab_size;
     info_.bos_id = model_->config().bos_token_id;
@@ -159,13 +173,36 @@ class LocalEngine final : public Engine {
     std::vector<Job*> active;
     std::vector<model::SeqChunk> chunks;
     std::vector<float> logits;
-    std::vector<TokenConstraint*> mask_constraints;
-    std::vector<Job*> still;  // the jobs that go on after a step
+    std::vector<MaskSlot*> mask_slots;
+    std::vector<Job*> stepping;  // the active jobs that are not parked: this step's batch
+    std::vector<Job*> still;     // the jobs that go on after a step
     const size_t vocab = info_.vocab_size;
+    uint64_t mask_events_seen = 0;
     for (;;) {
+      // Parked sequences whose mask has come: their token now, then back into the batch.
+      still.clear();
+      for (Job* j : active) {
+        if (j->parked && prefetch_.ready(*j->mask_slot)) {
+          j->parked = false;
+          if (!emit_token(j, j->parked_row.data())) continue;
+        }
+        still.push_back(j);
+      }
+      active.swap(still);
+      const bool any_stepping = std::any_of(active.begin(), active.end(), [](const Job* j) { return !j->parked; });
       {
         std::unique_lock<std::mutex> lock(mu_);
-        cv_.wait(lock, [&] { return stop_ || !waiting_.empty() || !active.empty(); });
+        // Not `!waiting_.empty()` alone: while every running sequence is parked, a head that cannot
+        // be admitted yet must not make this loop spin.
+        const auto can_admit = [&] {
+          return !waiting_.empty() && static_cast<int>(active.size()) < options_.max_batch &&
+                 (options_.kv_memory_bytes == 0 ||
+                  stats_.sequence_bytes + waiting_.front()->state_bytes <= options_.kv_memory_bytes);
+        };
+        cv_.wait(lock, [&] {
+          return stop_ || any_stepping || can_admit() || (!active.empty() && mask_events_ != mask_events_seen);
+        });
+        mask_events_seen = mask_events_;
         if (stop_) {
           for (Job* j : waiting_) {
             j->status = failed_precondition("the engine is shutting down");
@@ -194,6 +231,7 @@ class LocalEngine final : public Engine {
       for (Job* j : active)
         if (!j->seq) {
           const auto& req = *j->request;
+          if (req.constraint) j->mask_slot = std::make_shared<MaskSlot>(req.constraint);
           j->result.queue_seconds = j->timer.seconds();
           j->result.prompt_tokens = static_cast<int>(req.prompt_ids.size());
           j->seq = std::make_unique<model::SequenceState>(
@@ -220,28 +258,34 @@ class LocalEngine final : public Engine {
           stats_.replayed_tokens += j->result.replayed_tokens;
           (cached > 0 ? stats_.prefix_hits : stats_.prefix_misses)++;
         }
+      stepping.clear();
+      for (Job* j : active)
+        if (!j->parked) stepping.push_back(j);
+      if (stepping.empty()) continue;  // every sequence waits for its mask
       chunks.clear();
       size_t prefill_tokens = 0, decode_tokens = 0;
-      for (Job* j : active) {
+      for (Job* j : stepping) {
         chunks.push_back({j->seq.get(), j->pending});
         (j->prefilled ? decode_tokens : prefill_tokens) += j->pending.size();
       }
       logits.resize(chunks.size() * vocab);
       // Constrained requests: their next masks are computed beside the forward pass.
-      mask_constraints.clear();
-      bool constrained = false;
-      for (Job* j : active) {
-        mask_constraints.push_back(j->request->constraint.get());
-        constrained |= j->request->constraint != nullptr;
-      }
-      if (constrained) prefetch_.start(mask_constraints);
+      mask_slots.clear();
+      for (Job* j : stepping)
+        if (j->mask_slot) {
+          prefetch_.submit(j->mask_slot);
+          mask_slots.push_back(j->mask_slot.get());
+        }
+      const bool constrained = !mask_slots.empty();
       Timer step;
       Status st = model_->forward(chunks, logits.data(), &pool_);
       const double forward_seconds = step.seconds();
-      // Exposed mask time: what the step waits for the masks beyond the forward pass.
-      Timer mask_wait;
-      const double mask_seconds = constrained ? prefetch_.wait() : 0.0;
-      const double mask_wait_seconds = constrained ? mask_wait.seconds() : 0.0;
+      // Exposed mask time: what the step waits for the masks beyond the forward pass (at most the
+      // mask budget; slow constraints are not waited for).
+      const double mask_wait_seconds = constrained ? prefetch_.wait(mask_slots) : 0.0;
+      double mask_seconds = 0;
+      for (const MaskSlot* slot : mask_slots)
+        if (prefetch_.ready(*slot)) mask_seconds += slot->seconds;
       {
         const double dt = forward_seconds, total = static_cast<double>(prefill_tokens + decode_tokens);
         std::lock_guard<std::mutex> lock(mu_);
@@ -259,75 +303,27 @@ class LocalEngine final : public Engine {
         continue;
       }
       still.clear();  // capacity kept between steps: no allocation per step
-      for (size_t i = 0; i < active.size(); ++i) {
-        Job* j = active[i];
-        const auto& req = *j->request;
+      for (Job* j : active)
+        if (j->parked) still.push_back(j);
+      for (size_t i = 0; i < stepping.size(); ++i) {
+        Job* j = stepping[i];
         if (!j->prefilled) {
           j->prefilled = true;
           j->result.prefill_seconds = j->timer.seconds() - j->result.queue_seconds;
         }
         float* row = logits.data() + i * vocab;
-        if (req.constraint && prefetch_.failed(i)) {
-          finish(j, FinishReason::kError, internal_error("constrained decoding: " + prefetch_.error(i)));
-          continue;
-        }
-        Timer constraint_timer;
-        if (req.constraint)
-          if (const uint32_t* mask = prefetch_.masks()[i]) apply_token_mask(mask, row, model_->sampleable_vocab());
-        double constraint_seconds = req.constraint ? constraint_timer.seconds() : 0.0;
-        int32_t next = ops::sample_token(row, model_->sampleable_vocab(), req.sampling.temperature, *j->rng);
-        bool resampled = false;
-        if (req.constraint) {
-          Timer closing_timer;
-          // Near max_tokens: a token after which the output could no longer be completed in time is
-          // sampled again from the narrower mask (a subset of the applied one) the constraint gives.
-          const int left_after = req.sampling.max_tokens - static_cast<int>(j->result.output_ids.size()) - 1;
-          if (const uint32_t* narrower = req.constraint->mask_to_finish_within(next, left_after)) {
-            apply_token_mask(narrower, row, model_->sampleable_vocab());
-            next = ops::sample_token(row, model_->sampleable_vocab(), req.sampling.temperature, *j->rng);
-            resampled = true;
-          }
-          constraint_seconds += closing_timer.seconds();
-        }
-        j->result.output_ids.push_back(next);
-        if (req.constraint) {
-          Timer accept_timer;
-          const bool accepted = req.constraint->accept_token(next);
-          constraint_seconds += accept_timer.seconds();
+        if (j->mask_slot && !prefetch_.ready(*j->mask_slot)) {
+          // Its mask is late: the sequence sits out until it comes, the others go on.
+          j->parked_row.assign(row, row + vocab);
+          j->parked = true;
           {
             std::lock_guard<std::mutex> lock(mu_);
-            stats_.constrained_tokens++;
-            stats_.constraint_seconds += constraint_seconds;
-            stats_.constraint_budget_resamples += resampled ? 1 : 0;
+            stats_.constraint_parked_steps++;
           }
-          if (!accepted) {
-            finish(j, FinishReason::kError,
-                   internal_error("constrained decoding: the grammar rejected sampled token " + std::to_string(next)));
-            continue;
-          }
-        }
-        // Under a constraint the masked row is the distribution sampled from: its log-softmax gives the
-        // logprobs (tokens the grammar forbids have none).
-        if (req.on_logprobs) {
-          const size_t k = std::min<size_t>(static_cast<size_t>(req.top_logprobs), model_->sampleable_vocab());
-          TokenLogprobsView view;
-          view.token = next;
-          view.logprob = ops::token_logprobs(row, model_->sampleable_vocab(), next, k, j->top_ids.data(),
-                                             j->top_logprobs.data());
-          view.top_ids = {j->top_ids.data(), k};
-          view.top_logprobs = {j->top_logprobs.data(), k};
-          req.on_logprobs(view);
-        }
-        const bool keep = !req.on_token || req.on_token(next);
-        const bool is_stop = next == info_.eos_id || std::find(req.sampling.stop_ids.begin(), req.sampling.stop_ids.end(),
-                                                               next) != req.sampling.stop_ids.end();
-        if (!keep) finish(j, FinishReason::kCancelled);
-        else if (is_stop) finish(j, FinishReason::kStop);
-        else if (static_cast<int>(j->result.output_ids.size()) >= req.sampling.max_tokens) finish(j, FinishReason::kLength);
-        else {
-          j->pending.assign(1, next);
           still.push_back(j);
+          continue;
         }
+        if (emit_token(j, row)) still.push_back(j);
       }
       active.swap(still);
       std::lock_guard<std::mutex> lock(mu_);
@@ -335,17 +331,102 @@ class LocalEngine final : public Engine {
     }
   }
 
+  // Samples a token for `j` from its step's logits `row` (under its mask, which is ready), reports
+  // it and ends the request when it stops. true: the sequence goes on (its next input is pending).
+  bool emit_token(Job* j, float* row) {
+    const auto& req = *j->request;
+    if (j->mask_slot && j->mask_slot->error) {
+      finish(j, FinishReason::kError,
+             internal_error("constrained decoding: " + MaskPrefetcher::error_message(*j->mask_slot)));
+      return false;
+    }
+    Timer constraint_timer;
+    if (req.constraint)
+      if (const uint32_t* mask = j->mask_slot->mask) apply_token_mask(mask, row, model_->sampleable_vocab());
+    double constraint_seconds = req.constraint ? constraint_timer.seconds() : 0.0;
+    int32_t next = ops::sample_token(row, model_->sampleable_vocab(), req.sampling.temperature, *j->rng);
+    bool resampled = false;
+    if (req.constraint) {
+      Timer closing_timer;
+      // Near max_tokens: a token after which the output could no longer be completed in time is
+      // sampled again from the narrower mask (a subset of the applied one) the constraint gives.
+      const int left_after = req.sampling.max_tokens - static_cast<int>(j->result.output_ids.size()) - 1;
+      // The constraint's calls may throw (std::bad_alloc in a matcher): that fails this request only.
+      const uint32_t* narrower = nullptr;
+      try {
+        narrower = req.constraint->mask_to_finish_within(next, left_after);
+      } catch (const std::exception& e) {
+        finish(j, FinishReason::kError, internal_error(std::string("constrained decoding: ") + e.what()));
+        return false;
+      }
+      if (narrower) {
+        apply_token_mask(narrower, row, model_->sampleable_vocab());
+        next = ops::sample_token(row, model_->sampleable_vocab(), req.sampling.temperature, *j->rng);
+        resampled = true;
+      }
+      constraint_seconds += closing_timer.seconds();
+    }
+    j->result.output_ids.push_back(next);
+    if (req.constraint) {
+      Timer accept_timer;
+      bool accepted = false;
+      try {
+        accepted = req.constraint->accept_token(next);
+      } catch (const std::exception& e) {
+        finish(j, FinishReason::kError, internal_error(std::string("constrained decoding: ") + e.what()));
+        return false;
+      }
+      constraint_seconds += accept_timer.seconds();
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        stats_.constrained_tokens++;
+        stats_.constraint_seconds += constraint_seconds;
+        stats_.constraint_budget_resamples += resampled ? 1 : 0;
+      }
+      if (!accepted) {
+        finish(j, FinishReason::kError,
+               internal_error("constrained decoding: the grammar rejected sampled token " + std::to_string(next)));
+        return false;
+      }
+    }
+    // Under a constraint the masked row is the distribution sampled from: its log-softmax gives the
+    // logprobs (tokens the grammar forbids have none).
+    if (req.on_logprobs) {
+      const size_t k = std::min<size_t>(static_cast<size_t>(req.top_logprobs), model_->sampleable_vocab());
+      TokenLogprobsView view;
+      view.token = next;
+      view.logprob = ops::token_logprobs(row, model_->sampleable_vocab(), next, k, j->top_ids.data(),
+                                         j->top_logprobs.data());
+      view.top_ids = {j->top_ids.data(), k};
+      view.top_logprobs = {j->top_logprobs.data(), k};
+      req.on_logprobs(view);
+    }
+    const bool keep = !req.on_token || req.on_token(next);
+    const bool is_stop = next == info_.eos_id || std::find(req.sampling.stop_ids.begin(), req.sampling.stop_ids.end(),
+                                                           next) != req.sampling.stop_ids.end();
+    if (!keep) finish(j, FinishReason::kCancelled);
+    else if (is_stop) finish(j, FinishReason::kStop);
+    else if (static_cast<int>(j->result.output_ids.size()) >= req.sampling.max_tokens) finish(j, FinishReason::kLength);
+    else {
+      j->pending.assign(1, next);
+      return true;
+    }
+    return false;
+  }
+
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<PrefixStore> store_;  // used by the scheduler thread only (stats() reads counters)
   EngineOptions options_;
   ThreadPool pool_;
-  MaskPrefetcher prefetch_;  // used by the scheduler thread only
   EngineInfo info_;
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<Job*> waiting_;
   EngineStats stats_;
   bool stop_ = false;
+  uint64_t mask_events_ = 0;  // masks finished (MaskPrefetcher's on_ready), under mu_
+  // After mu_ and cv_, which its threads' on_ready uses: destroyed (its threads joined) first.
+  MaskPrefetcher prefetch_;  // submitted to and read by the scheduler thread only
   std::thread thread_;
 };
 

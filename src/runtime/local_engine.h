@@ -29,6 +29,10 @@ struct EngineOptions {
   uint32_t kv_block_tokens = 64;
   bool replay_full = false;       // recompute whole prompts after a hit (exact) instead of bounded replay
   bool decoder_narrowing = false;
+  // Constrained decoding: how long past its forward pass a step waits for the token masks. A
+  // sequence whose mask is later sits that step out (the others go on), and a constraint whose mask
+  // took longer than this is computed on a separate thread from then on (runtime/mask_prefetcher.h).
+  double mask_budget_seconds = 0.05;
   // Kernel set (ops/kernel_set.h). The library default is exact; `cedar serve` and `cedar chat`
   // default to fast (serve::EngineSetup).
   ops::Numerics numerics = ops::Numerics::kExact;

@@ -66,7 +66,7 @@ bool ChatService::markers_as_generated(const runtime::GenerationResult& result, 
 
 constrain::GrammarEngine* ChatService::grammar() const {
   std::call_once(grammar_once_, [&] {
-    auto engine = constrain::GrammarEngine::create(tokenizer_, info_.vocab_size);
+    auto engine = constrain::GrammarEngine::create(tokenizer_, info_.vocab_size, config_.grammar);
     if (engine.ok()) {
       grammar_ = std::move(*engine);
     } else {
@@ -133,19 +133,8 @@ std::variant<PreparedGeneration, ApiError> ChatService::prepare_chat(const ChatR
   if (!p) return prepared;
   p->header.responses_echo = request.responses_echo;
   p->header.thinking = chat.thinking;
-  if (std::optional<constrain::ConstraintSpec> spec = output_constraint(request, chat.thinking)) {
-    const std::string what = request.tools.empty() ? "the response format" : "the tools' parameter schemas";
-    const char* field = request.tools.empty() ? "response_format" : "tools";
-    constrain::GrammarEngine* engine = grammar();
-    if (!engine)
-      return invalid_request("this server cannot constrain its output (" + grammar_status_.message() + "), which " +
-                                 what + " needs",
-                             field);
-    auto constraint = engine->start(*spec);
-    if (!constraint.ok())
-      return invalid_request(what + " cannot be enforced: " + constraint.status().message(), field);
-    p->request.constraint = std::move(*constraint);
-  }
+  // Compiled in submit(), after the HTTP layer's rate limits.
+  p->constraint = output_constraint(request, chat.thinking);
   return prepared;
 }
 
@@ -198,7 +187,42 @@ std::variant<PreparedGeneration, ApiError> ChatService::finish_prepare(std::vect
   return prepared;
 }
 
-std::variant<std::shared_ptr<GenerationTask>, ApiError> ChatService::submit(const PreparedGeneration& prepared) {
+std::optional<ApiError> ChatService::start_constraint(PreparedGeneration& prepared,
+                                                     const std::function<bool()>& cancelled) {
+  if (!prepared.constraint || prepared.request.constraint) return std::nullopt;
+  const constrain::ConstraintSpec& spec = *prepared.constraint;
+  const bool tools = spec.kind == constrain::ConstraintKind::kToolCall ||
+                     spec.kind == constrain::ConstraintKind::kToolCallRequired;
+  const std::string what = tools ? "the tools' parameter schemas" : "the response format";
+  const char* field = tools ? "tools" : "response_format";
+  constrain::GrammarEngine* engine = grammar();
+  if (!engine)
+    return invalid_request("this server cannot constrain its output (" + grammar_status_.message() + "), which " +
+                               what + " needs",
+                           field);
+  auto constraint = engine->start(spec, cancelled);
+  if (!constraint.ok()) {
+    const Status& st = constraint.status();
+    if (st.code() == StatusCode::kResourceExhausted || st.code() == StatusCode::kFailedPrecondition)
+      return ApiError{ErrorKind::kOverloaded, st.message(), ""};
+    return invalid_request(what + " cannot be enforced: " + st.message(), field);
+  }
+  // A forced tool call cut by max_tokens would be partial JSON: refuse a budget no complete call fits.
+  if (spec.kind == constrain::ConstraintKind::kToolCallRequired) {
+    const int needed = (*constraint)->tokens_to_complete();
+    if (needed > prepared.request.sampling.max_tokens)
+      return invalid_request("max_tokens " + std::to_string(prepared.request.sampling.max_tokens) +
+                                 " is below the " + std::to_string(needed) +
+                                 " tokens a complete tool call needs (tool_choice forces one); raise max_tokens",
+                             "max_tokens");
+  }
+  prepared.request.constraint = std::move(*constraint);
+  return std::nullopt;
+}
+
+std::variant<std::shared_ptr<GenerationTask>, ApiError> ChatService::submit(PreparedGeneration& prepared,
+                                                                            const std::function<bool()>& cancelled) {
+  if (std::optional<ApiError> error = start_constraint(prepared, cancelled)) return *error;
   auto task = queue_.submit(prepared.request, prepared.output.logprobs);
   if (task.ok()) return std::move(*task);
   if (task.status().code() == StatusCode::kResourceExhausted)

@@ -5,7 +5,9 @@
 //   2. checks the per-request limits (prompt length, output budget) and submits to the bounded
 //      GenerationQueue (429 when full);
 //   2b. gives a request with an output constraint (output_constraint.h) its grammar matcher, which
-//      the engine masks the logits with (constrained decoding);
+//      the engine masks the logits with (constrained decoding). prepare_chat only records the
+//      constraint; submit() compiles it, so the HTTP layer's key slots and token rate limits come
+//      first and a costly grammar is never paid for a request that would be refused anyway;
 //   3. follows the generation on the calling thread: decodes, parses and streams the output
 //      (OutputAssembler -> StreamSink), detects a client that went away through the flush
 //      callback, and cancels the generation then.
@@ -42,12 +44,15 @@ struct ServiceConfig {
                                     // (a larger max_tokens is clamped to it)
   int max_prompt_tokens = 0;        // longest prompt accepted; 0 = the engine's context
   tokenizer::PromptFormat format = tokenizer::PromptFormat::kV41;
+  constrain::GrammarEngineOptions grammar;  // compile threads, deadline, grammar cache budget
 };
 
 struct PreparedGeneration {
   runtime::GenerationRequest request;  // prompt ids and sampling (on_token is the queue's)
   OutputSettings output;
   Completion header;                   // id, created, model of the turn
+  // The output constraint submit() compiles and starts (request.constraint), when there is one.
+  std::optional<constrain::ConstraintSpec> constraint;
 };
 
 class ChatService {
@@ -61,8 +66,12 @@ class ChatService {
                                                           std::string_view tool_id_prefix) const;
   std::variant<PreparedGeneration, ApiError> prepare_completion(const CompletionRequest& request) const;
 
-  // Queues the generation; 429 (with the queue's Retry-After) when the queue is full.
-  std::variant<std::shared_ptr<GenerationTask>, ApiError> submit(const PreparedGeneration& prepared);
+  // Starts the output constraint (compiling its grammar on the grammar engine's threads, waiting at
+  // most its deadline, and no longer once `cancelled` returns true), then queues the generation.
+  // 400 for a constraint that cannot be compiled or enforced within max_tokens, 503 when the
+  // compile queue is full, 429 (with the queue's Retry-After) when the generation queue is full.
+  std::variant<std::shared_ptr<GenerationTask>, ApiError> submit(PreparedGeneration& prepared,
+                                                                 const std::function<bool()>& cancelled = {});
 
   // Called after output was produced (idle = false) or after a quiet interval (idle = true: a
   // streaming response writes a keep-alive). Returns false when the client is gone.
@@ -92,6 +101,8 @@ class ChatService {
   // The grammar engine of constrained decoding, built on the first request that needs it (building
   // xgrammar's view of the 129k-token vocabulary is not free, and most requests never need it).
   constrain::GrammarEngine* grammar() const;
+  // Compiles and starts prepared.constraint into prepared.request.constraint.
+  std::optional<ApiError> start_constraint(PreparedGeneration& prepared, const std::function<bool()>& cancelled);
 
   const tokenizer::Tokenizer& tokenizer_;
   std::unordered_set<int32_t> added_ids_;  // the tokenizer's added (control) tokens

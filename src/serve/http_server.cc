@@ -873,7 +873,8 @@ Reply HttpServer::Impl::handle_generation(Api api, const Request& req, HttpConne
       refund.unused = std::max<int64_t>(0, output_budget - static_cast<int64_t>(done.result()->output_ids.size()));
   };
 
-  auto submitted = service.submit(generation);
+  // The constraint compiles here, after the key slot and the token rate limit (ChatService::submit).
+  auto submitted = service.submit(generation, [&conn] { return conn.gone(); });
   if (const ApiError* e = std::get_if<ApiError>(&submitted)) return failed(*e);
   std::shared_ptr<GenerationTask> task = std::get<std::shared_ptr<GenerationTask>>(std::move(submitted));
 

@@ -121,6 +121,10 @@ std::string ServerMetrics::render(const runtime::EngineStats& engine, const Queu
          "Constrained tokens sampled again from a narrower mask so that the output completes (closed JSON, "
          "closed tool calls) within max_tokens.");
   sample(out, "cedar_constraint_budget_resamples_total", "", static_cast<double>(engine.constraint_budget_resamples));
+  metric(out, "cedar_constraint_parked_steps_total", "counter",
+         "Steps a constrained sequence sat out because its token mask was not ready within the mask budget "
+         "(the rest of the batch went on).");
+  sample(out, "cedar_constraint_parked_steps_total", "", static_cast<double>(engine.constraint_parked_steps));
   metric(out, "cedar_decode_seconds_total", "counter", "Seconds of decode work (forward steps), since start.");
   sample(out, "cedar_decode_seconds_total", "", engine.decode_seconds);
   metric(out, "cedar_prefix_cache_lookups_total", "counter", "Prefix-cache lookups by result.");

@@ -3,7 +3,10 @@
 // request with an error, and a null mask leaves sampling alone.
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <condition_variable>
 #include <functional>
+#include <new>
 #include <mutex>
 #include <stdexcept>
 #include <thread>
@@ -204,53 +207,182 @@ class CountingConstraint final : public TokenConstraint {
   std::thread::id thread;
 };
 
+// A slot over `c`, which the test keeps alive itself (the aliasing shared_ptr owns nothing).
+std::shared_ptr<MaskSlot> slot_of(TokenConstraint* c) {
+  return std::make_shared<MaskSlot>(std::shared_ptr<TokenConstraint>(std::shared_ptr<void>(), c));
+}
+
 TEST(MaskPrefetcher, ComputesEachMaskOnceOffTheCallingThread) {
-  MaskPrefetcher prefetcher;
+  MaskPrefetcher prefetcher(/*budget_seconds=*/3600);
   CountingConstraint a, b;
-  const std::vector<TokenConstraint*> list = {&a, nullptr, &b};
+  auto sa = slot_of(&a), sb = slot_of(&b);
   for (int step = 1; step <= 3; ++step) {
-    prefetcher.start(list);
-    EXPECT_GE(prefetcher.wait(), 0.0);
-    ASSERT_EQ(prefetcher.masks().size(), 3u);
-    EXPECT_EQ(prefetcher.masks()[0], &a.word);
-    EXPECT_EQ(prefetcher.masks()[1], nullptr);
-    EXPECT_EQ(prefetcher.masks()[2], &b.word);
+    prefetcher.submit(sa);
+    prefetcher.submit(sb);
+    EXPECT_GE(prefetcher.wait({sa.get(), sb.get()}), 0.0);
+    ASSERT_TRUE(prefetcher.ready(*sa));
+    ASSERT_TRUE(prefetcher.ready(*sb));
+    EXPECT_EQ(sa->mask, &a.word);
+    EXPECT_EQ(sb->mask, &b.word);
     EXPECT_EQ(a.calls, step);
     EXPECT_EQ(b.calls, step);
   }
   EXPECT_NE(a.thread, std::this_thread::get_id());
+  EXPECT_FALSE(sa->slow);
 }
 
 // Throws from next_token_mask() on its `fail_at`-th call (1-based); a plain mask otherwise.
 class ThrowingConstraint final : public TokenConstraint {
  public:
-  explicit ThrowingConstraint(int fail_at) : fail_at_(fail_at) {}
+  explicit ThrowingConstraint(int fail_at, bool bad_alloc = false) : fail_at_(fail_at), bad_alloc_(bad_alloc) {}
   const uint32_t* next_token_mask() override {
-    if (++calls_ == fail_at_) throw std::runtime_error("matcher state broken");
+    if (++calls_ == fail_at_) {
+      if (bad_alloc_) throw std::bad_alloc();
+      throw std::runtime_error("matcher state broken");
+    }
     return nullptr;
   }
   bool accept_token(int32_t) override { return true; }
 
  private:
   int fail_at_, calls_ = 0;
+  bool bad_alloc_;
 };
 
 TEST(MaskPrefetcher, AnExceptionFailsOnlyItsOwnConstraint) {
-  MaskPrefetcher prefetcher;
+  MaskPrefetcher prefetcher(/*budget_seconds=*/3600);
   ThrowingConstraint bad(1);
   CountingConstraint good;
-  prefetcher.start({&bad, &good});
-  prefetcher.wait();
-  EXPECT_EQ(prefetcher.error(0), "matcher state broken");
-  EXPECT_TRUE(prefetcher.failed(0));
-  EXPECT_FALSE(prefetcher.failed(1));
-  EXPECT_EQ(prefetcher.error(1), "");
-  EXPECT_EQ(prefetcher.masks()[1], &good.word);
-  prefetcher.start({&bad, &good});  // the error does not stick to the next step
-  prefetcher.wait();
-  EXPECT_FALSE(prefetcher.failed(0));
-  EXPECT_EQ(prefetcher.error(0), "");
+  auto sbad = slot_of(&bad), sgood = slot_of(&good);
+  prefetcher.submit(sbad);
+  prefetcher.submit(sgood);
+  prefetcher.wait({sbad.get(), sgood.get()});
+  EXPECT_EQ(MaskPrefetcher::error_message(*sbad), "matcher state broken");
+  EXPECT_EQ(MaskPrefetcher::error_message(*sgood), "");
+  EXPECT_EQ(sgood->mask, &good.word);
+  prefetcher.submit(sbad);  // the error does not stick to the next step
+  prefetcher.submit(sgood);
+  prefetcher.wait({sbad.get(), sgood.get()});
+  EXPECT_EQ(MaskPrefetcher::error_message(*sbad), "");
   EXPECT_EQ(good.calls, 2);
+}
+
+TEST(MaskPrefetcher, AnAllocationFailureFailsOnlyItsOwnConstraint) {
+  MaskPrefetcher prefetcher(/*budget_seconds=*/3600);
+  ThrowingConstraint oom(1, /*bad_alloc=*/true);
+  auto slot = slot_of(&oom);
+  prefetcher.submit(slot);
+  prefetcher.wait_for(*slot);
+  EXPECT_EQ(MaskPrefetcher::error_message(*slot), "out of memory computing the token mask");
+}
+
+// A mask that blocks until the test opens it (a constraint whose mask costs without bound), then
+// allows every token; counts its calls.
+class LatchedConstraint final : public TokenConstraint {
+ public:
+  const uint32_t* next_token_mask() override {
+    std::unique_lock<std::mutex> lock(mu_);
+    ++calls_;
+    entered_.notify_all();
+    opened_.wait(lock, [&] { return open_; });
+    return nullptr;
+  }
+  bool accept_token(int32_t) override { return true; }
+  void open() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = true;
+    opened_.notify_all();
+  }
+  void wait_entered() {
+    std::unique_lock<std::mutex> lock(mu_);
+    entered_.wait(lock, [&] { return calls_ > 0; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable entered_, opened_;
+  int calls_ = 0;
+  bool open_ = false;
+};
+
+TEST(MaskPrefetcher, AMaskOverTheBudgetIsNotWaitedForAndDoesNotHoldUpTheMasksBehindIt) {
+  MaskPrefetcher prefetcher(/*budget_seconds=*/0.001);
+  LatchedConstraint costly;
+  CountingConstraint cheap;
+  auto scostly = slot_of(&costly), scheap = slot_of(&cheap);
+  prefetcher.submit(scostly);  // first on the shared lane: the cheap mask is queued behind it
+  prefetcher.submit(scheap);
+  costly.wait_entered();
+  prefetcher.wait({scostly.get(), scheap.get()});  // gives up after the budget
+  EXPECT_FALSE(prefetcher.ready(*scostly));
+  EXPECT_TRUE(scostly->slow) << "a mask over the budget moves to the slow lane";
+  EXPECT_EQ(prefetcher.retired_lanes(), 1);
+  // The cheap mask is computed by the shared lane's new thread while the costly one still blocks.
+  prefetcher.wait_for(*scheap);
+  EXPECT_EQ(scheap->mask, &cheap.word);
+  for (int step = 0; step < 3; ++step) {
+    prefetcher.submit(scheap);
+    prefetcher.wait({scostly.get(), scheap.get()});  // a slow slot is not waited for
+    prefetcher.wait_for(*scheap);
+  }
+  EXPECT_EQ(cheap.calls, 4);
+  EXPECT_FALSE(prefetcher.ready(*scostly));
+  costly.open();
+  prefetcher.wait_for(*scostly);
+  EXPECT_EQ(MaskPrefetcher::error_message(*scostly), "");
+}
+
+// Issue 35, point 5: a plain request batched with a constraint whose mask blocks (a costly grammar
+// taken to the limit) runs all its 32 tokens while that mask has not come back, and so does a
+// cheaply constrained one; the costly request then finishes too, with its tokens in order.
+TEST(TokenConstraint, ACostlyMaskDoesNotStallTheBatch) {
+  EngineOptions options;
+  options.max_batch = 4;
+  auto engine = make_engine(model::testing::tiny_checkpoint(2), options);
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  const int vocab = (*engine)->info().vocab_size;
+  auto costly = std::make_shared<LatchedConstraint>();
+  Result<GenerationResult> costly_out = internal_error("not run"), plain_out = internal_error("not run"),
+                           cheap_out = internal_error("not run");
+  std::thread costly_thread([&] { costly_out = (*engine)->generate(constrained_request(costly, 1, 8)); });
+  costly->wait_entered();  // the costly request is in the batch, its first mask blocking
+  // Bounds the test should the batch stall after all: the mask is opened after a long while, and
+  // the test fails on that, not on a time it measured.
+  std::mutex watch_mu;
+  std::condition_variable watch_cv;
+  bool finished = false, watchdog_opened = false;
+  std::thread watchdog([&] {
+    std::unique_lock<std::mutex> lock(watch_mu);
+    if (!watch_cv.wait_for(lock, std::chrono::minutes(2), [&] { return finished; })) {
+      watchdog_opened = true;
+      costly->open();
+    }
+  });
+  const std::vector<int32_t> script = {5, 77, 1234, 9, 300, 41, 8, 8};
+  auto cheap = std::make_shared<ScriptedConstraint>(script, vocab);
+  std::thread cheap_thread([&] { cheap_out = (*engine)->generate(constrained_request(cheap, 2, 8)); });
+  GenerationRequest plain;
+  plain.prompt_ids = model::testing::test_prompt(12, 3);
+  plain.sampling.max_tokens = 32;
+  plain_out = (*engine)->generate(plain);
+  cheap_thread.join();
+  {
+    std::lock_guard<std::mutex> lock(watch_mu);
+    finished = true;
+  }
+  watch_cv.notify_all();
+  watchdog.join();
+  // Both ended while the costly mask still blocked: the batch did not wait for it.
+  EXPECT_FALSE(watchdog_opened) << "the batch waited for the costly mask";
+  ASSERT_TRUE(plain_out.ok()) << plain_out.status().to_string();
+  EXPECT_EQ(plain_out->output_ids.size(), 32u);
+  ASSERT_TRUE(cheap_out.ok()) << cheap_out.status().to_string();
+  EXPECT_EQ(cheap_out->output_ids, script);
+  EXPECT_GE((*engine)->stats().constraint_parked_steps, 1u);
+  costly->open();
+  costly_thread.join();
+  ASSERT_TRUE(costly_out.ok()) << costly_out.status().to_string();
+  EXPECT_EQ(costly_out->output_ids.size(), 8u);
 }
 
 TEST(TokenConstraint, AThrowingMaskEndsItsRequestWithAnError) {
@@ -265,6 +397,43 @@ TEST(TokenConstraint, AThrowingMaskEndsItsRequestWithAnError) {
   EXPECT_EQ(out.status().code(), StatusCode::kInternal);
   EXPECT_NE(out.status().to_string().find("matcher state broken"), std::string::npos) << out.status().to_string();
   // The engine goes on serving.
+  GenerationRequest plain;
+  plain.prompt_ids = model::testing::test_prompt(12, 2);
+  plain.sampling.max_tokens = 3;
+  auto again = (*engine)->generate(plain);
+  ASSERT_TRUE(again.ok()) << again.status().to_string();
+  EXPECT_EQ(again->output_ids.size(), 3u);
+}
+
+}  // namespace
+}  // namespace cedar::runtime
+
+namespace cedar::runtime {
+namespace {
+
+// Every token allowed; accept_token runs out of memory on the third token.
+class OutOfMemoryOnAccept final : public TokenConstraint {
+ public:
+  const uint32_t* next_token_mask() override { return nullptr; }
+  bool accept_token(int32_t) override {
+    if (++calls_ == 3) throw std::bad_alloc();
+    return true;
+  }
+
+ private:
+  int calls_ = 0;
+};
+
+TEST(TokenConstraint, AnAllocationFailureInAcceptEndsOnlyItsRequest) {
+  auto engine = make_engine(model::testing::tiny_checkpoint(2), EngineOptions{});
+  ASSERT_TRUE(engine.ok());
+  GenerationRequest r;
+  r.prompt_ids = model::testing::test_prompt(12, 1);
+  r.sampling.max_tokens = 8;
+  r.constraint = std::make_shared<OutOfMemoryOnAccept>();
+  auto out = (*engine)->generate(r);
+  ASSERT_FALSE(out.ok());
+  EXPECT_EQ(out.status().code(), StatusCode::kInternal);
   GenerationRequest plain;
   plain.prompt_ids = model::testing::test_prompt(12, 2);
   plain.sampling.max_tokens = 3;

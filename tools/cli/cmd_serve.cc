@@ -63,7 +63,11 @@ constexpr const char* kUsage =
     "  --memory-budget SIZE     RAM for weights, e.g. 64G (default: what the machine can spare beside\n"
     "                           --kv-memory); what does not fit streams from the SSD (docs/STREAMING.md)\n"
     "  --residency-stats PATH   routing statistics for warm restarts (default DIR/.cedar-expert-stats;\n"
-    "                           ~/.cache/cedar/ when DIR is read-only; 'none' keeps none)\n";
+    "                           ~/.cache/cedar/ when DIR is read-only; 'none' keeps none)\n"
+    "  --grammar-cache SIZE     memory for compiled output constraints, least recently used first out\n"
+    "                           (default 256M); one constraint may take a quarter of it\n"
+    "  --grammar-compile-timeout S  longest a constraint may take to compile (default 10; 400 past it)\n"
+    "  --grammar-compile-threads N  constraints compiled at once, off the request threads (default 2)\n";
 
 // "8G", "512M", "64K" or plain bytes.
 Result<uint64_t> size_flag(const Args& args, const char* flag) {
@@ -211,6 +215,13 @@ Result<ServeConfig> read_flags(const Args& args) {
   if (thinking != "on" && thinking != "off") return invalid_argument("--thinking must be on or off");
   c.server.service.default_thinking = thinking == "on";
   c.served_name = args.get_or("--served-model-name", "");
+  constrain::GrammarEngineOptions& grammar = c.server.service.grammar;
+  CEDAR_ASSIGN_OR_RETURN(const uint64_t grammar_cache, size_flag(args, "--grammar-cache"));
+  if (grammar_cache > 0) grammar.cache_bytes = static_cast<int64_t>(std::min<uint64_t>(grammar_cache, INT64_MAX));
+  CEDAR_ASSIGN_OR_RETURN(grammar.compile.timeout_seconds, args.get_double("--grammar-compile-timeout", 10));
+  if (!(grammar.compile.timeout_seconds > 0 && grammar.compile.timeout_seconds <= 3600))
+    return invalid_argument("--grammar-compile-timeout must be in (0, 3600] seconds");
+  CEDAR_ASSIGN_OR_RETURN(grammar.compile.threads, int_flag(args, "--grammar-compile-threads", 2, 1, 64));
   return c;
 }
 
@@ -223,8 +234,10 @@ int cmd_serve(const std::vector<std::string>& argv) {
                           {"--model", "--scripted", "--tokenizer", "--host", "--port", "--api-key", "--api-key-file",
                            "--max-concurrent-per-key", "--max-tokens-per-minute-per-key", "--max-connections",
                            "--served-model-name", "--parallel", "--queue", "--max-context", "--max-prompt-tokens",
-                           "--max-tokens", "--max-body-bytes", "--max-body-bytes-in-flight", "--max-connections-per-client", "--thinking", "--threads", "--cache-dir", "--replay", "--kv-memory", "--numerics",
-                           "--memory-budget", "--residency-stats"},
+                           "--max-tokens", "--max-body-bytes", "--max-body-bytes-in-flight", "--max-connections-per-client",
+                           "--thinking", "--threads", "--cache-dir", "--replay", "--kv-memory", "--numerics",
+                           "--memory-budget", "--residency-stats", "--grammar-cache", "--grammar-compile-timeout",
+                           "--grammar-compile-threads"},
                           {"--help", "--allow-remote-origins"}, {{"-m", "--model"}});
   if (!args.ok()) {
     std::fprintf(stderr, "cedar serve: %s\n%s", args.status().message().c_str(), kUsage);
