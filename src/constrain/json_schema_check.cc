@@ -6,7 +6,8 @@
 //     `const` / `enum` only `type` is kept (checked against the values).
 //   - Strings: `pattern`, the builtin `format`s (kBuiltinFormats), `minLength`, `maxLength`; lengths
 //     are dropped beside a pattern or a builtin format, and in tool parameters (the DSML grammar
-//     excludes the closing marker from strings, and then drops lengths: WarnDroppedLengthConstraints).
+//     excludes the closing marker from strings, and then drops lengths: WarnDroppedLengthConstraints;
+//     accepted there all the same, see check_string).
 //   - Integers: `minimum`, `maximum`, `exclusiveMinimum`, `exclusiveMaximum`; `multipleOf` only when
 //     an integer <= 1024 and either unbounded or bounded on both sides by a range of <= 10000.
 //     Numbers: the bounds; `multipleOf` dropped.
@@ -398,13 +399,14 @@ class SchemaChecker {
     }
     const bool builtin = builtin_formats().contains(format);
     if (pattern && builtin) return refuse_keyword(path, "format", "beside 'pattern', only one of them is enforced");
+    // In tool parameters the DSML grammar drops string lengths wherever they are (it keeps the
+    // closing marker out of values instead). They are accepted there all the same, as the one
+    // documented exception (docs/SERVER.md): agents' tool schemas carry them everywhere (Claude
+    // Code's `"minLength": 1`), and refusing would refuse those agents' every request.
     const bool lengths = (s.contains("minLength") && s["minLength"] != 0) || s.contains("maxLength");
-    if (lengths && (pattern || builtin))
+    if (lengths && (pattern || builtin) && use_ == SchemaUse::kResponse)
       return refuse_keyword(path, s.contains("maxLength") ? "maxLength" : "minLength",
                             std::string("beside '") + (pattern ? "pattern" : "format") + "'; put the length into the pattern");
-    if (lengths && use_ == SchemaUse::kToolParameters)
-      return refuse_keyword(path, s.contains("maxLength") ? "maxLength" : "minLength",
-                            "on a string of tool parameters; use a 'pattern' such as \".{1,64}\"");
     CEDAR_RETURN_IF_ERROR(bound(path, s, "minLength", limits_.max_string_length_bound));
     CEDAR_RETURN_IF_ERROR(bound(path, s, "maxLength", limits_.max_string_length_bound));
     if (pattern) {

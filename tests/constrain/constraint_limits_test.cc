@@ -170,10 +170,14 @@ TEST(ConstraintLimits, UnenforcedKeywordsAreRefusedByNameAndPath) {
     EXPECT_NE(m.find(std::string("JSON Schema keyword ") + c.keyword + " is not enforced"), std::string::npos) << c.schema << "\n" << m;
     EXPECT_NE(m.find(c.path), std::string::npos) << c.schema << "\n" << m;
   }
-  // Tool parameters: string lengths are dropped by the DSML grammar, so they are refused there only.
-  EXPECT_NE(tool_refusal(R"({"type": "object", "properties": {"s": {"type": "string", "maxLength": 5}}})").find("'maxLength'"),
+  // Tool parameters: the DSML grammar drops string lengths, but agents' schemas carry them (Claude
+  // Code's TodoWrite: "minLength": 1), so they are the documented exception; their bound still holds.
+  EXPECT_EQ(tool_refusal(R"({"type": "object", "properties": {"todos": {"type": "array", "items": {"type": "object",
+      "properties": {"content": {"type": "string", "minLength": 1}, "s": {"type": "string", "pattern": "^a+$", "maxLength": 5}},
+      "required": ["content"], "additionalProperties": false}}}, "$schema": "http://json-schema.org/draft-07/schema#"})"), "");
+  EXPECT_NE(tool_refusal(R"({"type": "object", "properties": {"s": {"type": "string", "maxLength": 99999}}})").find("'maxLength' 99999"),
             std::string::npos);
-  EXPECT_EQ(schema_refusal(R"({"type": "object", "properties": {"s": {"type": "string", "maxLength": 5}}})"), "");
+  EXPECT_NE(schema_refusal(R"({"type": "string", "pattern": "^a+$", "maxLength": 5})").find("'maxLength'"), std::string::npos);
   EXPECT_NE(tool_refusal(R"({"type": "object", "properties": {"a": {"not": {}}}})").find("'not'"), std::string::npos);
 }
 
