@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -193,6 +194,27 @@ TEST(ConstraintLimits, SchemasThatAcceptNothingAreRefused) {
   EXPECT_NE(schema_refusal(R"({"anyOf": []})").find("'anyOf' is empty"), std::string::npos);
   EXPECT_NE(schema_refusal(R"({"type": "string", "enum": ["a", 1]})").find("the enum value 1 does not match 'type'"),
             std::string::npos);
+}
+
+TEST(ConstraintLimits, LongReferenceChainsAreCheckedInBoundedWork) {
+  // d0000 -> d0001 -> ... -> d2999 -> an integer: each round of the fixed point (in name order)
+  // finds only the next link satisfiable, the worst order. The check finishes either way.
+  nlohmann::json defs = nlohmann::json::object();
+  char name[16];
+  for (int k = 0; k < 3000; ++k) {
+    std::snprintf(name, sizeof name, "d%04d", k);
+    char next[32];
+    std::snprintf(next, sizeof next, "#/$defs/d%04d", k + 1);
+    defs[name] = k + 1 < 3000 ? nlohmann::json{{"anyOf", {{{"$ref", next}}}}} : nlohmann::json{{"type", "integer"}};
+  }
+  const nlohmann::json schema = {{"$defs", defs}, {"$ref", "#/$defs/d0000"}};
+  const std::string m = schema_refusal(schema.dump());
+  EXPECT_TRUE(m.empty() || m.find("$ref graph needs more than") != std::string::npos) << m;
+  // The same chain without its base case accepts nothing.
+  nlohmann::json loop = schema;
+  loop["$defs"]["d2999"] = {{"anyOf", {{{"$ref", "#/$defs/d0000"}}}}};
+  const std::string l = schema_refusal(loop.dump());
+  EXPECT_TRUE(l.find("accepts no value") != std::string::npos || l.find("$ref graph") != std::string::npos) << l;
 }
 
 TEST(ConstraintLimits, AgentSchemasPass) {
