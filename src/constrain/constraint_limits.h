@@ -37,6 +37,9 @@ struct ConstraintLimits {
   int64_t max_repetition_bound = 1000;        // each n, m of {n}, {n,}, {n,m}
   int64_t max_repetition_product = 10000;     // the product of nested bounds: (a{100}){100}
   int64_t max_regex_expansion = 100000;       // the regex's atoms with every repetition unrolled
+  // Counted repetitions over a part of variable length that no literal delimits, `([a-z ]{0,4}){0,2}`:
+  // the product of their bounds (the ways the text can split, which the parser follows per token).
+  int64_t max_ambiguous_repetition = 8;
   int max_group_depth = 32;                   // nested groups in one regex
   int max_schema_depth = 32;                  // nested subschemas
   int64_t max_schema_nodes = 10000;           // subschemas in one schema (each property's, each branch's, ...)

@@ -6,7 +6,8 @@
 //     `const` / `enum` only `type` is kept (checked against the values).
 //   - Strings: `pattern`, the builtin `format`s (kBuiltinFormats), `minLength`, `maxLength`; lengths
 //     are dropped beside a pattern or a builtin format, and in tool parameters (the DSML grammar
-//     excludes the closing marker from strings, and then drops lengths: WarnDroppedLengthConstraints).
+//     excludes the closing marker from strings, and then drops lengths: WarnDroppedLengthConstraints;
+//     accepted there all the same, see check_string).
 //   - Integers: `minimum`, `maximum`, `exclusiveMinimum`, `exclusiveMaximum`; `multipleOf` only when
 //     an integer <= 1024 and either unbounded or bounded on both sides by a range of <= 10000.
 //     Numbers: the bounds; `multipleOf` dropped.
@@ -221,15 +222,21 @@ class SchemaChecker {
     }
     // Which $ref targets accept some value: the least fixed point, so a reference that only leads
     // back to itself (anyOf: [{"$ref": "#"}]) accepts nothing.
-    for (bool changed = true; changed;) {
+    std::map<std::string, const json*> targets;
+    for (const auto& [ref, sat] : satisfiable_refs_) targets[ref] = resolve(ref);
+    for (bool changed = true; changed && satisfiable_steps_ <= kMaxSatisfiableSteps;) {
       changed = false;
       for (auto& [ref, sat] : satisfiable_refs_) {
         if (sat) continue;
-        const json* target = resolve(ref);
+        const json* target = targets[ref];
         if (target && satisfiable(*target)) sat = changed = true;
       }
     }
-    if (!satisfiable(root_))
+    const bool root_satisfiable = satisfiable(root_);
+    if (satisfiable_steps_ > kMaxSatisfiableSteps)
+      return invalid_argument("the schema's $ref graph needs more than " + std::to_string(kMaxSatisfiableSteps) +
+                              " steps to check; use fewer references (" + where_ + ")");
+    if (!root_satisfiable)
       return invalid_argument("the schema accepts no value: a required property, a required array item or every "
                               "branch of an anyOf accepts nothing (e.g. `false`, `\"type\": []`, or a `$ref` that only "
                               "leads back to itself) (" + where_ + ")");
@@ -398,13 +405,14 @@ class SchemaChecker {
     }
     const bool builtin = builtin_formats().contains(format);
     if (pattern && builtin) return refuse_keyword(path, "format", "beside 'pattern', only one of them is enforced");
+    // In tool parameters the DSML grammar drops string lengths wherever they are (it keeps the
+    // closing marker out of values instead). They are accepted there all the same, as the one
+    // documented exception (docs/SERVER.md): agents' tool schemas carry them everywhere (Claude
+    // Code's `"minLength": 1`), and refusing would refuse those agents' every request.
     const bool lengths = (s.contains("minLength") && s["minLength"] != 0) || s.contains("maxLength");
-    if (lengths && (pattern || builtin))
+    if (lengths && (pattern || builtin) && use_ == SchemaUse::kResponse)
       return refuse_keyword(path, s.contains("maxLength") ? "maxLength" : "minLength",
                             std::string("beside '") + (pattern ? "pattern" : "format") + "'; put the length into the pattern");
-    if (lengths && use_ == SchemaUse::kToolParameters)
-      return refuse_keyword(path, s.contains("maxLength") ? "maxLength" : "minLength",
-                            "on a string of tool parameters; use a 'pattern' such as \".{1,64}\"");
     CEDAR_RETURN_IF_ERROR(bound(path, s, "minLength", limits_.max_string_length_bound));
     CEDAR_RETURN_IF_ERROR(bound(path, s, "maxLength", limits_.max_string_length_bound));
     if (pattern) {
@@ -491,7 +499,9 @@ class SchemaChecker {
   }
 
   // Whether `s` accepts some value, with $ref targets as satisfiable_refs_ says (checked schemas only).
-  bool satisfiable(const json& s) const {
+  bool satisfiable(const json& s) {
+    // Bounded work: each round of the fixed point walks the reference targets again.
+    if (++satisfiable_steps_ > kMaxSatisfiableSteps) return true;
     if (s.is_boolean()) return s.get<bool>();
     if (!s.is_object()) return true;
     if (s.contains("$ref")) {
@@ -559,6 +569,8 @@ class SchemaChecker {
   std::set<std::string> walked_;        // JSON pointers ("#/...") of the subschemas checked
   std::set<std::string> pending_refs_;  // $ref targets to check
   std::map<std::string, bool> satisfiable_refs_;
+  static constexpr int64_t kMaxSatisfiableSteps = 1'000'000;  // about 0.15 s on this 2-core VM
+  int64_t satisfiable_steps_ = 0;
 };
 
 }  // namespace

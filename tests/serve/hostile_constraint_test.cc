@@ -104,6 +104,9 @@ TEST_F(HostileConstraintTest, HugeRepetitionsAreRefusedBeforeCompiling) {
                  {"bound 10000000 exceeds the limit of 1000"});
   expect_refused(kChat, {{"messages", {user("x")}}, {"response_format", {{"type", "regex"}, {"regex", "(a{1000}){1000}"}}}},
                  {"nested repetition product 1000000 exceeds the limit of 10000"});
+  // Cheap to compile but 240 ms per token to match (the copies split the text many ways).
+  expect_refused(kChat, {{"messages", {user("x")}}, {"response_format", {{"type", "regex"}, {"regex", "([a-z ]{0,10}){0,10}"}}}},
+                 {"counted repetitions over a variable-length part 100 exceeds the limit of 8"});
   const json pattern = {{"type", "object"},
                         {"properties", {{"a", {{"type", "string"}, {"pattern", "a{99999999999}"}}}}},
                         {"required", {"a"}}};
