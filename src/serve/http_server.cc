@@ -1,48 +1,21 @@
-#include "serve/http_server.h"
-
+// `cedar serve`'s transport (http_server_internal.h): accepting connections, reading requests within
+// their limits, writing replies and streams, on the one I/O thread.
 #include <poll.h>
-#include <sys/socket.h>
 #include <signal.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
-#include <utility>  // before Asio: Boost 1.74's awaitable.hpp uses std::exchange without it
-
-#include <boost/asio.hpp>
-#include <boost/beast/core.hpp>
-#include <boost/beast/http.hpp>
-#include <condition_variable>
-#include <deque>
-#include <functional>
 #include <future>
-#include <mutex>
-#include <optional>
-#include <thread>
-#include <unordered_map>
-#include <variant>
-#include <vector>
 
 #include "core/log.h"
-#include "serve/anthropic_schema.h"
-#include "serve/auth.h"
-#include "serve/body_budget.h"
-#include "serve/metrics.h"
-#include "serve/openai_schema.h"
-#include "serve/rate_limit.h"
-#include "serve/responses_schema.h"
-#include "serve/sse.h"
+#include "serve/http_server_internal.h"
 
 namespace cedar::serve {
 namespace {
 
-namespace asio = boost::asio;
-namespace beast = boost::beast;
-namespace http = beast::http;
-using tcp = asio::ip::tcp;
-using error_code = boost::system::error_code;
-using Request = http::request<http::string_body>;
 using Clock = std::chrono::steady_clock;
 
 // A request's header (request line + fields) may not exceed this; more is a 431-style 400.
@@ -61,203 +34,12 @@ constexpr auto kDrainTimeout = std::chrono::seconds(3);
 // How often a request whose client sent FIN is checked for a reset (see HttpConnection::watch).
 constexpr auto kProbeInterval = std::chrono::milliseconds(50);
 
-enum class Api { kChatCompletions, kCompletions, kResponses, kMessages };
-
-Endpoint endpoint_of(Api api) {
-  switch (api) {
-    case Api::kChatCompletions: return Endpoint::kChatCompletions;
-    case Api::kCompletions: return Endpoint::kCompletions;
-    case Api::kResponses: return Endpoint::kResponses;
-    case Api::kMessages: return Endpoint::kMessages;
-  }
-  return Endpoint::kOther;
-}
-
-bool is_anthropic_path(std::string_view path) { return path.rfind("/v1/messages", 0) == 0; }
-
-Endpoint endpoint_of_path(std::string_view path) {
-  if (path == "/v1/chat/completions") return Endpoint::kChatCompletions;
-  if (path == "/v1/completions") return Endpoint::kCompletions;
-  if (path == "/v1/responses") return Endpoint::kResponses;
-  if (is_anthropic_path(path)) return Endpoint::kMessages;
-  if (path == "/v1/models" || path.rfind("/v1/models/", 0) == 0) return Endpoint::kModels;
-  if (path == "/health") return Endpoint::kHealth;
-  if (path == "/metrics") return Endpoint::kMetrics;
-  return Endpoint::kOther;
-}
-
-std::unique_ptr<StreamSink> make_stream_sink(Api api, bool include_usage) {
-  switch (api) {
-    case Api::kChatCompletions: return std::make_unique<ChatCompletionStream>(include_usage);
-    case Api::kCompletions: return std::make_unique<TextCompletionStream>(include_usage);
-    case Api::kResponses: return std::make_unique<ResponsesStream>();
-    case Api::kMessages: return std::make_unique<MessagesStream>();
-  }
-  return nullptr;
-}
-
-std::string render_turn(Api api, const Completion& turn) {
-  switch (api) {
-    case Api::kChatCompletions: return render_chat_completion(turn);
-    case Api::kCompletions: return render_text_completion(turn);
-    case Api::kResponses: return render_response(turn);
-    case Api::kMessages: return render_message(turn);
-  }
-  return "";
-}
-
-std::string_view to_std(beast::string_view s) { return {s.data(), s.size()}; }
-
-// The request target without its query.
-std::string_view path_of(beast::string_view target) {
-  const std::string_view t = to_std(target);
-  return t.substr(0, t.find('?'));
-}
-
-// What a route handler answers when it does not stream.
-struct Reply {
-  int status = 200;
-  std::string content_type = "application/json";
-  std::string body;
-  std::vector<std::pair<std::string, std::string>> headers;
-};
-
-// OpenAI's x-ratelimit-*-tokens headers: the limit, what is left, and when the bucket is full
-// again ("1.5s").
-void add_rate_limit_headers(const TokenBudget::Decision& budget, Reply* r) {
-  char reset[32];
-  std::snprintf(reset, sizeof reset, "%.3gs", budget.reset_seconds);
-  r->headers.emplace_back("x-ratelimit-limit-tokens", std::to_string(budget.limit));
-  r->headers.emplace_back("x-ratelimit-remaining-tokens", std::to_string(budget.remaining));
-  r->headers.emplace_back("x-ratelimit-reset-tokens", reset);
-}
-
-Reply error_reply(bool anthropic, const ApiError& error) {
-  Reply r;
-  r.status = error.http_status();
-  r.body = anthropic ? render_anthropic_error(error) : render_openai_error(error);
-  return r;
-}
-
-// Fixed threads that run route handlers: generation follows its task to the end on one of them, so
-// the I/O thread never waits for the engine.
-class HandlerPool {
- public:
-  explicit HandlerPool(int threads) {
-    for (int i = 0; i < threads; ++i) threads_.emplace_back([this] { run(); });
-  }
-  ~HandlerPool() { shutdown(); }
-  void post(std::function<void()> job) {
-    std::lock_guard lock(mu_);
-    if (stopping_) return;
-    jobs_.push_back(std::move(job));
-    cv_.notify_one();
-  }
-  // Lets running jobs finish, drops queued ones, joins.
-  void shutdown() {
-    std::deque<std::function<void()>> dropped;
-    {
-      std::lock_guard lock(mu_);
-      stopping_ = true;
-      dropped.swap(jobs_);
-      cv_.notify_all();
-    }
-    for (std::thread& t : threads_)
-      if (t.joinable()) t.join();
-  }
-
- private:
-  void run() {
-    for (;;) {
-      std::function<void()> job;
-      {
-        std::unique_lock lock(mu_);
-        cv_.wait(lock, [&] { return stopping_ || !jobs_.empty(); });
-        if (stopping_) return;
-        job = std::move(jobs_.front());
-        jobs_.pop_front();
-      }
-      job();
-    }
-  }
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<std::function<void()>> jobs_;
-  bool stopping_ = false;
-  std::vector<std::thread> threads_;
-};
-
 }  // namespace
-
-class HttpConnection;
-
-struct HttpServer::Impl {
-  Impl(runtime::Engine& engine_in, const tokenizer::Tokenizer& tokenizer, ServerOptions opts)
-      : engine(engine_in),
-        options(std::move(opts)),
-        key(options.api_key),
-        key_slots(options.max_concurrent_per_key),
-        token_budget(options.max_tokens_per_minute_per_key),
-        replay(options.replay_turns),
-        queue(engine_in, options.queue),
-        service(tokenizer, engine_in, queue, replay, options.service),
-        pool(options.http_threads > 0 ? options.http_threads
-                                      : options.queue.workers + options.queue.max_waiting + 8) {}
-
-  // ---- I/O thread.
-  void accept();
-  // Counts a connection from `client` (its IP address); false when it already holds
-  // max_connections_per_client. leave() undoes admit().
-  bool admit_client(const std::string& client);
-  void leave_client(const std::string& client);
-  // Checks that need only the header: authentication, content type, Host/Origin. Runs before the
-  // body is read, so a refused client cannot make the server buffer anything.
-  std::optional<Reply> precheck(const http::request_parser<http::string_body>::value_type& header);
-
-  // ---- Handler threads.
-  void handle(const std::shared_ptr<HttpConnection>& conn, const Request& req);
-  Reply handle_generation(Api api, const Request& req, HttpConnection& conn, bool* streamed);
-  Reply handle_count_tokens(const Request& req);
-  // 429 for a key whose tokens per minute are spent (or 429 without Retry-After for a prompt over
-  // the whole budget), in the endpoint's error format.
-  Reply token_limit_reply(Api api, const TokenBudget::Decision& budget, size_t prompt_tokens, int64_t output_budget);
-  void stream(Api api, const PreparedGeneration& prepared, GenerationTask& task, bool include_usage,
-              HttpConnection& conn);
-  Reply fail(Endpoint endpoint, bool anthropic, const ApiError& error) {
-    Reply r = error_reply(anthropic, error);
-    if (error.kind == ErrorKind::kRateLimited)
-      r.headers.emplace_back("Retry-After", std::to_string(service.retry_after_seconds()));
-    metrics.count_response(endpoint, r.status);
-    return r;
-  }
-
-  runtime::Engine& engine;
-  const ServerOptions options;
-  const ApiKeyCheck key;
-  KeySlots key_slots;
-  TokenBudget token_budget;
-  ReplayStore replay;
-  GenerationQueue queue;
-  ChatService service;
-  ServerMetrics metrics;
-  std::atomic<int> connections{0};
-  BodyBudget body_budget{options.max_body_bytes_in_flight};
-  std::mutex clients_mu;
-  std::unordered_map<std::string, size_t> client_connections;  // open connections per remote address
-  std::atomic<bool> stopped{false};
-  HandlerPool pool;
-  // Declared after everything a connection touches: destroying the context destroys the
-  // connections its pending handlers still hold.
-  asio::io_context io{1};
-  tcp::acceptor acceptor{io};
-  asio::steady_timer accept_retry{io};
-  std::thread serving;
-};
 
 // One client connection. Its I/O state is touched only on the I/O thread; the handler thread of
 // the request being answered talks to it through respond()/stream_*(), which post to that thread,
 // and reads gone().
-class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
+class HttpConnection final : public ClientChannel, public std::enable_shared_from_this<HttpConnection> {
  public:
   // A counted connection was admitted for `client` (Impl::admit_client) and is let go when it ends.
   HttpConnection(HttpServer::Impl& server, tcp::socket socket, bool counted, std::string client = {})
@@ -284,10 +66,10 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
 
   // ---- Handler thread side.
   // True once the client is known to be gone (reset, failed write); the handler cancels then.
-  bool gone() const { return gone_.load(std::memory_order_relaxed); }
+  bool gone() const override { return gone_.load(std::memory_order_relaxed); }
 
   // Sends the handler's answer; the connection then goes on with the next request (or closes).
-  void respond(Reply reply, unsigned version, bool keep_alive) {
+  void respond(Reply reply, unsigned version, bool keep_alive) override {
     asio::post(server_.io, [self = shared_from_this(), reply = std::move(reply), version, keep_alive]() mutable {
       self->write_reply(std::move(reply), version, keep_alive);
     });
@@ -295,7 +77,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
 
   // A chunked text/event-stream response: the header, chunks, and the end. Each call waits until
   // its bytes are written (or the write failed / the server stops) and returns whether it worked.
-  bool stream_open(unsigned version) {
+  bool stream_open(unsigned version) override {
     return run_write([self = shared_from_this(), version](std::function<void(bool)> done) {
       auto res = std::make_shared<http::response<http::empty_body>>(http::status::ok, version);
       res->set(http::field::content_type, "text/event-stream");
@@ -309,7 +91,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
                                [self, res, serializer, done](error_code ec, size_t) { self->write_done(ec, done); });
     });
   }
-  bool stream_write(std::string bytes) {
+  bool stream_write(std::string bytes) override {
     return run_write([self = shared_from_this(), data = std::make_shared<std::string>(std::move(bytes))](
                          std::function<void(bool)> done) {
       self->arm_write_deadline();
@@ -318,7 +100,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     });
   }
   // Ends the stream; `keep_alive` false (or a failed write) closes the connection.
-  void stream_close(bool ok, bool keep_alive) {
+  void stream_close(bool ok, bool keep_alive) override {
     asio::post(server_.io, [self = shared_from_this(), ok, keep_alive] {
       if (!ok || !self->socket_.is_open()) return self->finish_exchange(false);
       self->arm_write_deadline();
@@ -445,7 +227,7 @@ class HttpConnection : public std::enable_shared_from_this<HttpConnection> {
     watch();
     // The body's share of the budget goes with the request and is given back when its handler ends.
     server_.pool.post([self = shared_from_this(), req = std::move(req), hold = std::move(body_hold_)] {
-      self->server_.handle(self, req);
+      self->server_.handle(*self, req);
     });
   }
 
@@ -710,242 +492,6 @@ void HttpServer::Impl::leave_client(const std::string& client) {
   std::lock_guard lock(clients_mu);
   auto it = client_connections.find(client);
   if (it != client_connections.end() && --it->second == 0) client_connections.erase(it);
-}
-
-std::optional<Reply> HttpServer::Impl::precheck(const http::request_parser<http::string_body>::value_type& header) {
-  const std::string_view path = path_of(header.target());
-  const bool anthropic = is_anthropic_path(path);
-  auto refuse = [&](ErrorKind kind, std::string message) {
-    Reply r = error_reply(anthropic, {kind, std::move(message), ""});
-    metrics.count_response(endpoint_of_path(path), r.status);
-    return r;
-  };
-  if (key.enabled()) {
-    // Authentication before routing, so an unauthenticated client learns nothing about the routes.
-    if (path == "/health") return std::nullopt;
-    const auto authorization = header[http::field::authorization];
-    const auto x_api_key = header["x-api-key"];
-    if (key.accepts(presented_key({authorization.data(), authorization.size()}, {x_api_key.data(), x_api_key.size()})))
-      return std::nullopt;
-    return refuse(ErrorKind::kAuthentication,
-                  "missing or invalid API key: send it as 'Authorization: Bearer KEY' or 'x-api-key: KEY'");
-  }
-  if (options.allow_remote_origins) return std::nullopt;
-  const auto host = header[http::field::host];
-  if (!host.empty() && !is_loopback_authority({host.data(), host.size()}))
-    return refuse(ErrorKind::kForbidden,
-                  "Host '" + std::string(host) +
-                      "' is not a loopback name; without an API key this server only answers requests for "
-                      "localhost, 127.0.0.1 or [::1] (this blocks DNS rebinding). Set --api-key-file / "
-                      "CEDAR_API_KEY, or start it with --allow-remote-origins");
-  if (header.count(http::field::origin)) {
-    const auto origin = header[http::field::origin];
-    if (!is_loopback_origin({origin.data(), origin.size()}))
-      return refuse(ErrorKind::kForbidden,
-                    "Origin '" + std::string(origin) +
-                        "' is not a loopback origin; without an API key this server refuses requests from other "
-                        "web pages (this blocks cross-site requests). Set --api-key-file / CEDAR_API_KEY, or start "
-                        "it with --allow-remote-origins");
-  }
-  if (header.method() == http::verb::post) {
-    const auto type = header[http::field::content_type];
-    if (!is_json_media_type({type.data(), type.size()}))
-      return refuse(ErrorKind::kUnsupportedMediaType,
-                    "POST bodies must be sent as 'Content-Type: application/json' (got '" + std::string(type) +
-                        "'); without an API key other types are refused so that web pages cannot post here");
-  }
-  return std::nullopt;
-}
-
-void HttpServer::Impl::handle(const std::shared_ptr<HttpConnection>& conn, const Request& req) {
-  const std::string_view path = path_of(req.target());
-  const bool keep_alive = req.keep_alive();
-  bool streamed = false;
-  Reply reply;
-  try {
-    const bool post = req.method() == http::verb::post;
-    const bool get = req.method() == http::verb::get;
-    if (post && path == "/v1/chat/completions") {
-      reply = handle_generation(Api::kChatCompletions, req, *conn, &streamed);
-    } else if (post && path == "/v1/completions") {
-      reply = handle_generation(Api::kCompletions, req, *conn, &streamed);
-    } else if (post && path == "/v1/responses") {
-      reply = handle_generation(Api::kResponses, req, *conn, &streamed);
-    } else if (post && path == "/v1/messages") {
-      reply = handle_generation(Api::kMessages, req, *conn, &streamed);
-    } else if (post && path == "/v1/messages/count_tokens") {
-      reply = handle_count_tokens(req);
-    } else if (get && path == "/v1/models") {
-      reply.body = render_model_list({service.config().model_id}, unix_seconds_now());
-      metrics.count_response(Endpoint::kModels, 200);
-    } else if (get && path.size() > 11 && path.rfind("/v1/models/", 0) == 0) {
-      const ModelLookup found =
-          render_model_lookup({service.config().model_id}, std::string(path.substr(11)), unix_seconds_now());
-      reply.status = found.status;
-      reply.body = found.body;
-      metrics.count_response(Endpoint::kModels, found.status);
-    } else if (get && path == "/health") {
-      reply.body = render_health(service.config().model_id, queue.waiting(), queue.running());
-      metrics.count_response(Endpoint::kHealth, 200);
-    } else if (get && path == "/metrics") {
-      reply.content_type = "text/plain; version=0.0.4; charset=utf-8";
-      reply.body = metrics.render(engine.stats(), {queue.waiting(), queue.running()});
-      metrics.count_response(Endpoint::kMetrics, 200);
-    } else {
-      reply = fail(endpoint_of_path(path), is_anthropic_path(path),
-                   {ErrorKind::kNotFound, "no route for " + std::string(req.method_string()) + " " + std::string(path), ""});
-    }
-  } catch (const std::exception& e) {
-    CEDAR_LOG_ERROR("serve: %s %s raised: %s", std::string(req.method_string()).c_str(), std::string(path).c_str(),
-                    e.what());
-    if (streamed) {
-      conn->stream_close(false, false);
-      return;
-    }
-    reply = fail(endpoint_of_path(path), is_anthropic_path(path),
-                 {ErrorKind::kInternal, std::string("internal error: ") + e.what(), ""});
-  }
-  if (!streamed) conn->respond(std::move(reply), req.version(), keep_alive);
-}
-
-Reply HttpServer::Impl::handle_generation(Api api, const Request& req, HttpConnection& conn, bool* streamed) {
-  const bool anthropic = api == Api::kMessages;
-  auto failed = [&](const ApiError& error) { return fail(endpoint_of(api), anthropic, error); };
-  OrderedJson body;
-  if (SchemaError e = parse_body(req.body(), &body, [&conn] { return conn.gone(); })) return failed(*e);
-
-  std::variant<PreparedGeneration, ApiError> prepared = ApiError{};
-  StreamOptions stream_options;
-  if (api == Api::kCompletions) {
-    CompletionRequest request;
-    if (SchemaError e = parse_completion_request(body, &request)) return failed(*e);
-    stream_options = request.stream;
-    prepared = service.prepare_completion(request);
-  } else {
-    ChatRequest request;
-    SchemaError e = api == Api::kChatCompletions ? parse_chat_completion_request(body, &request)
-                    : api == Api::kResponses     ? parse_responses_request(body, &request)
-                                                 : parse_messages_request(body, &request);
-    if (e) return failed(*e);
-    stream_options = request.stream;
-    const char* id_prefix = api == Api::kChatCompletions ? "chatcmpl-" : api == Api::kResponses ? "resp_" : "msg_";
-    prepared = service.prepare_chat(request, id_prefix, anthropic ? "toolu_" : "call_");
-  }
-  if (const ApiError* e = std::get_if<ApiError>(&prepared)) return failed(*e);
-  PreparedGeneration& generation = std::get<PreparedGeneration>(prepared);
-
-  // The per-key slot is held for the whole generation (released on every return below).
-  const auto authorization = req[http::field::authorization];
-  const auto x_api_key = req["x-api-key"];
-  const std::string bucket =
-      key.enabled() ? std::string(presented_key({authorization.data(), authorization.size()},
-                                                {x_api_key.data(), x_api_key.size()}))
-                    : std::string();
-  if (!key_slots.acquire(bucket)) {
-    Reply r = fail(endpoint_of(api), anthropic,
-                   {ErrorKind::kRateLimited,
-                    "this API key already has " + std::to_string(key_slots.limit()) +
-                        " requests in flight (--max-concurrent-per-key); retry when one finishes",
-                    ""});
-    return r;
-  }
-  struct SlotRelease {
-    KeySlots& slots;
-    const std::string& bucket;
-    ~SlotRelease() { slots.release(bucket); }
-  } release{key_slots, bucket};
-
-  // The key's tokens per minute: the prompt and the whole output budget now; the output budget's
-  // unused part is given back when the turn has ended (rate_limit.h).
-  const int64_t output_budget = generation.request.sampling.max_tokens;
-  const TokenBudget::Decision budget =
-      token_budget.admit(bucket, static_cast<int64_t>(generation.request.prompt_ids.size()), output_budget);
-  if (!budget.admitted)
-    return token_limit_reply(api, budget, generation.request.prompt_ids.size(), output_budget);
-  struct OutputRefund {
-    TokenBudget& budget;
-    const std::string& bucket;
-    int64_t unused;
-    ~OutputRefund() { budget.refund(bucket, unused); }
-  } refund{token_budget, bucket, output_budget};
-  auto charge_output = [&](const GenerationTask& done) {
-    if (done.result().ok())
-      refund.unused = std::max<int64_t>(0, output_budget - static_cast<int64_t>(done.result()->output_ids.size()));
-  };
-
-  // The constraint compiles here, after the key slot and the token rate limit (ChatService::submit).
-  auto submitted = service.submit(generation, [&conn] { return conn.gone(); });
-  if (const ApiError* e = std::get_if<ApiError>(&submitted)) return failed(*e);
-  std::shared_ptr<GenerationTask> task = std::get<std::shared_ptr<GenerationTask>>(std::move(submitted));
-
-  if (stream_options.stream) {
-    *streamed = true;
-    stream(api, generation, *task, stream_options.include_usage, conn);
-    charge_output(*task);
-    conn.stream_close(!conn.gone(), req.keep_alive());
-    return {};
-  }
-  // Non-streaming: the client gets nothing until the end, so its disconnect is learnt from the
-  // socket (HttpConnection::gone), checked whenever tokens arrive or the wait times out.
-  auto outcome = service.follow(generation, *task, nullptr, [&conn](bool) { return !conn.gone(); });
-  charge_output(*task);
-  if (const ApiError* e = std::get_if<ApiError>(&outcome)) return failed(*e);
-  const Completion& turn = std::get<Completion>(outcome);
-  metrics.count_turn(turn.usage, conn.gone());
-  Reply r;
-  if (token_budget.enabled()) add_rate_limit_headers(budget, &r);
-  r.body = render_turn(api, turn);
-  metrics.count_response(endpoint_of(api), 200);
-  return r;
-}
-
-void HttpServer::Impl::stream(Api api, const PreparedGeneration& prepared, GenerationTask& task, bool include_usage,
-                              HttpConnection& conn) {
-  std::unique_ptr<StreamSink> sink = make_stream_sink(api, include_usage);
-  metrics.count_response(endpoint_of(api), 200);
-  bool gone = !conn.stream_open(11);
-  auto flush = [&](bool idle) {
-    std::string bytes = sink->take();
-    if (idle) bytes += sse_comment("keep-alive");
-    if (!gone && !bytes.empty() && !conn.stream_write(std::move(bytes))) gone = true;
-    if (conn.gone()) gone = true;
-    return !gone;
-  };
-  auto outcome = service.follow(prepared, task, sink.get(), flush);
-  if (const Completion* turn = std::get_if<Completion>(&outcome)) metrics.count_turn(turn->usage, gone);
-}
-
-Reply HttpServer::Impl::token_limit_reply(Api api, const TokenBudget::Decision& budget, size_t prompt_tokens,
-                                          int64_t output_budget) {
-  const std::string limit = std::to_string(budget.limit);
-  const std::string cost = std::to_string(prompt_tokens) + " prompt tokens + " + std::to_string(output_budget) +
-                           " output tokens (max_tokens)";
-  std::string message =
-      budget.never
-          ? "this request needs " + cost + ", more than this API key's limit of " + limit +
-                " tokens per minute (--max-tokens-per-minute-per-key); lower max_tokens or shorten the prompt"
-          : "this API key has used its " + limit + " tokens per minute (--max-tokens-per-minute-per-key): " +
-                std::to_string(budget.remaining) + " left, this request needs " + cost + "; retry in " +
-                std::to_string(budget.retry_after_seconds) + " s";
-  Reply r = error_reply(api == Api::kMessages, {ErrorKind::kTokenRateLimited, std::move(message), ""});
-  if (!budget.never) r.headers.emplace_back("Retry-After", std::to_string(budget.retry_after_seconds));
-  add_rate_limit_headers(budget, &r);
-  metrics.count_response(endpoint_of(api), r.status);
-  return r;
-}
-
-Reply HttpServer::Impl::handle_count_tokens(const Request& req) {
-  auto failed = [&](const ApiError& error) { return fail(Endpoint::kMessages, /*anthropic=*/true, error); };
-  OrderedJson body;
-  if (SchemaError e = parse_body(req.body(), &body)) return failed(*e);
-  ChatRequest request;
-  if (SchemaError e = parse_messages_request(body, &request, /*for_counting=*/true)) return failed(*e);
-  auto prepared = service.prepare_chat(request, "msg_", "toolu_");
-  if (const ApiError* e = std::get_if<ApiError>(&prepared)) return failed(*e);
-  Reply r;
-  r.body = render_token_count(static_cast<int>(std::get<PreparedGeneration>(prepared).request.prompt_ids.size()));
-  metrics.count_response(Endpoint::kMessages, 200);
-  return r;
 }
 
 HttpServer::HttpServer(runtime::Engine& engine, const tokenizer::Tokenizer& tokenizer, ServerOptions options)
