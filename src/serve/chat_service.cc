@@ -127,11 +127,18 @@ std::variant<PreparedGeneration, ApiError> ChatService::prepare_chat(const ChatR
   output.parse_tool_calls = !request.tools.empty();
   output.parse_json_output = request.parse_json_output;
   if (request.tool_call_required) output.output_prefix = forced_call_prefill();
+  output.parse_start = chat.parse_start;
   auto prepared = finish_prepare(std::move(chat.ids), request.sampling, std::move(output), id_prefix, request.model);
   auto* p = std::get_if<PreparedGeneration>(&prepared);
   if (!p) return prepared;
   p->header.responses_echo = request.responses_echo;
   p->header.thinking = chat.thinking;
+  const bool continued = !request.messages.empty() && request.messages.back().prefix;
+  if (continued && request.answer_constraint)
+    return invalid_request(
+        "a continued assistant message ('prefix': true) cannot take a json_schema or regex response format: cedar "
+        "enforces a format from the start of the answer; drop 'prefix' or the format",
+        "response_format");
   if (std::optional<constrain::ConstraintSpec> spec = output_constraint(request, chat.thinking)) {
     const std::string what = request.tools.empty() ? "the response format" : "the tools' parameter schemas";
     const char* field = request.tools.empty() ? "response_format" : "tools";
