@@ -18,10 +18,9 @@ bool mentions_json(const std::vector<Message>& messages) {
 }
 
 // Appends deepseek-recipe's prefill of a forced tool call, "\n\n<｜DSML｜ calls>\n", after the
-// assistant header: the DSML marker is the encoder's own token, the rest text. After a finished
-// assistant turn (the conversation ended with one) the call opens a new turn: its header first,
-// "<｜Assistant｜></think>" (a forced call runs in non-thinking mode).
-void append_forced_call_prefill(tokenizer::ChatPrompt* prompt, bool new_turn) {
+// assistant header: the DSML marker is the encoder's own token, the rest text. (After a finished
+// assistant message the encoder has already opened the new turn's header.)
+void append_forced_call_prefill(tokenizer::ChatPrompt* prompt) {
   auto add = [&](std::string_view s, tokenizer::SpanKind kind) {
     const size_t at = prompt->text.size();
     prompt->text += s;
@@ -30,10 +29,6 @@ void append_forced_call_prefill(tokenizer::ChatPrompt* prompt, bool new_turn) {
     else
       prompt->spans.push_back({at, prompt->text.size(), kind});
   };
-  if (new_turn) {
-    add(tokenizer::kAssistantMarker, tokenizer::SpanKind::kSpecial);
-    add(tokenizer::kThinkEnd, tokenizer::SpanKind::kSpecial);
-  }
   add("\n\n<", tokenizer::SpanKind::kText);
   add(tokenizer::kDsml, tokenizer::SpanKind::kSpecial);
   add(" calls>\n", tokenizer::SpanKind::kText);
@@ -62,33 +57,35 @@ std::variant<RenderedChat, ApiError> render_chat_prompt(const ChatRequest& reque
                                                         const tokenizer::Tokenizer& tokenizer,
                                                         const PromptSettings& settings) {
   const bool thinking = request.reasoning.thinking.value_or(settings.default_thinking);
-  // A trailing assistant message is a partial answer to continue, except under a forced tool call:
-  // then it is a finished turn and the call starts a new one (deepseek-recipe renders it so).
-  const bool prefill = !messages.empty() && messages.back().role == Role::kAssistant && !request.tool_call_required;
+  // deepseek-recipe's rule: a trailing assistant message is a finished turn and a new one follows,
+  // unless it asks to be continued (Chat Completions' `prefix: true`, checked by the API parser).
+  const bool continued = !messages.empty() && messages.back().role == Role::kAssistant && messages.back().prefix;
+  // Checked on the request's own messages: a replayed turn no longer lists its calls.
+  if (!request.messages.empty() && request.messages.back().role == Role::kAssistant &&
+      !request.messages.back().tool_calls.empty())
+    return invalid_request(
+        "the last message is an assistant turn with tool calls: send each call's result after it (a tool message, "
+        "function_call_output item or tool_result block), as DeepSeek's API requires",
+        "messages");
   if (request.response_format && *request.response_format == json_object_format() && !mentions_json(messages))
     return invalid_request(
         "the conversation must contain the word 'json' in some form to ask for a json_object response format "
         "(as DeepSeek's API requires)",
         "response_format");
-  if (prefill && (thinking || !messages.back().tool_calls.empty()))
-    return invalid_request(
-        "the last message is an assistant turn: cedar continues a partial assistant answer in non-thinking "
-        "mode only, and never one with tool calls",
-        "messages");
   if (request.tool_call_required && thinking)
     return invalid_request("thinking mode does not support this tool_choice: a forced tool call needs thinking off",
                            "tool_choice");
-  const OrderedJson encoder_input = encoder_messages(messages, request.tools, request.response_format, prefill);
+  const OrderedJson encoder_input = encoder_messages(messages, request.tools, request.response_format, continued);
 
   tokenizer::ChatOptions options;
   options.format = settings.format;
   options.plain_image_placeholder_text = true;
+  options.recipe_turns = true;
   options.thinking_mode = thinking ? tokenizer::ThinkingMode::kThinking : tokenizer::ThinkingMode::kChat;
   if (settings.format == tokenizer::PromptFormat::kV41) options.reasoning_effort = request.reasoning.effort.value_or(kDefaultEffort);
   auto prompt = tokenizer::encode_chat(encoder_input, options);
   if (!prompt.ok()) return invalid_request("the conversation cannot be encoded: " + prompt.status().message());
-  if (request.tool_call_required)
-    append_forced_call_prefill(&*prompt, !messages.empty() && messages.back().role == Role::kAssistant);
+  if (request.tool_call_required) append_forced_call_prefill(&*prompt);
   auto ids = tokenizer::encode_chat_ids(tokenizer, *prompt, settings.format);
   if (!ids.ok()) {
     if (ids.status().code() == StatusCode::kInvalidArgument)
@@ -99,6 +96,14 @@ std::variant<RenderedChat, ApiError> render_chat_prompt(const ChatRequest& reque
   out.prompt = std::move(*prompt);
   out.ids = std::move(*ids);
   out.thinking = thinking;
+  if (continued && thinking) {
+    // Where the model resumes (deepseek-recipe's ThinkingInitialStage): in the answer once it has
+    // begun, else in the reasoning the message carries (none: as a new turn's reasoning).
+    const Message& last = messages.back();
+    out.parse_start = !last.content.empty()  ? tokenizer::ParseStart::kContentContinuation
+                      : !last.reasoning.empty() ? tokenizer::ParseStart::kReasoningContinuation
+                                                : tokenizer::ParseStart::kNewTurn;
+  }
   return out;
 }
 

@@ -14,6 +14,7 @@
 #include "serve/api_error.h"
 #include "serve/chat_types.h"
 #include "tokenizer/chat_encoding.h"
+#include "tokenizer/completion_parser.h"
 #include "tokenizer/tokenizer.h"
 
 namespace cedar::serve {
@@ -27,6 +28,9 @@ struct RenderedChat {
   tokenizer::ChatPrompt prompt;
   std::vector<int32_t> ids;
   bool thinking = false;
+  // Where the completion parser starts: a continued message (Chat `prefix: true`) resumes inside
+  // its reasoning or its answer.
+  tokenizer::ParseStart parse_start = tokenizer::ParseStart::kNewTurn;
 };
 
 // The V4.1 effort of a thinking turn whose request names none: deepseek-recipe's default "high".

@@ -128,11 +128,18 @@ std::variant<PreparedGeneration, ApiError> ChatService::prepare_chat(const ChatR
   output.parse_tool_calls = !request.tools.empty();
   output.parse_json_output = request.parse_json_output;
   if (request.tool_call_required) output.output_prefix = forced_call_prefill();
+  output.parse_start = chat.parse_start;
   auto prepared = finish_prepare(std::move(chat.ids), request.sampling, std::move(output), id_prefix, request.model);
   auto* p = std::get_if<PreparedGeneration>(&prepared);
   if (!p) return prepared;
   p->header.responses_echo = request.responses_echo;
   p->header.thinking = chat.thinking;
+  const bool continued = !request.messages.empty() && request.messages.back().prefix;
+  if (continued && request.answer_constraint)
+    return invalid_request(
+        "a continued assistant message ('prefix': true) cannot take a json_schema or regex response format: cedar "
+        "enforces a format from the start of the answer; drop 'prefix' or the format",
+        "response_format");
   // Compiled in submit(), after the HTTP layer's rate limits.
   p->constraint = output_constraint(request, chat.thinking);
   return prepared;

@@ -33,6 +33,9 @@ struct Message {
   // assistant: content and reasoning are this server's own generated text, restored by the replay
   // store; their marker spellings are the tokens the model produced (never set from a request).
   bool model_text = false;
+  // assistant, the last message only: continue it instead of starting a new turn (Chat Completions'
+  // `prefix: true`, deepseek-recipe's only way to ask for a continuation).
+  bool prefix = false;
 };
 
 struct SamplingOptions {

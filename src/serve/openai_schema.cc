@@ -122,6 +122,7 @@ SchemaError parse_message(const OrderedJson& m, const std::string& path, Message
     // DeepSeek's field for the thinking text of earlier turns ("reasoning" from some gateways).
     CEDAR_SCHEMA_TRY(read_string(m, "reasoning_content", path, &out->reasoning));
     if (out->reasoning.empty()) CEDAR_SCHEMA_TRY(read_string(m, "reasoning", path, &out->reasoning));
+    CEDAR_SCHEMA_TRY(read_bool(m, "prefix", path, &out->prefix));
     if (m.contains("tool_calls") && !m["tool_calls"].is_null()) {
       const OrderedJson& calls = m["tool_calls"];
       const std::string tpath = field_path(path, "tool_calls");
@@ -135,6 +136,31 @@ SchemaError parse_message(const OrderedJson& m, const std::string& path, Message
   return invalid_request("'" + field_path(path, "role") + "' is \"" + role +
                              "\"; expected system, developer, user, assistant or tool",
                          field_path(path, "role"));
+}
+
+// DeepSeek's `prefix: true` continues the last message, which must be an assistant message, in a
+// conversation without tools or tool calls (deepseek-recipe refuses the rest with 400). Checked on
+// the declared tools, before tool_choice "none" removes them, as deepseek-recipe checks them.
+SchemaError check_prefix(const ChatRequest& request) {
+  bool continued = false;
+  for (size_t i = 0; i < request.messages.size(); ++i) {
+    const Message& m = request.messages[i];
+    if (!m.prefix) continue;
+    if (i + 1 != request.messages.size()) {
+      const std::string path = field_path(field_path("messages", i), "prefix");
+      return invalid_request("'" + path + "' is true, but only the last message can be continued", path);
+    }
+    continued = true;
+  }
+  if (!continued) return std::nullopt;
+  const std::string path = field_path(field_path("messages", request.messages.size() - 1), "prefix");
+  bool calls = !request.tools.empty();
+  for (const Message& m : request.messages) calls = calls || !m.tool_calls.empty();
+  if (calls)
+    return invalid_request("'" + path + "' is true in a conversation with tools or tool calls: a continued assistant "
+                               "message cannot call tools (as DeepSeek's API answers); drop 'prefix' or the tools",
+                           path);
+  return std::nullopt;
 }
 
 SchemaError parse_tools(const OrderedJson& tools, std::vector<OrderedJson>* out) {
@@ -234,9 +260,14 @@ SchemaError parse_chat_completion_request(const OrderedJson& body, ChatRequest* 
   for (size_t i = 0; i < messages->size(); ++i)
     CEDAR_SCHEMA_TRY(parse_message((*messages)[i], field_path("messages", i), &out->messages[i]));
   if (body.contains("tools")) CEDAR_SCHEMA_TRY(parse_tools(body["tools"], &out->tools));
+  CEDAR_SCHEMA_TRY(check_prefix(*out));
   CEDAR_SCHEMA_TRY(apply_strict_tools(&out->tools, "tools"));
   CEDAR_SCHEMA_TRY(apply_tool_choice(body, out));
   CEDAR_SCHEMA_TRY(parse_response_format(body, out));
+  if (out->messages.back().prefix && out->parse_json_output)
+    return invalid_request("a json_object response format cannot continue an assistant message ('prefix': true), as "
+                           "DeepSeek's API answers; drop one of them",
+                           "response_format");
   bool parallel_tool_calls = true;  // accepted; V4.1 decides how many invokes one block holds
   CEDAR_SCHEMA_TRY(read_bool(body, "parallel_tool_calls", "", &parallel_tool_calls));
   // DeepSeek's API switch {"thinking": {"type": "enabled" | "disabled"}}, then reasoning_effort.

@@ -28,7 +28,7 @@ OutputAssembler::OutputAssembler(const tokenizer::Tokenizer& tokenizer, OutputSe
       settings_(std::move(settings)),
       sink_(sink),
       decoder_(tokenizer, /*skip_special=*/settings_.mode == OutputMode::kRaw),
-      parser_(settings_.thinking),
+      parser_(settings_.thinking, settings_.parse_start),
       eos_id_(tokenizer.token_to_id(tokenizer::kEos)) {
   parser_.set_parse_tool_calls(settings_.parse_tool_calls);
   parser_.set_parse_json_output(settings_.mode == OutputMode::kChat && settings_.parse_json_output);

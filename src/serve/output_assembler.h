@@ -44,6 +44,8 @@ struct OutputSettings {
   // Text of the answer the prompt already holds (a forced tool call's "\n\n<｜DSML｜ calls>\n",
   // chat_prompt.h): parsed before the first generated token, so the turn reads as the model's.
   std::string output_prefix;
+  // Where the parser starts: a continued assistant message resumes inside its reasoning or answer.
+  tokenizer::ParseStart parse_start = tokenizer::ParseStart::kNewTurn;
 };
 
 class OutputAssembler {

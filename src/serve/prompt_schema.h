@@ -11,7 +11,8 @@
 
 namespace cedar::serve {
 
-// `continue_last`: the last message is a partial assistant answer to continue (no EOS after it).
+// `continue_last`: the last message is an assistant message the model continues (Chat `prefix: true`;
+// no EOS after it).
 OrderedJson encoder_messages(const std::vector<Message>& messages, const std::vector<OrderedJson>& tools,
                              const std::optional<OrderedJson>& response_format, bool continue_last = false);
 

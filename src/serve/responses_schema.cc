@@ -41,10 +41,13 @@ SchemaError parse_input_item(const OrderedJson& item, const std::string& path, s
     } else if (role == "system" || role == "developer") {
       m.role = Role::kSystem;
     } else if (role == "assistant") {
-      // Joins a turn that so far holds only reasoning; otherwise starts a new assistant turn.
-      if (!messages->empty() && messages->back().role == Role::kAssistant && messages->back().content.empty() &&
-          messages->back().tool_calls.empty()) {
-        messages->back().content = std::move(m.content);
+      // Joins the assistant turn before it unless that one made calls (its reasoning, or its text,
+      // the two texts then separated by a blank line, as deepseek-recipe merges them); otherwise
+      // starts a new assistant turn.
+      if (!messages->empty() && messages->back().role == Role::kAssistant && messages->back().tool_calls.empty()) {
+        std::string& joined = messages->back().content;
+        if (!joined.empty() && !m.content.empty()) joined += "\n\n";
+        joined += m.content;
         return std::nullopt;
       }
       m.role = Role::kAssistant;

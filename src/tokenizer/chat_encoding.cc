@@ -156,6 +156,7 @@ class Encoder {
     for (const auto& m : msgs) {
       if (python_truthy(get(m, "tools"))) drop = false;
     }
+    current_turn_ = current_turn_index(msgs);
     if (opt_.thinking_mode == ThinkingMode::kThinking && drop) msgs = drop_thinking_messages(msgs);
     Pieces prompt;
     if (opt_.add_bos) prompt.special(kBos);
@@ -364,8 +365,23 @@ class Encoder {
     return -1;
   }
 
+  // recipe_turns: the index of the turn being generated, the final message when the model continues
+  // it ("wo_eos" on an assistant message), else one past the end (a new turn). Official: the last
+  // user turn's index (reasoning is kept from there on).
+  int current_turn_index(const std::vector<ojson>& msgs) const {
+    if (!opt_.recipe_turns) return last_user_index(msgs);
+    const int n = static_cast<int>(msgs.size());
+    if (n == 0 || get_role(msgs.back()) != "assistant" || !python_truthy(get(msgs.back(), "wo_eos"))) return n;
+    // deepseek-recipe keeps a continued message's reasoning only after a user or system turn.
+    for (int i = n - 2; i >= 0; --i) {
+      const std::string role = get_role(msgs[i]);
+      if (role == "user" || role == "system" || (!v41_ && role == "developer")) return n - 1;
+    }
+    return n;
+  }
+
   std::vector<ojson> drop_thinking_messages(const std::vector<ojson>& msgs) const {
-    const int last_user = last_user_index(msgs);
+    const int last_user = current_turn_;
     std::vector<ojson> out;
     for (size_t i = 0; i < msgs.size(); ++i) {
       const std::string role = get_role(msgs[i]);
@@ -610,15 +626,26 @@ class Encoder {
                              text_or_empty(get(msg, "reasoning_content"), w + ".reasoning_content"));
       const bool model_text = python_truthy(get(msg, kModelTextKey));
       const bool prev_has_task = index > 0 && !get(msgs[index - 1], "task").is_null();
-      if (thinking && !prev_has_task && (!drop || static_cast<int>(index) > last_user)) {
+      const bool continued = python_truthy(get(msg, "wo_eos"));
+      const bool keeps_reasoning =
+          opt_.recipe_turns ? static_cast<int>(index) >= current_turn_ : static_cast<int>(index) > last_user;
+      if (opt_.recipe_turns && !follows_header(index, msgs)) {
+        prompt.special(kAssistantMarker).special(thinking && (!drop || keeps_reasoning) ? kThinkStart : kThinkEnd);
+      }
+      if (thinking && !prev_has_task && (!drop || keeps_reasoning)) {
         if (model_text) prompt.model_text(reasoning);
         else prompt.text(reasoning);
-        prompt.special(kThinkEnd);
+        // A continued message without an answer yet continues its reasoning.
+        const bool reasoning_open = opt_.recipe_turns && continued && content.empty() && calls.empty();
+        if (!reasoning_open) prompt.special(kThinkEnd);
       }
       if (model_text) prompt.model_text(content);
       else prompt.text(content);
       prompt.append(calls);
-      if (!python_truthy(get(msg, "wo_eos"))) prompt.special(kEos);
+      if (!continued) prompt.special(kEos);
+      if (opt_.recipe_turns && !continued && index + 1 == msgs.size()) {
+        prompt.special(kAssistantMarker).special(thinking ? kThinkStart : kThinkEnd);  // the new turn
+      }
     } else if (role == "tool") {
       return internal_error(w + ": tool message survived merging");
     } else {
@@ -651,14 +678,26 @@ class Encoder {
       }
     } else if (role == "user" || (v41_ && role == "system" && index > 0) || (!v41_ && role == "developer")) {
       prompt.special(kAssistantMarker);
-      const bool open_thinking = thinking && (!drop || static_cast<int>(index) >= last_user);
+      const bool open_thinking = thinking && (!drop || (opt_.recipe_turns ? static_cast<int>(index) + 1 >= current_turn_
+                                                                           : static_cast<int>(index) >= last_user));
       prompt.special(open_thinking ? kThinkStart : kThinkEnd);
     }
     return prompt;
   }
 
+  // recipe_turns: whether the message before assistant message `index` ended with the assistant
+  // header (a user turn, a later system message, a task), so the assistant message needs none.
+  bool follows_header(size_t index, const std::vector<ojson>& msgs) const {
+    if (index == 0) return false;
+    const ojson& prev = msgs[index - 1];
+    const std::string role = get_role(prev);
+    return !get(prev, "task").is_null() || role == "user" || (v41_ && role == "system" && index - 1 > 0) ||
+           (!v41_ && role == "developer");
+  }
+
   const ChatOptions& opt_;
   bool v41_;
+  int current_turn_ = -1;
 };
 
 }  // namespace

@@ -49,6 +49,14 @@ struct ChatOptions {
   // plain text like any other (deepseek-recipe's behaviour; the server sets it, as it takes no
   // images and every placeholder would be a client's spelling).
   bool plain_image_placeholder_text = false;
+  // deepseek-recipe's turns (the server sets it; the official encoder leaves a trailing assistant
+  // message open): every assistant message is a turn of its own (one that follows another assistant
+  // message or opens the conversation gets its own `<｜Assistant｜>` header), a conversation that
+  // ends with a finished assistant message (no "wo_eos") ends with the header of a new turn, and
+  // drop_thinking keeps the reasoning of the turn being generated only: the new one, or the final
+  // "wo_eos" message the model continues. That message, in thinking mode, without content or
+  // tool calls, leaves its reasoning open (no `</think>`).
+  bool recipe_turns = false;
   // null = the format's default; V4.1: an integer 1..100 or "low"|"high"|"xhigh"|"max";
   // V4: "high" or "max".
   nlohmann::ordered_json reasoning_effort = nullptr;

@@ -143,9 +143,15 @@ void push_delta(ParseEvent::Type type, std::string_view text, size_t source, std
 
 }  // namespace
 
-CompletionParser::CompletionParser(ThinkingMode mode) {
-  // deepseek-recipe: a new assistant turn drops the newlines that begin it.
-  enter({mode == ThinkingMode::kThinking ? Stage::kReasoning : Stage::kContent, /*strip_leading_newlines=*/true});
+CompletionParser::CompletionParser(ThinkingMode mode, ParseStart start) {
+  // deepseek-recipe: a new assistant turn drops the newlines that begin it; a continuation keeps them.
+  if (mode == ThinkingMode::kThinking && start == ParseStart::kContentContinuation) {
+    enter({Stage::kContent, /*strip_leading_newlines=*/false});
+  } else if (mode == ThinkingMode::kThinking && start == ParseStart::kReasoningContinuation) {
+    enter({Stage::kReasoning, /*strip_leading_newlines=*/false});
+  } else {
+    enter({mode == ThinkingMode::kThinking ? Stage::kReasoning : Stage::kContent, /*strip_leading_newlines=*/true});
+  }
 }
 
 void CompletionParser::set_parse_tool_calls(bool on) {

@@ -79,9 +79,16 @@ struct ParseEvent {
   bool collapsed = false;
 };
 
+// Where parsing begins (deepseek-recipe's ThinkingInitialStage). A new turn drops the newlines that
+// begin it; a continued assistant message (Chat `prefix: true`, thinking mode) resumes inside its
+// reasoning or, once its answer has begun, inside the answer, keeping leading newlines.
+enum class ParseStart { kNewTurn, kReasoningContinuation, kContentContinuation };
+
 class CompletionParser {
  public:
-  explicit CompletionParser(ThinkingMode mode);
+  // `start` other than kNewTurn applies to thinking mode only (outside it, parsing begins as a new
+  // turn's answer, as deepseek-recipe parses a continuation there).
+  explicit CompletionParser(ThinkingMode mode, ParseStart start = ParseStart::kNewTurn);
   // Off: DSML in the content is plain text and no tool call is ever reported (a request that
   // declared no tools, or tool_choice "none": deepseek-recipe's parse_tool_calls = false).
   // Set before the first feed().

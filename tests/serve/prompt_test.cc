@@ -65,7 +65,8 @@ TEST_F(PromptTest, ReproducesTheOfficialEncoderThroughTheApi) {
     //  - drop_thinking=false: the server always uses the encoder's default;
     //  - tools on a user message: the official encoder ignores them, cedar puts them in the system
     //    prompt where the model can see them;
-    //  - a final assistant message: cedar continues it (no EOS), the encoder closes it;
+    //  - a final assistant message: cedar opens a new turn after it (deepseek-recipe's rule), the
+    //    encoder ends with it;
     //  - invalid efforts: cedar's API rejects them before the encoder (checked below);
     //  - response formats and tools: the API renders them as deepseek-recipe does (the schema
     //    itself; exactly name, description and parameters), which tests/serve/recipe checks.
@@ -124,22 +125,79 @@ TEST_F(PromptTest, ToolChoiceNoneLeavesToolsOut) {
   EXPECT_EQ(prompt_of(body), "<｜begin▁of▁sentence｜><｜User｜>hi<｜Assistant｜></think>");
 }
 
-TEST_F(PromptTest, AssistantPrefillContinuesInChatModeOnly) {
-  const test::json body = {
-      {"messages", {{{"role", "user"}, {"content", "Continue:"}}, {{"role", "assistant"}, {"content", "Once"}}}},
-      {"thinking", {{"type", "disabled"}}}};
-  EXPECT_EQ(prompt_of(body), "<｜begin▁of▁sentence｜><｜User｜>Continue:<｜Assistant｜></think>Once");
-  test::json thinking = body;
-  thinking["reasoning_effort"] = "high";
-  thinking.erase("thinking");
+// The expected prompts below are deepseek-recipe 0.2.0's (ConversionOptions(), DeepseekV41Encoding)
+// for the same bodies. A trailing assistant message is a finished turn: its reasoning is history,
+// and a new turn follows in the request's mode.
+TEST_F(PromptTest, TrailingAssistantMessageIsAFinishedTurn) {
+  const std::string effort =
+      "<｜System｜>Reasoning Effort: 75 (range 1-100, the higher the value, the more thorough the reasoning)\n\n";
+  test::json body = {{"messages",
+                      {{{"role", "user"}, {"content", "hi"}},
+                       {{"role", "assistant"}, {"content", "Let me"}, {"reasoning_content", "r1"}}}}};
+  EXPECT_EQ(prompt_of(body), "<｜begin▁of▁sentence｜>" + effort +
+                                 "<｜User｜>hi<｜Assistant｜></think>Let me<｜end▁of▁sentence｜><｜Assistant｜><think>");
+  body["thinking"] = {{"type", "disabled"}};
+  EXPECT_EQ(prompt_of(body),
+            "<｜begin▁of▁sentence｜><｜User｜>hi<｜Assistant｜></think>Let me<｜end▁of▁sentence｜><｜Assistant｜></think>");
+  // Every assistant message is a turn of its own.
+  body["messages"].push_back({{"role", "assistant"}, {"content", "b"}});
+  EXPECT_EQ(prompt_of(body),
+            "<｜begin▁of▁sentence｜><｜User｜>hi<｜Assistant｜></think>Let me<｜end▁of▁sentence｜><｜Assistant｜></think>b"
+            "<｜end▁of▁sentence｜><｜Assistant｜></think>");
+  // A trailing turn with calls but no results is refused, as deepseek-recipe refuses it.
+  const test::json calls = {
+      {"messages",
+       {{{"role", "user"}, {"content", "hi"}},
+        {{"role", "assistant"},
+         {"content", ""},
+         {"tool_calls", {{{"id", "c1"}, {"type", "function"}, {"function", {{"name", "f"}, {"arguments", "{}"}}}}}}}}},
+      {"tools", {{{"type", "function"}, {"function", {{"name", "f"}}}}}}};
   int status = 0;
-  prompt_of(thinking, &status);
+  EXPECT_NE(prompt_of(calls, &status).find("tool calls"), std::string::npos);
   EXPECT_EQ(status, 400);
-  test::json unchosen = body;  // the default mode is thinking
-  unchosen.erase("thinking");
-  status = 0;
-  prompt_of(unchosen, &status);
-  EXPECT_EQ(status, 400);
+}
+
+// Chat Completions' `prefix: true` continues the final assistant message: in thinking mode after
+// its reasoning, or inside the reasoning while it has no answer (deepseek-recipe's prompts).
+TEST_F(PromptTest, PrefixContinuesTheLastAssistantMessage) {
+  const std::string head =
+      "<｜begin▁of▁sentence｜><｜System｜>Reasoning Effort: 75 (range 1-100, the higher the value, the more thorough "
+      "the reasoning)\n\n<｜User｜>hi<｜Assistant｜>";
+  auto with_last = [](test::json last) {
+    last["role"] = "assistant";
+    last["prefix"] = true;
+    return test::json{{"messages", {{{"role", "user"}, {"content", "hi"}}, last}}};
+  };
+  EXPECT_EQ(prompt_of(with_last({{"content", "Let me"}})), head + "<think></think>Let me");
+  EXPECT_EQ(prompt_of(with_last({{"content", "Let me"}, {"reasoning_content", "r1"}})),
+            head + "<think>r1</think>Let me");
+  EXPECT_EQ(prompt_of(with_last({{"content", ""}, {"reasoning_content", "r1"}})), head + "<think>r1");
+  EXPECT_EQ(prompt_of(with_last({{"content", ""}})), head + "<think>");
+  test::json off = with_last({{"content", "Let me"}, {"reasoning_content", "r1"}});
+  off["thinking"] = {{"type", "disabled"}};
+  EXPECT_EQ(prompt_of(off), "<｜begin▁of▁sentence｜><｜User｜>hi<｜Assistant｜></think>Let me");
+
+  // Refused: prefix on a message other than the last, with tools, with a json_object format (as
+  // deepseek-recipe refuses them), with a json_schema format (cedar cannot constrain a continued
+  // answer), and a prefix that is not a boolean.
+  test::json not_last = with_last({{"content", "a"}});
+  not_last["messages"].push_back({{"role", "user"}, {"content", "more"}});
+  test::json tools = with_last({{"content", "a"}});
+  tools["tools"] = {{{"type", "function"}, {"function", {{"name", "f"}}}}};
+  tools["tool_choice"] = "none";
+  test::json json_object = with_last({{"content", "{"}});
+  json_object["messages"][0]["content"] = "json please";
+  json_object["response_format"] = {{"type", "json_object"}};
+  test::json json_schema = with_last({{"content", "{"}});
+  json_schema["response_format"] = {{"type", "json_schema"},
+                                    {"json_schema", {{"name", "x"}, {"schema", {{"type", "object"}}}}}};
+  test::json not_bool = with_last({{"content", "a"}});
+  not_bool["messages"][1]["prefix"] = "yes";
+  for (const test::json& refused : {not_last, tools, json_object, json_schema, not_bool}) {
+    int status = 0;
+    EXPECT_NE(prompt_of(refused, &status).find("prefix"), std::string::npos) << refused.dump();
+    EXPECT_EQ(status, 400) << refused.dump();
+  }
 }
 
 // A request that does not choose a mode runs in thinking mode with effort 75, as on DeepSeek's API:

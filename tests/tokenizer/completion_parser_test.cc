@@ -32,8 +32,9 @@ struct Outcome {
 
 using Pieces = std::vector<std::pair<std::string, ChunkKind>>;
 
-Outcome run_pieces(const Pieces& pieces, ThinkingMode mode, bool parse_tool_calls = true) {
-  CompletionParser parser(mode);
+Outcome run_pieces(const Pieces& pieces, ThinkingMode mode, bool parse_tool_calls = true,
+                   ParseStart start = ParseStart::kNewTurn) {
+  CompletionParser parser(mode, start);
   parser.set_parse_tool_calls(parse_tool_calls);
   Outcome o;
   auto take = [&](std::vector<ParseEvent> events) {
@@ -537,6 +538,29 @@ TEST(CompletionParserJson, FencedJsonReadsTheSameHoweverItIsSplit) {
     }
     EXPECT_EQ(run_json(pieces).content, "{\"list\": [1, \"`\", \"\\n\"], \"s\": \"x``y\"}");
   }
+}
+
+
+// A continued assistant message (Chat `prefix: true`) resumes where it stopped, keeping the newlines
+// that begin the completion (deepseek-recipe's ReasoningContinuation / ContentContinuation); a new
+// turn drops them. tests/serve/recipe (outputs "prefix_*") checks the same against deepseek-recipe.
+TEST(CompletionParser, ContinuationsResumeInTheirStage) {
+  const std::string text = "\n\nmore</think>\n\nanswer";
+  const Outcome fresh = run_text(text, ThinkingMode::kThinking);
+  EXPECT_EQ(fresh.reasoning, "more");
+  EXPECT_EQ(fresh.content, "answer");
+  const Outcome reasoning =
+      run_pieces({{text, ChunkKind::kText}}, ThinkingMode::kThinking, true, ParseStart::kReasoningContinuation);
+  EXPECT_EQ(reasoning.reasoning, "\n\nmore");
+  EXPECT_EQ(reasoning.content, "answer");
+  const Outcome content =
+      run_pieces({{"\n\n more", ChunkKind::kText}}, ThinkingMode::kThinking, true, ParseStart::kContentContinuation);
+  EXPECT_EQ(content.reasoning, "");
+  EXPECT_EQ(content.content, "\n\n more");
+  // Outside thinking mode a continuation parses as a new turn's answer, as deepseek-recipe's does.
+  const Outcome chat =
+      run_pieces({{"\n\n more", ChunkKind::kText}}, ThinkingMode::kChat, true, ParseStart::kContentContinuation);
+  EXPECT_EQ(chat.content, " more");
 }
 
 }  // namespace

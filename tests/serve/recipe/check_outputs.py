@@ -116,6 +116,12 @@ def body_for(api, case):
             body["max_tokens"] = case["max_tokens"]
         if fmt:
             body["response_format"] = CHAT_FORMATS[fmt]
+        if case.get("prefix"):  # continue this assistant message
+            prefix = case["prefix"]
+            message = {"role": "assistant", "content": prefix["content"], "prefix": True}
+            if prefix["reasoning"] is not None:
+                message["reasoning_content"] = prefix["reasoning"]
+            body["messages"].append(message)
     elif api == "responses":
         body = {"model": MODEL, "input": user}
         if case["tools"]:
@@ -139,6 +145,8 @@ def body_for(api, case):
 
 
 def applies(api, case):
+    if case.get("prefix") and api != "chat":
+        return False  # only Chat Completions can continue an assistant message
     if api == "responses" and case["stop"]:
         return False  # the Responses API has no stop strings
     fmt = case.get("format")

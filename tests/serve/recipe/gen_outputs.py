@@ -275,6 +275,22 @@ def cases():
     add_json("json_schema_prose_around", "Here:\n```json\n" + obj + "\n```\nBye.", fmt="json_schema")
     add_json("json_schema_stop_outside", "Stop. " + obj, fmt="json_schema", stop=["Stop"])
     add_json("regex_prose_around_json", "Here:\n```json\n[1]\n```", fmt="regex")
+    # Continuations (Chat Completions `prefix: true` on a final assistant message; the other APIs
+    # have none): in thinking mode the parser resumes inside the answer once the message has one,
+    # else inside its reasoning; either keeps the newlines that begin the completion.
+    def add_prefix(name, completion, content, reasoning=None, **kw):
+        add(name, completion + EOS, **kw)
+        out[-1]["prefix"] = {"content": content, "reasoning": reasoning}
+
+    add_prefix("prefix_answer", "\n\n more of the answer", "Once upon", thinking=True)
+    add_prefix("prefix_answer_after_reasoning", " a time.</think> and", "Once upon", "r", thinking=True)
+    add_prefix("prefix_reasoning", "\nmore thought.\n\n</think>\n\nThe answer.", "", "I think", thinking=True)
+    add_prefix("prefix_empty", "\n\nfresh thought</think>\n\nanswer", "", thinking=True)
+    add_prefix("prefix_chat_mode", "\n\n continued", "Once upon")
+    add_prefix("prefix_answer_stop", " then STOP here", "Once", thinking=True, stop=["STOP"])
+    add_prefix("prefix_answer_cut", " a very long continuation", "Once", thinking=True, max_tokens=5)
+    add_prefix("prefix_reasoning_cut", " still thinking and thinking</think>x", "", "Hmm", thinking=True,
+               max_tokens=6)
     return out
 
 
