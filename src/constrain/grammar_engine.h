@@ -80,8 +80,10 @@ class GrammarConstraint final : public runtime::TokenConstraint {
   // Budget-aware closing (runtime::TokenConstraint): within the last kMaxClosingTokens of the
   // budget, a token is approved when a closing path of at most `tokens_left_after` tokens follows
   // it. A closing path is found by a greedy search over the single-byte tokens and the DSML marker
-  // (text the grammar forces taken whole, steps that close a rule first, no grammar state visited
-  // twice), so it bounds the shortest completion from above. A token that fails gets the mask of the
+  // (text the grammar forces taken whole, in the longest ASCII tokens that spell it, steps that
+  // close a rule first, no grammar state visited twice), so it bounds the shortest completion from
+  // above. Once a search from the output's state runs past kMaxClosingTokens, closing is off for
+  // the request (nothing could close it; the search would cost every token). A token that fails gets the mask of the
   // single-byte tokens (and the marker, and the end of sentence once complete) that pass; under a
   // `</think>` gate, `</think>` itself once the reasoning would leave the answer no room.
   const uint32_t* mask_to_finish_within(int32_t token, int tokens_left_after) override;
