@@ -24,13 +24,17 @@ namespace {
 
 // Masks the logits of the tokens `mask` (TokenConstraint::next_token_mask) does not allow: they get
 // -inf, so neither argmax nor the exponential race can pick them. Whole words of allowed tokens
-// are skipped and whole words of refused ones filled at once.
-void apply_token_mask(const uint32_t* mask, float* logits, size_t n) {
+// are skipped and whole words of refused ones filled at once. Returns whether any of the first `n`
+// tokens is allowed.
+bool apply_token_mask(const uint32_t* mask, float* logits, size_t n) {
   constexpr float kMasked = -std::numeric_limits<float>::infinity();
+  bool any = false;
   for (size_t word = 0; word * 32 < n; ++word) {
     const uint32_t bits = mask[word];
-    if (bits == 0xFFFFFFFFu) continue;
     const size_t end = std::min(n, word * 32 + 32);
+    const uint32_t in_range = end - word * 32 == 32 ? 0xFFFFFFFFu : (1u << (end - word * 32)) - 1u;
+    any = any || (bits & in_range) != 0;
+    if (bits == 0xFFFFFFFFu) continue;
     if (bits == 0) {  // most words of a narrow mask: a plain fill
       std::fill(logits + word * 32, logits + end, kMasked);
       continue;
@@ -38,6 +42,7 @@ void apply_token_mask(const uint32_t* mask, float* logits, size_t n) {
     for (size_t i = word * 32; i < end; ++i)
       if (!((bits >> (i - word * 32)) & 1u)) logits[i] = kMasked;
   }
+  return any;
 }
 
 // One request as the scheduler sees it. Owned by the caller's stack frame in generate(); the
@@ -341,8 +346,16 @@ class LocalEngine final : public Engine {
       return false;
     }
     Timer constraint_timer;
-    if (req.constraint)
-      if (const uint32_t* mask = j->mask_slot->mask) apply_token_mask(mask, row, model_->sampleable_vocab());
+    if (req.constraint && j->mask_slot->mask &&
+        !apply_token_mask(j->mask_slot->mask, row, model_->sampleable_vocab())) {
+      // A grammar with no way on (a pattern such as `[^\s\S]`, or a dead end after some output):
+      // the client's constraint cannot be met, which is its error, not the server's.
+      finish(j, FinishReason::kError,
+             invalid_argument("the output constraint allows no token after " +
+                              std::to_string(j->result.output_ids.size()) +
+                              " output tokens: its schema or pattern cannot be completed"));
+      return false;
+    }
     double constraint_seconds = req.constraint ? constraint_timer.seconds() : 0.0;
     int32_t next = ops::sample_token(row, model_->sampleable_vocab(), req.sampling.temperature, *j->rng);
     bool resampled = false;

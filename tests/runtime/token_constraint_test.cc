@@ -88,6 +88,43 @@ TEST(TokenConstraint, RejectedTokenEndsTheRequestWithAnError) {
 }
 
 
+// Allows `allowed` tokens one by one, then none: a grammar that reaches a dead end (a pattern such
+// as `a[^\s\S]`). The request must end with the client's error (InvalidArgument, a 400 in the
+// server) after exactly those tokens, not with the engine sampling a forbidden token.
+class DeadEndConstraint final : public TokenConstraint {
+ public:
+  DeadEndConstraint(int allowed, int vocab) : allowed_(allowed), mask_((vocab + 31) / 32) {}
+  const uint32_t* next_token_mask() override {
+    std::fill(mask_.begin(), mask_.end(), 0u);
+    if (accepted < allowed_) mask_[0] = 1u << 7;  // token 7 only
+    return mask_.data();
+  }
+  bool accept_token(int32_t token) override {
+    ++accepted;
+    return token == 7 && accepted <= allowed_;
+  }
+  int accepted = 0;
+
+ private:
+  int allowed_;
+  std::vector<uint32_t> mask_;
+};
+
+TEST(TokenConstraint, AMaskThatAllowsNothingEndsTheRequestAsTheClientsError) {
+  auto engine = make_engine(model::testing::tiny_checkpoint(2), EngineOptions{});
+  ASSERT_TRUE(engine.ok());
+  for (int allowed : {0, 2}) {
+    auto constraint = std::make_shared<DeadEndConstraint>(allowed, (*engine)->info().vocab_size);
+    auto out = (*engine)->generate(constrained_request(constraint, 3, 8));
+    ASSERT_FALSE(out.ok()) << "a dead end cannot produce output";
+    EXPECT_EQ(out.status().code(), StatusCode::kInvalidArgument) << out.status().to_string();
+    EXPECT_NE(out.status().message().find("after " + std::to_string(allowed) + " output tokens"), std::string::npos)
+        << out.status().message();
+    EXPECT_EQ(constraint->accepted, allowed) << "no token was sampled past the dead end";
+  }
+}
+
+
 // Leaves sampling free (no mask) but, once fewer than `closing` tokens would be left after the
 // sampled one, narrows to `closer`: the engine must then sample again from that mask. Records the
 // budgets it was asked about.

@@ -156,6 +156,10 @@ def case_schema_keywords(server):
                              ("false", {"type": "object", "properties": {"a": False}, "required": ["a"]})):
             status, data = post(server, "/v1/chat/completions", schema_chat(schema))
             expect_4xx(f"unsatisfiable schema {name}", status, data)
+        for regex in (r"[^\s\S]", r"a[^\s\S]"):  # no output at all / a dead end after one character
+            body = chat(response_format={"type": "regex", "regex": regex}, thinking={"type": "disabled"})
+            status, data = post(server, "/v1/chat/completions", body)
+            expect_4xx(f"unsatisfiable regex {regex}", status, data)
 
 
 def case_json_bodies(server):
