@@ -15,7 +15,7 @@ set(CEDAR_DEPS_CACHE "${PROJECT_SOURCE_DIR}/third_party" CACHE PATH
 set(_xg_tarball "${CEDAR_DEPS_CACHE}/xgrammar-${CEDAR_XGRAMMAR_VERSION}.tar.gz")
 set(_xg_root "${CEDAR_DEPS_CACHE}/xgrammar-${CEDAR_XGRAMMAR_VERSION}")
 # The stamp names the local fixes too (below), so a tree unpacked before a fix is unpacked again.
-set(_xg_stamp "${_xg_root}/.cedar-unpacked-${CEDAR_XGRAMMAR_SHA256}-fix1")
+set(_xg_stamp "${_xg_root}/.cedar-unpacked-${CEDAR_XGRAMMAR_SHA256}-fix1-fix2")
 
 if(NOT EXISTS "${_xg_stamp}")
   file(MAKE_DIRECTORY "${CEDAR_DEPS_CACHE}")
@@ -65,6 +65,136 @@ if(NOT EXISTS "${_xg_stamp}")
     message(FATAL_ERROR "xgrammar: the bounded-string character class to fix was not found in ${_xg_conv}")
   endif()
   string(REPLACE "${_xg_from}" "${_xg_to}" _xg_text "${_xg_text}")
+  # Local fix 2: with JSONSchemaFormat.excludes (cedar's DSML tool calls keep "</｜DSML｜" out of
+  # values) 0.2.9 drops minLength/maxLength, in the raw XML-style parameter values and in the JSON
+  # strings nested in them: it keeps the exclusions, which a counted repetition of one character
+  # class cannot express. Every exclude holds a non-ASCII codepoint ("｜"), and a string without
+  # those codepoints holds no exclude: the bounded string becomes a counted repetition of a class
+  # without them (so a length-bounded tool string cannot contain "｜"). Excludes without such a
+  # codepoint keep 0.2.9's behaviour (lengths dropped, with its warning). Checked by
+  # tests/constrain's DsmlToolStringLengths and tests/serve/constrained/sample_test.py.
+  macro(_cedar_xg_replace from_var to_var)
+    string(FIND "${_xg_text}" "${${from_var}}" _xg_at)
+    if(_xg_at EQUAL -1)
+      message(FATAL_ERROR "xgrammar: the text of local fix 2 was not found in ${_xg_conv}:\n${${from_var}}")
+    endif()
+    string(REPLACE "${${from_var}}" "${${to_var}}" _xg_text "${_xg_text}")
+  endmacro()
+  set(_xg_from [=[#include "support/logging.h"
+]=])
+  set(_xg_to [=[#include "support/logging.h"
+#include "support/encoding.h"
+]=])
+  _cedar_xg_replace(_xg_from _xg_to)
+  set(_xg_from [=[int32_t JSONSchemaConverter::GenerateString(const StringSpec& spec, const std::string& rule_name) {
+]=])
+  set(_xg_to [=[// cedar local fix 2: the codepoints a length-bounded string leaves out so that it holds none of
+// `excludes`: their non-ASCII codepoints; std::nullopt when an exclude has none.
+static std::optional<std::vector<GrammarBuilder::CharacterClassElement>> CedarBoundedStringExclusions(
+    const std::vector<std::string>& excludes
+) {
+  std::vector<GrammarBuilder::CharacterClassElement> left_out;
+  for (const auto& excluded : excludes) {
+    bool covered = false;
+    for (TCodepoint codepoint : ParseUTF8(excluded.c_str())) {
+      if (codepoint < 0x80) continue;
+      left_out.push_back({codepoint, codepoint});
+      covered = true;
+    }
+    if (!covered) return std::nullopt;
+  }
+  return left_out;
+}
+
+int32_t JSONSchemaConverter::GenerateString(const StringSpec& spec, const std::string& rule_name) {
+]=])
+  _cedar_xg_replace(_xg_from _xg_to)
+  set(_xg_from [=[    if (!excludes_.empty()) {
+      WarnDroppedLengthConstraints(spec, rule_name);
+    } else {
+      int32_t character =
+          builder_.AddCharacterClass({{0, 0x1f}, {'"', '"'}, {'\\', '\\'}}, true);
+]=])
+  set(_xg_to [=[    auto left_out = CedarBoundedStringExclusions(excludes_);
+    if (!left_out.has_value()) {
+      WarnDroppedLengthConstraints(spec, rule_name);
+    } else {
+      left_out->insert(left_out->end(), {{0, 0x1f}, {'"', '"'}, {'\\', '\\'}});
+      int32_t character = builder_.AddCharacterClass(*left_out, true);
+]=])
+  _cedar_xg_replace(_xg_from _xg_to)
+  set(_xg_from [=[    if (bounded) {
+      WarnDroppedLengthConstraints(spec, rule_name);
+    }
+    return RuleRef(kXMLString);
+]=])
+  set(_xg_to [=[    if (bounded) {
+      auto string_excludes = excludes_;
+      string_excludes.push_back(xml_wrapper_.parameter_suffix);
+      auto left_out = CedarBoundedStringExclusions(string_excludes);
+      if (left_out.has_value()) {
+        int32_t character = builder_.AddCharacterClass(*left_out, true);
+        return Repeat(rule_name + "_characters", character, spec.min_length, spec.max_length);
+      }
+      WarnDroppedLengthConstraints(spec, rule_name);
+    }
+    return RuleRef(kXMLString);
+]=])
+  _cedar_xg_replace(_xg_from _xg_to)
+  file(WRITE "${_xg_conv}" "${_xg_text}")
+  # Fix 2, part two: the mask cost. xgrammar's fast path for counted repetitions of a character
+  # class (compiled_grammar.cc, FindCountedRepetitionBodies) took neither a repetition that ends
+  # its rule (the raw value's rule) nor one followed by a byte of its class (the '<' of the
+  # closing marker): the matcher then replayed every token at every step, ~4.6 ms of mask per
+  # token for a maxLength 200 value. The raw value's repetition now goes inline before the marker
+  # (deepseek.cc), and a follow byte inside the class leaves only the tokens holding it, at a
+  # codepoint's start, to the replay (146 us per token; docs/SERVER.md, "Constraint limits").
+  set(_xg_conv "${_xg_root}/cpp/converter_ext/deepseek.cc")
+  file(READ "${_xg_conv}" _xg_text)
+  set(_xg_from [=[  auto wrap = [&](int32_t value_expr, bool is_string) {
+]=])
+  set(_xg_to [=[  auto wrap = [&](int32_t value_expr, bool is_string) {
+    // cedar local fix 2: a length-bounded raw string's counted repetition goes inline, right
+    // before the closing marker, so that xgrammar's counted-repetition fast path takes it.
+    if (is_string) {
+      const auto ref = builder_.GetGrammarExpr(value_expr);
+      if (ref.type == GrammarBuilder::GrammarExprType::kRuleRef) {
+        const int32_t body = builder_.GetRule(ref[0]).body_expr_id;
+        if (builder_.GetGrammarExpr(body).type == GrammarBuilder::GrammarExprType::kRepeat) value_expr = body;
+      }
+    }
+]=])
+  _cedar_xg_replace(_xg_from _xg_to)
+  file(WRITE "${_xg_conv}" "${_xg_text}")
+  set(_xg_conv "${_xg_root}/cpp/compiled_grammar.cc")
+  file(READ "${_xg_conv}" _xg_text)
+  set(_xg_from [=[  int32_t max_upper = 0;
+};
+]=])
+  set(_xg_to [=[  int32_t max_upper = 0;
+  // cedar local fix 2: follow bytes that also start a codepoint of the class.
+  ByteSet overlap;
+};
+]=])
+  _cedar_xg_replace(_xg_from _xg_to)
+  set(_xg_from [=[        if ((bytes & *first_bytes[body_rule_id]).any()) {
+          disqualified[body_rule_id] = true;
+        }
+]=])
+  set(_xg_to [=[        // cedar local fix 2: such bytes leave the tokens holding them to the matcher's replay
+        // (ClassifyRepetitionToken) instead of disqualifying the repetition.
+        follow_bytes[body_rule_id].overlap |= bytes & *first_bytes[body_rule_id];
+]=])
+  _cedar_xg_replace(_xg_from _xg_to)
+  set(_xg_from [=[    const int next_state = NextStateOnByte(fsm.GetFsm(), state, byte);
+]=])
+  set(_xg_to [=[    if (state == fsm.GetStart() && follow_bytes.overlap[byte]) {
+      // cedar local fix 2: the repetition could end before this byte as well as take it.
+      return {RepetitionTokenClass::kUndecided};
+    }
+    const int next_state = NextStateOnByte(fsm.GetFsm(), state, byte);
+]=])
+  _cedar_xg_replace(_xg_from _xg_to)
   file(WRITE "${_xg_conv}" "${_xg_text}")
   file(TOUCH "${_xg_stamp}")
 endif()

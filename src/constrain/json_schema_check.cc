@@ -5,9 +5,9 @@
 //     dropped. So keywords beside `$ref` / `anyOf` / `oneOf` / `allOf` are refused here, and beside
 //     `const` / `enum` only `type` is kept (checked against the values).
 //   - Strings: `pattern`, the builtin `format`s (kBuiltinFormats), `minLength`, `maxLength`; lengths
-//     are dropped beside a pattern or a builtin format, and in tool parameters (the DSML grammar
-//     excludes the closing marker from strings, and then drops lengths: WarnDroppedLengthConstraints;
-//     accepted there all the same, see check_string).
+//     are dropped beside a pattern or a builtin format. (0.2.9 drops them in tool parameters too,
+//     where the DSML grammar excludes the closing marker from strings; cedar's local fix 2 in
+//     cmake/Xgrammar.cmake enforces them there.)
 //   - Integers: `minimum`, `maximum`, `exclusiveMinimum`, `exclusiveMaximum`; `multipleOf` only when
 //     an integer <= 1024 and either unbounded or bounded on both sides by a range of <= 10000.
 //     Numbers: the bounds; `multipleOf` dropped.
@@ -405,12 +405,10 @@ class SchemaChecker {
     }
     const bool builtin = builtin_formats().contains(format);
     if (pattern && builtin) return refuse_keyword(path, "format", "beside 'pattern', only one of them is enforced");
-    // In tool parameters the DSML grammar drops string lengths wherever they are (it keeps the
-    // closing marker out of values instead). They are accepted there all the same, as the one
-    // documented exception (docs/SERVER.md): agents' tool schemas carry them everywhere (Claude
-    // Code's `"minLength": 1`), and refusing would refuse those agents' every request.
+    // Tool parameters included: the DSML grammar enforces lengths of plain strings (local fix 2 in
+    // cmake/Xgrammar.cmake) and drops them beside a pattern or a format, as response formats do.
     const bool lengths = (s.contains("minLength") && s["minLength"] != 0) || s.contains("maxLength");
-    if (lengths && (pattern || builtin) && use_ == SchemaUse::kResponse)
+    if (lengths && (pattern || builtin))
       return refuse_keyword(path, s.contains("maxLength") ? "maxLength" : "minLength",
                             std::string("beside '") + (pattern ? "pattern" : "format") + "'; put the length into the pattern");
     CEDAR_RETURN_IF_ERROR(bound(path, s, "minLength", limits_.max_string_length_bound));

@@ -171,11 +171,18 @@ TEST(ConstraintLimits, UnenforcedKeywordsAreRefusedByNameAndPath) {
     EXPECT_NE(m.find(std::string("JSON Schema keyword ") + c.keyword + " is not enforced"), std::string::npos) << c.schema << "\n" << m;
     EXPECT_NE(m.find(c.path), std::string::npos) << c.schema << "\n" << m;
   }
-  // Tool parameters: the DSML grammar drops string lengths, but agents' schemas carry them (Claude
-  // Code's TodoWrite: "minLength": 1), so they are the documented exception; their bound still holds.
+  // Tool parameters: the DSML grammar enforces string lengths (GrammarEngine.DsmlToolStringLengths), so
+  // agents' schemas with them pass (Claude Code's TodoWrite: "minLength": 1), their bound checked; beside
+  // a pattern or a format lengths are dropped there too, and refused.
   EXPECT_EQ(tool_refusal(R"({"type": "object", "properties": {"todos": {"type": "array", "items": {"type": "object",
-      "properties": {"content": {"type": "string", "minLength": 1}, "s": {"type": "string", "pattern": "^a+$", "maxLength": 5}},
+      "properties": {"content": {"type": "string", "minLength": 1}, "s": {"type": "string", "maxLength": 5}},
       "required": ["content"], "additionalProperties": false}}}, "$schema": "http://json-schema.org/draft-07/schema#"})"), "");
+  EXPECT_NE(tool_refusal(R"({"type": "object", "properties": {"s": {"type": "string", "pattern": "^a+$", "maxLength": 5}}})")
+                .find("JSON Schema keyword 'maxLength' is not enforced"),
+            std::string::npos);
+  EXPECT_NE(tool_refusal(R"({"type": "object", "properties": {"d": {"type": "string", "format": "date", "minLength": 1}}})")
+                .find("JSON Schema keyword 'minLength' is not enforced"),
+            std::string::npos);
   EXPECT_NE(tool_refusal(R"({"type": "object", "properties": {"s": {"type": "string", "maxLength": 99999}}})").find("'maxLength' 99999"),
             std::string::npos);
   EXPECT_NE(schema_refusal(R"({"type": "string", "pattern": "^a+$", "maxLength": 5})").find("'maxLength'"), std::string::npos);

@@ -239,6 +239,55 @@ TEST(GrammarEngine, AutoToolCallAllowsTextThenOneCallsBlock) {
   EXPECT_FALSE(accepts(*start(ConstraintKind::kToolCall, kTools), "<｜DSML｜ calls>\n<｜DSML｜ invoke name=\"rm\">"));
 }
 
+// String lengths in tool parameters: the raw value of a string="true" parameter and a JSON string
+// nested in a string="false" one. xgrammar 0.2.9 dropped both bounds under the DSML grammar's
+// exclusion of "</｜DSML｜" (local fix 2 in cmake/Xgrammar.cmake). Lengths count code points.
+const std::string kBoundedTools =
+    R"([{"name":"tag","parameters":{"type":"object","properties":{)"
+    R"("code":{"type":"string","minLength":1,"maxLength":3},)"
+    R"("todos":{"type":"array","items":{"type":"object","properties":{"content":{"type":"string","minLength":1,"maxLength":3}},)"
+    R"("required":["content"],"additionalProperties":false}},)"
+    R"("id":{"type":"string","pattern":"^[a-z]{2}[0-9]$"},"day":{"type":"string","format":"date"}},)"
+    R"("required":["code"],"additionalProperties":false}}])";
+
+std::string tag_call(const std::string& parameters) {
+  return "<｜DSML｜ invoke name=\"tag\">\n" + parameters + "</｜DSML｜ invoke>\n</｜DSML｜ calls>";
+}
+std::string raw_parameter(const std::string& name, const std::string& value) {
+  return "<｜DSML｜ parameter name=\"" + name + "\" string=\"true\">" + value + "</｜DSML｜ parameter>\n";
+}
+bool tag_call_accepted(const std::string& parameters) {
+  auto c = start(ConstraintKind::kToolCallRequired, kBoundedTools);
+  return accepts(*c, tag_call(parameters)) && c->accept_token(eos()) && c->terminated();
+}
+
+TEST(GrammarEngine, DsmlToolStringLengths) {
+  for (const std::string value : {"a", "ab", "abc", "x y", "é", "ééé", "<", "</a", "a\nb"})
+    EXPECT_TRUE(tag_call_accepted(raw_parameter("code", value))) << value;
+  for (const std::string value : {"", "abcd", "éééé", "abc ", " abc", "a\nbc"})
+    EXPECT_FALSE(tag_call_accepted(raw_parameter("code", value))) << value;
+  const auto todos = [](const std::string& content) {
+    return raw_parameter("code", "a") +
+           "<｜DSML｜ parameter name=\"todos\" string=\"false\">[{\"content\": \"" + content +
+           "\"}]</｜DSML｜ parameter>\n";
+  };
+  for (const std::string value : {"a", "abc", "é<é"}) EXPECT_TRUE(tag_call_accepted(todos(value))) << value;
+  for (const std::string value : {"", "abcd"}) EXPECT_FALSE(tag_call_accepted(todos(value))) << value;
+  // The trade-off of the fix: a length-bounded string leaves out "｜", the exclusion's non-ASCII
+  // character, so it can never hold the closing marker; an unbounded one still can hold "｜".
+  EXPECT_FALSE(tag_call_accepted(raw_parameter("code", "a｜")));
+}
+
+TEST(GrammarEngine, DsmlToolStringPatternsAndFormats) {
+  const std::string code = raw_parameter("code", "a");
+  EXPECT_TRUE(tag_call_accepted(code + raw_parameter("id", "ab1")));
+  for (const std::string value : {"Ab1", "ab", "ab12", "abc"})
+    EXPECT_FALSE(tag_call_accepted(code + raw_parameter("id", value))) << value;
+  EXPECT_TRUE(tag_call_accepted(code + raw_parameter("day", "2026-12-07")));
+  for (const std::string value : {"2026-13-07", "07.12.2026", "soon"})
+    EXPECT_FALSE(tag_call_accepted(code + raw_parameter("day", value))) << value;
+}
+
 // Budget-aware closing (GrammarConstraint::mask_to_finish_within). Lengths are counted in the
 // single-byte tokens a closing path is made of.
 TEST(GrammarEngine, ClosingNarrowsToTheTokensAfterWhichTheOutputStillFits) {

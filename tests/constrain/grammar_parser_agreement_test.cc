@@ -65,6 +65,13 @@ const char* kTools = R"([
     "filters": {"type": "array", "items": {"type": "string", "enum": ["en", "fr"]}, "maxItems": 2}},
     "required": ["topic"]}}])";
 
+// One tool whose raw string value is length-bounded (xgrammar local fix 2, cmake/Xgrammar.cmake).
+const char* kBoundedTools = R"([
+ {"name": "search_docs", "parameters": {"type": "object", "properties": {
+    "query": {"type": "string", "minLength": 1, "maxLength": 5},
+    "limit": {"type": "integer", "minimum": 1, "maximum": 50}},
+    "required": ["query"]}}])";
+
 struct Walk {
   std::string text;          // the decoded output
   bool ended = false;        // the grammar took the end-of-sentence token
@@ -107,10 +114,10 @@ tokenizer::ChunkKind kind_of(int32_t id) {
 }
 
 // One walk of at most `max_steps` tokens, parsed as the server's output assembler parses it.
-Walk walk(ConstraintKind kind, uint32_t seed, int max_steps) {
+Walk walk(ConstraintKind kind, uint32_t seed, int max_steps, const char* tools = kTools) {
   ConstraintSpec spec;
   spec.kind = kind;
-  spec.text = kTools;
+  spec.text = tools;
   auto started = engine().start(spec);
   if (!started.ok()) throw std::runtime_error(started.status().to_string());
   GrammarConstraint& c = **started;
@@ -167,11 +174,11 @@ Walk walk(ConstraintKind kind, uint32_t seed, int max_steps) {
 
 std::string escaped(const std::string& s) { return nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
 
-void check_walks(ConstraintKind kind, int walks, int min_calls) {
-  const auto tools = nlohmann::json::parse(kTools);
-  int ended = 0, calls = 0;
+void check_walks(ConstraintKind kind, int walks, int min_calls, const char* tools_text = kTools) {
+  const auto tools = nlohmann::json::parse(tools_text);
+  int ended = 0, calls = 0, queries = 0;
   for (int i = 0; i < walks; ++i) {
-    const Walk w = walk(kind, 1000u + static_cast<uint32_t>(i), 400);
+    const Walk w = walk(kind, 1000u + static_cast<uint32_t>(i), 400, tools_text);
     if (!w.ended) continue;  // a walk the step bound cut: its text is unfinished by nature
     ++ended;
     ASSERT_EQ(disagreement(w.text, w.content, w.calls), "") << "walk " << i << " wrote " << escaped(w.text);
@@ -184,17 +191,31 @@ void check_walks(ConstraintKind kind, int walks, int min_calls) {
       EXPECT_TRUE(declared) << call.name;
       const auto args = nlohmann::json::parse(call.arguments, nullptr, false);
       EXPECT_TRUE(args.is_object()) << "walk " << i << ": " << call.arguments << " from " << escaped(w.text);
+      // A raw value under a length bound (xgrammar local fix 2, cmake/Xgrammar.cmake): counted in
+      // code points, as JSON Schema counts.
+      if (args.is_object() && args.contains("query") && args["query"].is_string()) {
+        ++queries;
+        size_t length = 0;
+        for (unsigned char ch : args["query"].get<std::string>()) length += (ch & 0xC0) != 0x80;
+        EXPECT_GE(length, 1u) << "walk " << i << ": " << call.arguments;
+        EXPECT_LE(length, 5u) << "walk " << i << ": " << call.arguments;
+      }
     }
     EXPECT_FALSE(w.calls.empty()) << escaped(w.text);  // required, or a block the walk opened
   }
   // The walks must have exercised the grammar: most end, and they make calls.
   EXPECT_GE(ended, walks / 2);
   EXPECT_GE(calls, min_calls);
+  if (tools_text == kBoundedTools) EXPECT_GE(queries, min_calls) << "every call holds the bounded query";
 }
 
 TEST(GrammarParserAgreement, RequiredToolCallsParse) { check_walks(ConstraintKind::kToolCallRequired, 150, 150); }
 
 TEST(GrammarParserAgreement, AutoToolCallsParse) { check_walks(ConstraintKind::kToolCall, 150, 150); }
+
+TEST(GrammarParserAgreement, LengthBoundedRawStringsParse) {
+  check_walks(ConstraintKind::kToolCallRequired, 100, 100, kBoundedTools);
+}
 
 // Free text beside auto tool calls: read by spelling, "<｜DSML｜" in content opens the tool calls
 // wherever it stands, so the grammar must refuse the marker anywhere but in the calls block it

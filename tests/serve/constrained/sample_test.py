@@ -14,6 +14,7 @@ at temperature 1 with its own seed, through all three APIs:
   tool_required     Responses, tool_choice "required" over two tools      -> tool name declared,
                     arguments valid against that tool's schema (jsonschema)
   named_tool        Anthropic Messages, tool_choice {type: tool, name}    -> that tool, valid input
+                    (its schema has string lengths, raw and nested in an array of objects)
   tool_auto         Chat Completions, tools with tool_choice auto         -> any call made is valid
   keywords          Chat Completions, a loose json_schema using every keyword cedar enforces (pattern,
                     format, lengths, multipleOf, prefixItems, a disjoint oneOf, anyOf, $ref recursion,
@@ -84,12 +85,18 @@ WEATHER = {"type": "object",
                           "days": {"type": "integer", "minimum": 1, "maximum": 14},
                           "metric": {"type": "boolean"}},
            "required": ["city", "days"]}
+# String lengths in tool parameters (a raw DSML value and a JSON string nested in one), which
+# xgrammar 0.2.9 dropped there (local fix 2 in cmake/Xgrammar.cmake).
 SEARCH = {"type": "object",
           "properties": {"topic": {"type": "string", "enum": ["news", "docs"]},
+                         "query": {"type": "string", "minLength": 2, "maxLength": 6},
                          "limit": {"type": "integer", "minimum": 1, "maximum": 50},
                          "filters": {"type": "array", "items": {"type": "string", "enum": ["en", "fr"]},
-                                     "maxItems": 2}},
-          "required": ["topic"]}
+                                     "maxItems": 2},
+                         "notes": {"type": "array", "maxItems": 2, "items": {
+                             "type": "object", "properties": {"text": {"type": "string", "minLength": 1, "maxLength": 4}},
+                             "required": ["text"], "additionalProperties": False}}},
+          "required": ["topic", "query"]}
 TOOLS = {"get_weather": WEATHER, "search_docs": SEARCH}
 CHAT_TOOLS = [{"type": "function", "function": {"name": n, "description": "a tool", "parameters": s}}
               for n, s in TOOLS.items()]
