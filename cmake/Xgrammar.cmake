@@ -15,7 +15,7 @@ set(CEDAR_DEPS_CACHE "${PROJECT_SOURCE_DIR}/third_party" CACHE PATH
 set(_xg_tarball "${CEDAR_DEPS_CACHE}/xgrammar-${CEDAR_XGRAMMAR_VERSION}.tar.gz")
 set(_xg_root "${CEDAR_DEPS_CACHE}/xgrammar-${CEDAR_XGRAMMAR_VERSION}")
 # The stamp names the local fixes too (below), so a tree unpacked before a fix is unpacked again.
-set(_xg_stamp "${_xg_root}/.cedar-unpacked-${CEDAR_XGRAMMAR_SHA256}-fix1-fix2")
+set(_xg_stamp "${_xg_root}/.cedar-unpacked-${CEDAR_XGRAMMAR_SHA256}-fix1-fix2-fix3")
 
 if(NOT EXISTS "${_xg_stamp}")
   file(MAKE_DIRECTORY "${CEDAR_DEPS_CACHE}")
@@ -76,7 +76,7 @@ if(NOT EXISTS "${_xg_stamp}")
   macro(_cedar_xg_replace from_var to_var)
     string(FIND "${_xg_text}" "${${from_var}}" _xg_at)
     if(_xg_at EQUAL -1)
-      message(FATAL_ERROR "xgrammar: the text of local fix 2 was not found in ${_xg_conv}:\n${${from_var}}")
+      message(FATAL_ERROR "xgrammar: the text of a local fix was not found in ${_xg_conv}:\n${${from_var}}")
     endif()
     string(REPLACE "${${from_var}}" "${${to_var}}" _xg_text "${_xg_text}")
   endmacro()
@@ -194,6 +194,18 @@ int32_t JSONSchemaConverter::GenerateString(const StringSpec& spec, const std::s
     }
     const int next_state = NextStateOnByte(fsm.GetFsm(), state, byte);
 ]=])
+  _cedar_xg_replace(_xg_from _xg_to)
+  file(WRITE "${_xg_conv}" "${_xg_text}")
+  # Local fix 3: the `date` and `date-time` formats took any day 01-31 in any month and the year
+  # 0000 (2023-02-29, 2023-04-31), which RFC 3339's full-date does not (the day must exist in its
+  # month; JSON Schema validators check it). The date now follows the calendar: 30-day months,
+  # February with 29 days only in leap years (divisible by 4, centuries only by 400), years
+  # 0001-9999. Found by tests/serve/constrained/sample_test.py (jsonschema's format checker);
+  # checked by tests/constrain's DateFormatsFollowTheCalendar.
+  set(_xg_conv "${_xg_root}/cpp/json_schema_converter.cc")
+  file(READ "${_xg_conv}" _xg_text)
+  set(_xg_from [=[(\\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[1-2]\\d|3[01]))]=])
+  set(_xg_to [=[((\\d{3}[1-9]|\\d{2}[1-9]\\d|\\d[1-9]\\d{2}|[1-9]\\d{3})-((0[13578]|1[02])-(0[1-9]|[12]\\d|3[01])|(0[469]|11)-(0[1-9]|[12]\\d|30)|02-(0[1-9]|1\\d|2[0-8]))|(\\d\\d(0[48]|[2468][048]|[13579][26])|([13579][26]|[2468][048]|0[48])00)-02-29)]=])
   _cedar_xg_replace(_xg_from _xg_to)
   file(WRITE "${_xg_conv}" "${_xg_text}")
   file(TOUCH "${_xg_stamp}")

@@ -31,12 +31,6 @@
 #include "runtime/engine.h"
 #include "tokenizer/tokenizer.h"
 
-namespace xgrammar {
-class CompiledGrammar;
-class GrammarCompiler;
-class TokenizerInfo;
-}  // namespace xgrammar
-
 namespace cedar::constrain {
 
 // The kinds of deepseek-recipe's OutputConstraint.

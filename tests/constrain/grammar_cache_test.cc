@@ -16,20 +16,13 @@
 #include "constrain/compile_cache.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_files.h"
+#include "constrain_test_util.h"
 
 namespace cedar::constrain {
 namespace {
 
-const tokenizer::Tokenizer& tok() {
-  static const std::unique_ptr<tokenizer::Tokenizer> t = [] {
-    auto r = tokenizer::load_with_v41_markers(std::string(CEDAR_SOURCE_DIR) + "/data/tokenizers/deepseek-v4");
-    if (!r.ok()) throw std::runtime_error(r.status().to_string());
-    return std::move(*r);
-  }();
-  return *t;
-}
-
-constexpr int kVocab = 129280;
+using test_util::kVocab;
+using test_util::tok;
 
 std::unique_ptr<GrammarEngine> make(int vocab, GrammarEngineOptions options) {
   auto r = GrammarEngine::create(tok(), vocab, options);

@@ -16,30 +16,14 @@
 
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_files.h"
+#include "constrain_test_util.h"
 
 namespace cedar::constrain {
 namespace {
 
-const tokenizer::Tokenizer& tok() {
-  static const std::unique_ptr<tokenizer::Tokenizer> t = [] {
-    auto r = tokenizer::load_with_v41_markers(std::string(CEDAR_SOURCE_DIR) + "/data/tokenizers/deepseek-v4");
-    if (!r.ok()) throw std::runtime_error(r.status().to_string());
-    return std::move(*r);
-  }();
-  return *t;
-}
-
-// The model's logits are wider than the tokenizer's vocabulary (V4: 129,280 ids).
-constexpr int kVocab = 129280;
-
-GrammarEngine& engine() {
-  static const std::unique_ptr<GrammarEngine> e = [] {
-    auto r = GrammarEngine::create(tok(), kVocab);
-    if (!r.ok()) throw std::runtime_error(r.status().to_string());
-    return std::move(*r);
-  }();
-  return *e;
-}
+using test_util::kVocab;
+using test_util::tok;
+using test_util::engine;
 
 int32_t id_of(std::string_view token) {
   auto id = tok().token_to_id(token);
@@ -216,6 +200,27 @@ bool accepts(GrammarConstraint& c, std::string_view text) {
   for (int32_t id : *ids)
     if (!allowed(c.next_token_mask(), id) || !c.accept_token(id)) return false;
   return true;
+}
+
+// The `date` format follows the calendar (cmake/Xgrammar.cmake, local fix 3): a day exists in its
+// month, February 29 only in leap years, no year 0000. The expectations are the Gregorian rules
+// (as Python's datetime.date reads RFC 3339 full-dates), not the grammar's output.
+TEST(GrammarEngine, DateFormatsFollowTheCalendar) {
+  const std::string date = R"({"type":"string","format":"date"})";
+  const std::string date_time = R"({"type":"string","format":"date-time"})";
+  const auto ok = [&](const std::string& schema, const std::string& value) {
+    auto c = start(ConstraintKind::kJson, schema);
+    return accepts(*c, "\"" + value + "\"") && allowed(c->next_token_mask(), eos());
+  };
+  for (const char* valid : {"2024-02-29", "2000-02-29", "1600-02-29", "0004-02-29", "2023-02-28", "2023-04-30",
+                            "2023-12-31", "0001-01-01", "9999-12-31"})
+    EXPECT_TRUE(ok(date, valid)) << valid;
+  for (const char* invalid : {"2023-02-29", "1900-02-29", "2100-02-29", "2023-04-31", "2023-06-31", "2023-09-31",
+                              "2023-11-31", "2023-02-30", "0000-01-01", "2023-13-01", "2023-00-10", "2023-01-00"})
+    EXPECT_FALSE(ok(date, invalid)) << invalid;
+  EXPECT_TRUE(ok(date_time, "2024-02-29T23:59:59Z"));
+  EXPECT_FALSE(ok(date_time, "2023-02-29T23:59:59Z"));
+  EXPECT_FALSE(ok(date_time, "2023-09-31T00:00:00+01:00"));
 }
 
 TEST(GrammarEngine, RequiredToolCallRefusesUndeclaredToolsAndBadArguments) {

@@ -29,29 +29,14 @@
 #include "tokenizer/completion_parser.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_files.h"
+#include "constrain_test_util.h"
 
 namespace cedar::constrain {
 namespace {
 
-const tokenizer::Tokenizer& tok() {
-  static const std::unique_ptr<tokenizer::Tokenizer> t = [] {
-    auto r = tokenizer::load_with_v41_markers(std::string(CEDAR_SOURCE_DIR) + "/data/tokenizers/deepseek-v4");
-    if (!r.ok()) throw std::runtime_error(r.status().to_string());
-    return std::move(*r);
-  }();
-  return *t;
-}
-
-constexpr int kVocab = 129280;
-
-GrammarEngine& engine() {
-  static const std::unique_ptr<GrammarEngine> e = [] {
-    auto r = GrammarEngine::create(tok(), kVocab);
-    if (!r.ok()) throw std::runtime_error(r.status().to_string());
-    return std::move(*r);
-  }();
-  return *e;
-}
+using test_util::kVocab;
+using test_util::tok;
+using test_util::engine;
 
 // Two tools: enums, a bounded integer, a boolean, an array of enums, optional properties.
 const char* kTools = R"([
