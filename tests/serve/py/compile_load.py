@@ -29,7 +29,7 @@ import http.client
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from restart_test import Server  # noqa: E402  (the serve-process helper)
+from restart_test import Server, print_report, tiny_model  # noqa: E402  (the serve-process helper)
 
 USER = [{"role": "user", "content": "Answer briefly."}]
 
@@ -108,9 +108,7 @@ def main():
     ap.add_argument("--report")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
-    tiny = os.path.join(args.work, "tiny")
-    if not os.path.exists(os.path.join(tiny, "config.json")):
-        subprocess.run([args.cedar, "make-tiny", "--out", tiny, "--seed", "5"], check=True, stdout=subprocess.DEVNULL)
+    tiny = tiny_model(args.cedar, args.work, 5)
     server = Server(args.cedar, ["-m", tiny, "--parallel", "8", "--queue", "128"], os.path.join(args.work, "serve.log"))
     failures = []
     lines = []
@@ -173,11 +171,7 @@ def main():
         # A compilation past its deadline still runs on its thread (xgrammar cannot be interrupted),
         # and a clean shutdown waits for it.
         lines.append(f"shutdown took {time.monotonic() - t0:.2f} s")
-    for line in lines:
-        print(line)
-    if args.report:
-        with open(args.report, "w") as f:
-            f.write("\n".join(lines) + "\n")
+    print_report(lines, args.report)
     for f in failures:
         print("FAIL:", f)
     return 1 if failures else 0

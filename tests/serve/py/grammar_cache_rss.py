@@ -12,12 +12,11 @@ Exit 0 when every request got 200.
 import argparse
 import concurrent.futures
 import os
-import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from restart_test import Server  # noqa: E402
+from restart_test import Server, print_report, tiny_model  # noqa: E402
 from compile_load import post  # noqa: E402
 
 USER = [{"role": "user", "content": "Reply in JSON."}]
@@ -52,9 +51,7 @@ def main():
     ap.add_argument("--report")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
-    tiny = os.path.join(args.work, "tiny")
-    if not os.path.exists(os.path.join(tiny, "config.json")):
-        subprocess.run([args.cedar, "make-tiny", "--out", tiny, "--seed", "5"], check=True, stdout=subprocess.DEVNULL)
+    tiny = tiny_model(args.cedar, args.work, 5)
     server = Server(args.cedar, ["-m", tiny, "--grammar-cache", args.cache], os.path.join(args.work, "serve.log"))
     bad, lines = 0, []
     try:
@@ -75,11 +72,7 @@ def main():
                      f"{bad} requests not 200")
     finally:
         server.stop()
-    for line in lines:
-        print(line)
-    if args.report:
-        with open(args.report, "w") as f:
-            f.write("\n".join(lines) + "\n")
+    print_report(lines, args.report)
     return 1 if bad else 0
 
 

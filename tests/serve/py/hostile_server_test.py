@@ -17,13 +17,12 @@ import json
 import os
 import socket
 import statistics
-import subprocess
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from restart_test import Server  # noqa: E402
+from restart_test import Server, tiny_model  # noqa: E402
 
 FAILURES = []
 MODEL = "tiny"
@@ -291,9 +290,7 @@ def measure(server, work):
 def main():
     cedar, work = sys.argv[1], sys.argv[2]
     os.makedirs(work, exist_ok=True)
-    tiny = os.path.join(work, "tiny")
-    if not os.path.exists(os.path.join(tiny, "config.json")):
-        subprocess.run([cedar, "make-tiny", "--out", tiny, "--seed", "11"], check=True, stdout=subprocess.DEVNULL)
+    tiny = tiny_model(cedar, work, 11)
     server = Server(cedar, ["-m", tiny, "--parallel", "8"], os.path.join(work, "serve.log"))
     try:
         server.request("GET", "/health")

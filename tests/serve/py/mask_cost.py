@@ -13,7 +13,6 @@ import argparse
 import json
 import os
 import re
-import subprocess
 import sys
 import threading
 import time
@@ -21,7 +20,7 @@ import http.client
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from restart_test import Server  # noqa: E402
+from restart_test import Server, print_report, tiny_model  # noqa: E402
 from compile_load import post  # noqa: E402
 
 USER = [{"role": "user", "content": "Answer briefly."}]
@@ -47,9 +46,7 @@ def main():
     ap.add_argument("--report")
     args = ap.parse_args()
     os.makedirs(args.work, exist_ok=True)
-    tiny = os.path.join(args.work, "tiny")
-    if not os.path.exists(os.path.join(tiny, "config.json")):
-        subprocess.run([args.cedar, "make-tiny", "--out", tiny, "--seed", "5"], check=True, stdout=subprocess.DEVNULL)
+    tiny = tiny_model(args.cedar, args.work, 5)
     server = Server(args.cedar, ["-m", tiny, "--grammar-compile-timeout", "120"], os.path.join(args.work, "serve.log"))
     plain = {"model": "tiny", "messages": USER, "max_tokens": 32, "temperature": 0, "stop": []}
     lines, ok = [], True
@@ -79,11 +76,7 @@ def main():
                      f"parked steps {metric(port, 'cedar_constraint_parked_steps_total')}")
     finally:
         server.stop()
-    for line in lines:
-        print(line)
-    if args.report:
-        with open(args.report, "w") as f:
-            f.write("\n".join(lines) + "\n")
+    print_report(lines, args.report)
     return 0 if ok else 1
 
 

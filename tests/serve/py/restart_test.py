@@ -30,6 +30,23 @@ def check(name, ok, detail=""):
         FAILURES.append(name)
 
 
+def tiny_model(cedar, work, seed):
+    """A random tiny checkpoint in WORK/tiny (`cedar make-tiny`), made once; returns its folder."""
+    tiny = os.path.join(work, "tiny")
+    if not os.path.exists(os.path.join(tiny, "config.json")):
+        subprocess.run([cedar, "make-tiny", "--out", tiny, "--seed", str(seed)], check=True, stdout=subprocess.DEVNULL)
+    return tiny
+
+
+def print_report(lines, path):
+    """Prints the measured lines and, with a path, writes them there too."""
+    for line in lines:
+        print(line)
+    if path:
+        with open(path, "w") as f:
+            f.write("\n".join(lines) + "\n")
+
+
 class Server:
     def __init__(self, cedar, args, log_path):
         self.log_path = log_path
