@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <utility>
 #include <limits>
 #include <random>
@@ -15,29 +14,13 @@
 #include "ops/formats.h"
 #include "ops/indexer_tiles_x86.h"
 #include "ops/quant.h"
+#include "ops_test_util.h"
 #include "simd_targets.h"
 
 namespace cedar::ops {
 namespace {
 
-using testing::for_each_simd_target;
-
-uint32_t bits_of(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return u;
-}
-float bf16_ulp(double v) {
-  const double a = std::fabs(v);
-  if (a < 0x1p-126) return 0x1p-133f;
-  return static_cast<float>(std::exp2(std::floor(std::log2(a)) - 7));
-}
-std::vector<float> random_bf16(size_t n, std::mt19937& rng, float sd = 1.0f) {
-  std::normal_distribution<float> normal(0.0f, sd);
-  std::vector<float> v(n);
-  for (auto& x : v) x = round_bf16(normal(rng));
-  return v;
-}
+using namespace testing;  // the shared helpers of ops_test_util.h and simd_targets.h
 
 TEST(SparseAttn, HandWorkedSingleHead) {
   // q = e0, rows k0 = e0 and k1 = 0, scale 1, sink 0: scores 1 and 0, running max 1,

@@ -22,14 +22,13 @@
 #include "ops/formats.h"
 #include "ops/linear.h"
 #include "ops/linear_fast.h"
+#include "ops_test_util.h"
 #include "simd_targets.h"
 
 namespace cedar::ops {
 namespace {
 
-using testing::for_each_simd_target;
-
-constexpr double kU32 = 0x1p-24;  // fp32 unit roundoff
+using namespace testing;  // the shared helpers of ops_test_util.h and simd_targets.h
 
 // Weight-like rows: normal values times `scale`, as bf16 bits.
 std::vector<uint16_t> normal_bf16(size_t count, std::mt19937& rng, float scale) {

@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <random>
 #include <vector>
@@ -12,26 +11,21 @@
 #include "ops/dot_canonical.h"
 #include "ops/exact_math.h"
 #include "ops/linear.h"
+#include "ops_test_util.h"
 #include "simd_targets.h"
 
 namespace cedar::ops {
 namespace {
 
-using testing::for_each_simd_target;
-
-uint32_t bits_of(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return u;
-}
+using namespace testing;  // the shared helpers of ops_test_util.h and simd_targets.h
 
 // Deterministic arguments: a dense uniform sweep of [lo, hi] plus random floats in it.
 std::vector<float> sweep(float lo, float hi, size_t n, uint32_t seed) {
   std::vector<float> v;
   for (size_t i = 0; i <= n; ++i) v.push_back(lo + (hi - lo) * static_cast<float>(i) / static_cast<float>(n));
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(lo, hi);
-  for (size_t i = 0; i < n; ++i) v.push_back(u(rng));
+  Rng rng(seed);
+  const std::vector<float> drawn = random_uniform(n, rng, lo, hi);
+  v.insert(v.end(), drawn.begin(), drawn.end());
   return v;
 }
 

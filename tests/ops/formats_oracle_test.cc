@@ -2,7 +2,6 @@
 // ml_dtypes / numpy (an implementation of the formats independent of cedar's).
 #include <gtest/gtest.h>
 
-#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -10,15 +9,12 @@
 
 #include "ops/formats.h"
 #include "ops/quant.h"
+#include "ops_test_util.h"
 
 namespace cedar::ops {
 namespace {
 
-float from_bits(uint32_t u) {
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
+using namespace testing;  // the shared helpers of ops_test_util.h
 
 std::vector<uint32_t> read_hex_fields(std::istringstream& in) {
   std::vector<uint32_t> out;

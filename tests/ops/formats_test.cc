@@ -10,19 +10,12 @@
 #include <random>
 #include <vector>
 
+#include "ops_test_util.h"
+
 namespace cedar::ops {
 namespace {
 
-uint32_t bits_of(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return u;
-}
-float from_bits(uint32_t u) {
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
+using namespace testing;  // the shared helpers of ops_test_util.h
 
 // E4M3FN from the OCP spec, in double: (-1)^s * 2^(e-7) * (1 + m/8), subnormal 2^-6 * m/8.
 double e4m3_math(int code) {

@@ -2,7 +2,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -14,18 +13,13 @@
 #include "ops/hc.h"
 #include "ops/moe.h"
 #include "ops/sample.h"
+#include "ops_test_util.h"
 #include "simd_targets.h"
 
 namespace cedar::ops {
 namespace {
 
-using testing::for_each_simd_target;
-
-uint32_t bits_of(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return u;
-}
+using namespace testing;  // the shared helpers of ops_test_util.h and simd_targets.h
 
 // ---- mHC ----
 

@@ -29,12 +29,13 @@
 #include "ops/quant.h"
 #include "ops/simd_info.h"
 #include "ops/x86_features.h"
+#include "ops_test_util.h"
 #include "simd_targets.h"
 
 namespace cedar::ops {
 namespace {
 
-using testing::for_each_simd_target;
+using namespace testing;  // the shared helpers of ops_test_util.h and simd_targets.h
 
 // Every SIMD target, and on a CPU with AVX512-VBMI and AVX512-BF16 the AVX-512 targets twice: with the
 // FP8 GEMV of fp8_gemv_x86.h and without it (their Highway kernel), so both are tested. Likewise the
@@ -90,50 +91,6 @@ void for_each_kernel(Fn&& fn) {
       x86::set_gemm_amx_allowed(true);
     }
   });
-}
-
-constexpr double kU32 = 0x1p-24;   // fp32 unit roundoff
-constexpr double kUBf16 = 0x1p-8;  // bf16 unit roundoff
-
-std::vector<float> random_bf16(size_t n, std::mt19937& rng, float scale) {
-  std::normal_distribution<float> normal(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = round_bf16(normal(rng));
-  return v;
-}
-
-struct BlockWeights {
-  bool fp4 = false;
-  size_t n = 0, k = 0;
-  std::vector<uint8_t> data, scales;
-  Fp8Weight fp8() const { return {data.data(), scales.data(), n, k}; }
-  Fp4Weight fp4w() const { return {data.data(), scales.data(), n, k}; }
-  // The exact value of element (row, col), scale included.
-  double value(size_t row, size_t col) const {
-    const size_t kblocks = k / 32;
-    if (fp4) {
-      float v[2];
-      unpack_fp4_values(data.data() + row * (k / 2) + col / 2, 2, v);
-      return static_cast<double>(v[col % 2]) * e8m0_to_f32(scales[row * kblocks + col / 32]);
-    }
-    return static_cast<double>(e4m3_to_f32(data[row * k + col])) * e8m0_to_f32(scales[(row / 32) * kblocks + col / 32]);
-  }
-};
-
-BlockWeights random_block_weights(bool fp4, size_t n, size_t k, std::mt19937& rng) {
-  BlockWeights w;
-  w.fp4 = fp4;
-  w.n = n;
-  w.k = k;
-  std::uniform_int_distribution<int> byte(0, 255), sc(117, 130);
-  w.data.resize(fp4 ? n * k / 2 : n * k);
-  for (auto& b : w.data) {
-    do b = static_cast<uint8_t>(byte(rng));
-    while (!fp4 && (b & 0x7F) == 0x7F);  // no E4M3 NaN codes in real weights
-  }
-  w.scales.resize(fp4 ? n * (k / 32) : ((n + 31) / 32) * (k / 32));
-  for (auto& s : w.scales) s = static_cast<uint8_t>(sc(rng));
-  return w;
 }
 
 // FP8 weights as training leaves them: E4M3 codes of normal values, nearly all normal numbers (the

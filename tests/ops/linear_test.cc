@@ -8,63 +8,19 @@
 #include <cmath>
 #include <functional>
 #include <cstdint>
-#include <cstring>
 #include <random>
 #include <vector>
 
 #include "core/thread_pool.h"
 #include "ops/formats.h"
 #include "ops/quant.h"
+#include "ops_test_util.h"
 #include "simd_targets.h"
 
 namespace cedar::ops {
 namespace {
 
-using testing::for_each_simd_target;
-
-uint32_t bits_of(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return u;
-}
-
-std::vector<float> random_bf16(size_t n, std::mt19937& rng, float scale = 1.0f) {
-  std::normal_distribution<float> normal(0.0f, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = round_bf16(normal(rng));
-  return v;
-}
-
-struct Fp8Data {
-  std::vector<uint8_t> codes, scales;
-  Fp8Weight view(size_t n, size_t k) const { return {codes.data(), scales.data(), n, k}; }
-};
-Fp8Data random_fp8(size_t n, size_t k, std::mt19937& rng) {
-  Fp8Data d;
-  std::uniform_int_distribution<int> code(0, 255), sc(117, 130);
-  d.codes.resize(n * k);
-  for (auto& c : d.codes) {
-    do c = static_cast<uint8_t>(code(rng));
-    while ((c & 0x7F) == 0x7F);  // no NaN codes in real weights
-  }
-  d.scales.resize(((n + 31) / 32) * ((k + 31) / 32));
-  for (auto& s : d.scales) s = static_cast<uint8_t>(sc(rng));
-  return d;
-}
-
-struct Fp4Data {
-  std::vector<uint8_t> packed, scales;
-  Fp4Weight view(size_t n, size_t k) const { return {packed.data(), scales.data(), n, k}; }
-};
-Fp4Data random_fp4(size_t n, size_t k, std::mt19937& rng) {
-  Fp4Data d;
-  std::uniform_int_distribution<int> byte(0, 255), sc(117, 130);
-  d.packed.resize(n * k / 2);
-  for (auto& b : d.packed) b = static_cast<uint8_t>(byte(rng));
-  d.scales.resize(n * (k / 32));
-  for (auto& s : d.scales) s = static_cast<uint8_t>(sc(rng));
-  return d;
-}
+using namespace testing;  // the shared helpers of ops_test_util.h and simd_targets.h
 
 TEST(LinearFp8, HandWorked) {
   // x = 1 everywhere: act scale 2^ceil(log2(1/448)) = 2^-8, codes 256. Weights 0.5 (code 0x30) with
@@ -141,20 +97,20 @@ TEST(LinearRef, BlockGemmsFollowTheContractExactly) {
   for (size_t i = 0; i < x.size(); i += 7) x[i] = round_bf16(x[i] * 0x1p-12f);  // wide in-block spans
   std::vector<float> scratch(fp8_act_scratch_floats(m, k));
   const Fp8Activations a = quantize_activations(x.data(), m, k, scratch);
-  const Fp8Data w8 = random_fp8(n, k, rng);
-  const Fp4Data w4 = random_fp4(n, k, rng);
+  const BlockWeights w8 = random_fp8_weights(n, k, rng);
+  const BlockWeights w4 = random_fp4_weights(n, k, rng);
   std::vector<float> y8(m * n), y4(m * n);
-  ref::gemm_fp8(a, w8.view(n, k), y8.data());
-  ref::gemm_fp4(a, w4.view(n, k), y4.data());
+  ref::gemm_fp8(a, w8.fp8(), y8.data());
+  ref::gemm_fp4(a, w4.fp4w(), y4.data());
   for (size_t i = 0; i < m; ++i) {
     for (size_t j = 0; j < n; ++j) {
       const float want8 = contract_block_output(
-          a, i, k, 18, [&](size_t kk) { return e4m3_units(w8.codes[j * k + kk]); },
+          a, i, k, 18, [&](size_t kk) { return e4m3_units(w8.data[j * k + kk]); },
           [&](size_t kb) { return e8m0_to_f32(w8.scales[(j / 32) * (k / 32) + kb]); });
       const float want4 = contract_block_output(
           a, i, k, 10,
           [&](size_t kk) {
-            const uint8_t byte = w4.packed[j * (k / 2) + kk / 2];
+            const uint8_t byte = w4.data[j * (k / 2) + kk / 2];
             return e2m1_units((kk & 1) ? (byte >> 4) : (byte & 0xF));
           },
           [&](size_t kb) { return e8m0_to_f32(w4.scales[j * (k / 32) + kb]); });
@@ -201,20 +157,20 @@ TEST(LinearSimd, BlockGemmsBitIdenticalToReferenceOnEveryTarget) {
   std::mt19937 rng(3);
   for (const Shape& s : shapes) {
     auto x = random_bf16(s.m * s.k, rng, 4.0f);
-    const Fp8Data w8 = random_fp8(s.n, s.k, rng);
-    const Fp4Data w4 = random_fp4(s.n, s.k, rng);
+    const BlockWeights w8 = random_fp8_weights(s.n, s.k, rng);
+    const BlockWeights w4 = random_fp4_weights(s.n, s.k, rng);
     std::vector<float> scratch(fp8_act_scratch_floats(s.m, s.k));
     const Fp8Activations a = quantize_activations(x.data(), s.m, s.k, scratch);
     std::vector<float> want8(s.m * s.n), want4(s.m * s.n);
-    ref::gemm_fp8(a, w8.view(s.n, s.k), want8.data());
-    ref::gemm_fp4(a, w4.view(s.n, s.k), want4.data());
+    ref::gemm_fp8(a, w8.fp8(), want8.data());
+    ref::gemm_fp4(a, w4.fp4w(), want4.data());
     ThreadPool pool(3);
     for_each_simd_target([&] {
       for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
         std::vector<float> got8(s.m * s.n), got4(s.m * s.n);
         std::vector<float> scratch2(fp8_act_scratch_floats(s.m, s.k));
-        linear_fp8(x.data(), s.m, w8.view(s.n, s.k), got8.data(), scratch2, p);
-        linear_fp4(x.data(), s.m, w4.view(s.n, s.k), got4.data(), scratch2, p);
+        linear_fp8(x.data(), s.m, w8.fp8(), got8.data(), scratch2, p);
+        linear_fp4(x.data(), s.m, w4.fp4w(), got4.data(), scratch2, p);
         for (size_t i = 0; i < s.m * s.n; ++i) {
           ASSERT_EQ(bits_of(got8[i]), bits_of(want8[i]))
               << "fp8 m" << s.m << " n" << s.n << " k" << s.k << " @" << i;
@@ -237,16 +193,16 @@ TEST(LinearSimd, ExtremeCodesAndScalesStayExact) {
     const int p = pick(rng);
     v = p == 0 ? 0x1p-20f : (p == 1 ? -3.0e4f : (p == 2 ? 0.0f : round_bf16(0.37f)));
   }
-  Fp8Data w8 = random_fp8(n, k, rng);
-  for (size_t i = 0; i < w8.codes.size(); i += 3) w8.codes[i] = static_cast<uint8_t>(i % 8);  // subnormals
+  BlockWeights w8 = random_fp8_weights(n, k, rng);
+  for (size_t i = 0; i < w8.data.size(); i += 3) w8.data[i] = static_cast<uint8_t>(i % 8);  // subnormals
   for (size_t i = 0; i < w8.scales.size(); ++i) w8.scales[i] = static_cast<uint8_t>(i % 2 ? 87 : 167);
-  Fp4Data w4 = random_fp4(n, k, rng);
+  BlockWeights w4 = random_fp4_weights(n, k, rng);
   for (size_t i = 0; i < w4.scales.size(); ++i) w4.scales[i] = static_cast<uint8_t>(i % 2 ? 87 : 167);
   std::vector<float> scratch(fp8_act_scratch_floats(m, k));
   const Fp8Activations a = quantize_activations(x.data(), m, k, scratch);
   std::vector<float> want8(m * n), want4(m * n);
-  ref::gemm_fp8(a, w8.view(n, k), want8.data());
-  ref::gemm_fp4(a, w4.view(n, k), want4.data());
+  ref::gemm_fp8(a, w8.fp8(), want8.data());
+  ref::gemm_fp4(a, w4.fp4w(), want4.data());
   ASSERT_NE(a.values_t, nullptr);
   Fp8Activations untiled = a;  // the same operands through the row-by-row path
   untiled.values_t = nullptr;
@@ -254,8 +210,8 @@ TEST(LinearSimd, ExtremeCodesAndScalesStayExact) {
   for_each_simd_target([&] {
     for (const Fp8Activations* act : {&a, static_cast<const Fp8Activations*>(&untiled)}) {
       std::vector<float> got8(m * n), got4(m * n);
-      gemm_fp8(*act, w8.view(n, k), got8.data(), nullptr);
-      gemm_fp4(*act, w4.view(n, k), got4.data(), nullptr);
+      gemm_fp8(*act, w8.fp8(), got8.data(), nullptr);
+      gemm_fp4(*act, w4.fp4w(), got4.data(), nullptr);
       for (size_t i = 0; i < m * n; ++i) {
         ASSERT_EQ(bits_of(got8[i]), bits_of(want8[i])) << i;
         ASSERT_EQ(bits_of(got4[i]), bits_of(want4[i])) << i;
@@ -348,12 +304,12 @@ TEST(LinearSimd, DenseBitIdenticalToReferenceOnEveryTarget) {
 TEST(LinearFp8, DequantizeToBf16IsExact) {
   std::mt19937 rng(7);
   const size_t n = 40, k = 64;
-  const Fp8Data w = random_fp8(n, k, rng);
+  const BlockWeights w = random_fp8_weights(n, k, rng);
   std::vector<uint16_t> out(n * k);
-  dequantize_fp8_weight_to_bf16(w.view(n, k), out.data());
+  dequantize_fp8_weight_to_bf16(w.fp8(), out.data());
   for (size_t i = 0; i < n; ++i) {
     for (size_t j = 0; j < k; ++j) {
-      const double v = static_cast<double>(e4m3_to_f32(w.codes[i * k + j])) *
+      const double v = static_cast<double>(e4m3_to_f32(w.data[i * k + j])) *
                        e8m0_to_f32(w.scales[(i / 32) * (k / 32) + j / 32]);
       ASSERT_EQ(static_cast<double>(bf16_bits_to_f32(out[i * k + j])), v);
     }

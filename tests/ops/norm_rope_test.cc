@@ -2,37 +2,19 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <random>
 #include <vector>
 
 #include "ops/formats.h"
 #include "ops/norm.h"
 #include "ops/rope.h"
+#include "ops_test_util.h"
 #include "simd_targets.h"
 
 namespace cedar::ops {
 namespace {
 
-using testing::for_each_simd_target;
-
-uint32_t bits_of(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return u;
-}
-float bf16_ulp(double v) {
-  const double a = std::fabs(v);
-  if (a < 0x1p-126) return 0x1p-133f;
-  return static_cast<float>(std::exp2(std::floor(std::log2(a)) - 7));
-}
-std::vector<float> random_bf16(size_t n, uint32_t seed, float sd = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, sd);
-  std::vector<float> v(n);
-  for (auto& x : v) x = round_bf16(normal(rng));
-  return v;
-}
+using namespace testing;  // the shared helpers of ops_test_util.h and simd_targets.h
 
 TEST(RmsNorm, HandWorked) {
   // x = [3, 4]: mean square 12.5, rsqrt = 0.2828427; y = [0.8485, 1.1314] -> bf16 [0.84765625, 1.1328125].

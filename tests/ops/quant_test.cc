@@ -5,29 +5,26 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <random>
 #include <vector>
 
 #include "ops/formats.h"
+#include "ops_test_util.h"
 #include "simd_targets.h"
 
 namespace cedar::ops {
 namespace {
 
-std::vector<float> random_bf16(size_t n, uint32_t seed, float spread_log2 = 6.0f) {
+using namespace testing;  // the shared helpers of ops_test_util.h and simd_targets.h
+
+// bf16 values spread over 2 * spread_log2 binades: a normal times 2^uniform(-spread_log2, spread_log2).
+std::vector<float> random_wide_bf16(size_t n, uint32_t seed, float spread_log2 = 6.0f) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_real_distribution<float> expo(-spread_log2, spread_log2);
   std::vector<float> v(n);
   for (auto& x : v) x = round_bf16(normal(rng) * std::exp2(expo(rng)));
   return v;
-}
-
-uint32_t bits_of(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return u;
 }
 
 TEST(Pow2Scale, CeilLog2ByExponentBits) {
@@ -74,7 +71,7 @@ TEST(ActQuantFp8, AllZeroBlockUsesTheFloor) {
 
 TEST(ActQuantFp8, QdqIsIdempotentBoundedAndBf16Exact) {
   for (uint32_t seed = 0; seed < 20; ++seed) {
-    auto x = random_bf16(32 * 16, seed, 10.0f);
+    auto x = random_wide_bf16(32 * 16, seed, 10.0f);
     auto y = x;
     act_qdq_fp8_inplace(y.data(), y.size());
     std::vector<uint8_t> codes(x.size()), sc(x.size() / 32);
@@ -151,7 +148,7 @@ TEST(Fp4QuantE4M3, HandWorkedNonPowerOfTwoScale) {
 
 TEST(Fp4Quant, QdqPropertiesBothVariants) {
   for (uint32_t seed = 0; seed < 20; ++seed) {
-    const auto x = random_bf16(512, 100 + seed, 8.0f);
+    const auto x = random_wide_bf16(512, 100 + seed, 8.0f);
     for (int variant = 0; variant < 2; ++variant) {
       const size_t block = variant == 0 ? 32 : 16;
       auto y = x;
@@ -212,7 +209,7 @@ TEST(Fp4Quant, E2M1RoundingIsNearestOnTheScaledGrid) {
 
 TEST(KvEntries, PackUnpackEqualsReferenceQdq) {
   for (uint32_t seed = 0; seed < 10; ++seed) {
-    const auto x = random_bf16(512, 200 + seed, 5.0f);
+    const auto x = random_wide_bf16(512, 200 + seed, 5.0f);
     {  // main KV: FP4 + E4M3 per 16
       std::vector<uint8_t> entry(kMainKvEntryBytes);
       pack_main_kv_entry(x.data(), entry.data());
