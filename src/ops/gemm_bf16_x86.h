@@ -1,5 +1,5 @@
 // The prefill GEMM's register tile on AVX512-BF16 (`vdpbf16ps`): two products per fp32 lane and
-// instruction where the fp32 tile (PanelTile in linear_fast.cc) does one FMA. Used only when both
+// instruction where the fp32 tile (PanelTile in linear_fast-inl.h) does one FMA. Used only when both
 // operands are exactly bf16 values, so every product is the exact product the fp32 tile forms; only
 // the order of the fp32 additions differs (fast numerics, NUMERICS.md §9).
 //

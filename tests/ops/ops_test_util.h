@@ -65,6 +65,11 @@ inline std::vector<float> random_uniform(size_t n, Rng& rng, float lo, float hi)
   return v;
 }
 
+// A linear's shape: m activation rows, n outputs, k inputs.
+struct Shape {
+  size_t m, n, k;
+};
+
 // Block-scaled weights as the checkpoint stores them: FP8 (E4M3 codes, one E8M0 scale per 32x32 block)
 // or FP4 (packed E2M1 codes, one E8M0 scale per row and 32 columns).
 struct BlockWeights {
