@@ -4,117 +4,13 @@
 #include <cstring>
 
 #include "core/check.h"
-#include "core/log.h"
 #include "model/forward_internal.h"
-#include "model/streaming_source.h"
-#include "model/weight_inventory.h"
 #include "ops/formats.h"
 #include "ops/hc.h"
 #include "ops/linear.h"
 #include "ops/norm.h"
-#include "tokenizer/engram_token_map.h"
-#include "tokenizer/tokenizer.h"
 
 namespace cedar::model {
-
-Model::~Model() = default;
-
-Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const ModelOptions& options) {
-  std::unique_ptr<Model> m(new Model());
-  m->options_ = options;
-  m->dir_ = dir;
-  CEDAR_ASSIGN_OR_RETURN(m->config_, load_config(dir + "/config.json"));
-  const ModelConfig& c = m->config_;
-  if (c.family != ModelFamily::kV41)
-    return unimplemented(dir + ": cedar runs DeepSeek-V4.1 checkpoints; this config is DeepSeek-V4 (use it "
-                         "with `cedar inspect` / `cedar kv-report` only)");
-  m->plan_ = make_layer_plan(c);
-  // The residency plan comes first: a streaming run maps only the dense weights.
-  CEDAR_RETURN_IF_ERROR(m->plan_residency_for_load());
-  io::CheckpointOptions copts;
-  copts.progress = options.progress;
-  copts.read_all_data = options.verify_data;
-  if (m->stream_) copts.map_filter = [](std::string_view name) { return !is_streamed_tensor(name); };
-  CEDAR_ASSIGN_OR_RETURN(m->checkpoint_, io::Checkpoint::open(dir, copts));
-  CEDAR_ASSIGN_OR_RETURN(WeightMap map, WeightMap::bind(m->checkpoint_, weight_inventory(c)));
-  m->weight_map_ = std::make_unique<WeightMap>(std::move(map));
-  CEDAR_ASSIGN_OR_RETURN(m->weights_, bind_model_weights(c, m->plan_, *m->weight_map_));
-  m->set_numerics(options.numerics);
-  CEDAR_RETURN_IF_ERROR(m->init_residency());
-
-  // One RoPE table per (theta, YaRN) pair: SWA-only layers use the base theta without YaRN, every
-  // compressed layer uses compress_rope_theta with YaRN (spec §2.5).
-  const int64_t cached = std::min<int64_t>(c.max_position_embeddings > 0 ? c.max_position_embeddings : 65536, 65536);
-  m->rope_swa_ = std::make_unique<ops::RopeTable>(c.rope_head_dim, c.rope_theta, std::nullopt, cached);
-  std::optional<ops::YarnParams> yarn;
-  if (c.original_seq_len > 0) yarn = ops::YarnParams{c.rope_factor, c.beta_fast, c.beta_slow, c.original_seq_len};
-  m->rope_compressed_ = std::make_unique<ops::RopeTable>(c.rope_head_dim, c.compress_rope_theta, yarn, cached);
-
-  if (!c.engram_layer_ids.empty()) {
-    // The Engram hash needs the compressed token map of the tokenizer shipped with the checkpoint.
-    CEDAR_ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::load_dir(dir));
-    int n_classes = 0;
-    std::vector<int32_t> token_map = tokenizer::build_engram_token_map(*tok, &n_classes);
-    if (n_classes != c.engram_compressed_vocab_size)
-      return invalid_argument(dir + ": the tokenizer maps to " + std::to_string(n_classes) +
-                              " Engram classes but config.json says engram_compressed_vocab_size = " +
-                              std::to_string(c.engram_compressed_vocab_size) +
-                              " (is tokenizer.json the one released with this checkpoint?)");
-    m->engram_layout_ = make_engram_layout(c);
-    CEDAR_ASSIGN_OR_RETURN(NgramHasher hasher, NgramHasher::create(c, m->engram_layout_, std::move(token_map)));
-    m->engram_hasher_ = std::make_unique<NgramHasher>(std::move(hasher));
-  }
-  m->ws_ = std::make_unique<Workspace>();
-  return m;
-}
-
-void Model::set_numerics(ops::Numerics n) {
-  options_.numerics = n;
-  ops::Bf16Weight& head = weights_->head;
-  if (n != ops::Numerics::kFast || head.coded != nullptr || !ops::bf16_codable(head.k)) return;
-  // Under a memory budget the copy is only made where the plan holds it (fast numerics at load); a
-  // model loaded exact and switched to fast then reads the bf16 head.
-  if (options_.residency.memory_budget > 0 && residency_plan_.coded_head_bytes == 0) return;
-  weights_->head_coded = ops::code_bf16(head);
-  if (weights_->head_coded == nullptr) {
-    CEDAR_LOG_WARN("could not allocate %.2f GiB to re-code the head; its GEMV reads bf16 (a third more bytes)",
-                   static_cast<double>(ops::bf16_coded_base_bytes(head.n, head.k)) / (1 << 30));
-    return;
-  }
-  head.coded = weights_->head_coded.get();
-  residency_plan_.coded_head_bytes = static_cast<int64_t>(weights_->head_coded->bytes());
-}
-
-Status Model::plan_residency_for_load() {
-  const ResidencyOptions& r = options_.residency;
-  const ParamCounts counts = count_params(weight_inventory(config_));
-  ResidencyPlanOptions po;
-  po.coded_head = options_.numerics == ops::Numerics::kFast;
-  residency_plan_ = resident_plan(config_, plan_, counts, po);
-  if (r.memory_budget > 0) {
-    po.kv_reserve_bytes = r.kv_reserve;
-    CEDAR_ASSIGN_OR_RETURN(residency_plan_, plan_residency(config_, plan_, counts, r.memory_budget, po));
-  }
-  stream_ = residency_plan_.streaming || r.expert_slots > 0 || r.engram_slots > 0;
-  return {};
-}
-
-Status Model::init_residency() {
-  const ResidencyOptions& r = options_.residency;
-  if (!stream_) {
-    source_ = make_mapped_source(*weights_, config_.engram_head_dim);
-    return {};
-  }
-  StreamingOptions so;
-  so.expert_slots = r.expert_slots ? r.expert_slots : static_cast<size_t>(residency_plan_.expert_slots);
-  so.engram_slots = r.engram_slots ? r.engram_slots : static_cast<size_t>(std::max<int64_t>(1, residency_plan_.engram_slots));
-  so.stats_file = r.stats_file;
-  so.warm_start = r.warm_start;
-  so.direct_io = r.direct_io;
-  so.io_uring = r.io_uring;
-  CEDAR_ASSIGN_OR_RETURN(source_, make_streaming_source(checkpoint_, *weight_map_, config_, plan_, so));
-  return {};
-}
 
 SequenceState Model::new_sequence(int64_t capacity) const {
   return make_sequence_state(config_, plan_, capacity, options_.kv_dtype);
