@@ -48,18 +48,8 @@ std::vector<SizeHint> large_containers(std::string_view text, int max_depth) {
   std::vector<SizeHint> hints;
   std::vector<Open> stack;
   size_t ordinal = 0;
-  bool in_string = false, escaped = false;
-  for (const char c : text) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-      continue;
-    }
+  bool stopped = false;
+  scan_json_outside_strings(text, [&](char c) {
     switch (c) {
       case ' ':
       case '\t':
@@ -71,24 +61,31 @@ std::vector<SizeHint> large_containers(std::string_view text, int max_depth) {
       case '{':
       case '[':
         if (!stack.empty()) stack.back().empty = false;
-        if (static_cast<int>(stack.size()) >= max_depth) return hints;
+        if (static_cast<int>(stack.size()) >= max_depth) {
+          stopped = true;
+          return false;
+        }
         stack.push_back({ordinal++});
         break;
       case '}':
       case ']': {
-        if (stack.empty()) return hints;
+        if (stack.empty()) {
+          stopped = true;
+          return false;
+        }
         const Open open = stack.back();
         stack.pop_back();
         const size_t count = open.empty ? 0 : open.commas + 1;
         if (count > kScanMembers) hints.push_back({open.ordinal, count});
         break;
       }
-      default:
-        if (c == '"') in_string = true;
+      default:  // a value's first character (a string's opening quote included)
         if (!stack.empty()) stack.back().empty = false;
         break;
     }
-  }
+    return true;
+  });
+  if (stopped) return hints;
   // Containers close inner first; the SAX pass opens them outer first.
   std::sort(hints.begin(), hints.end(), [](const SizeHint& a, const SizeHint& b) { return a.ordinal < b.ordinal; });
   return hints;

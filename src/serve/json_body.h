@@ -60,4 +60,26 @@ std::optional<JsonError> parse_json_bounded(std::string_view text, const JsonLim
                                               const std::function<bool()>& cancelled = {},
                                               JsonParseStats* stats = nullptr);
 
+// Calls fn(c) for every character of a JSON text that lies outside strings, each string's opening
+// quote included, until fn returns false: a cheap look at the text's structure without parsing it
+// (it does not check the syntax).
+template <typename Fn>
+void scan_json_outside_strings(std::string_view text, Fn&& fn) {
+  bool in_string = false, escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped) {
+        escaped = false;
+      } else if (c == '\\') {
+        escaped = true;
+      } else if (c == '"') {
+        in_string = false;
+      }
+      continue;
+    }
+    if (c == '"') in_string = true;
+    if (!fn(c)) return;
+  }
+}
+
 }  // namespace cedar::serve

@@ -12,27 +12,11 @@ namespace cedar::serve {
 
 int json_nesting_depth(std::string_view text) {
   int depth = 0, deepest = 0;
-  bool in_string = false, escaped = false;
-  for (char c : text) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-      continue;
-    }
-    switch (c) {
-      case '"': in_string = true; break;
-      case '[':
-      case '{': deepest = std::max(deepest, ++depth); break;
-      case ']':
-      case '}': --depth; break;
-      default: break;
-    }
-  }
+  scan_json_outside_strings(text, [&](char c) {
+    if (c == '[' || c == '{') deepest = std::max(deepest, ++depth);
+    if (c == ']' || c == '}') --depth;
+    return true;
+  });
   return deepest;
 }
 
