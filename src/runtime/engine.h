@@ -1,12 +1,17 @@
-// Engine: the interface between request handling (serve/, the CLI chat) and inference. One Engine
-// owns the model, the KV caches and a scheduler thread; generate() may be called from many threads
-// at once and the engine batches the concurrent requests (continuous batching). Nothing here knows
-// about HTTP or JSON.
+// Engine: the interface between request handling (serve/, the CLI) and inference. One Engine owns
+// the model, the KV caches and one scheduler thread; submit() may be called from many threads at
+// once, returns at once with the request's GenerationStream, and the scheduler batches the running
+// requests (continuous batching). Nothing here knows about HTTP or JSON.
 #pragma once
 
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -19,7 +24,8 @@ struct SamplingParams {
   float temperature = 1.0f;  // 0 = greedy (argmax)
   uint64_t seed = 0;         // per-request seed for the sampler's generator
   int max_tokens = 256;      // new tokens at most
-  std::vector<int32_t> stop_ids;  // stop (inclusive) on any of these; the EOS id is always a stop
+  std::vector<int32_t> stop_ids;  // stop (inclusive) on any of these; the EOS id too unless ignore_eos
+  bool ignore_eos = false;        // keep generating after the end-of-sequence token (benchmarks)
 };
 
 enum class FinishReason { kStop, kLength, kCancelled, kError };
@@ -28,7 +34,7 @@ const char* finish_reason_name(FinishReason r);  // "stop", "length", "cancelled
 // One generated token's log-probability and its most probable alternatives, under the log-softmax
 // of the model's logits over the sampleable vocabulary (ops::token_logprobs): the model's
 // distribution, before temperature. The spans point into the engine's buffers and are valid only
-// during the on_logprobs call.
+// until the engine's next token.
 struct TokenLogprobsView {
   int32_t token = 0;
   float logprob = 0;
@@ -86,13 +92,9 @@ class TokenConstraint {
 struct GenerationRequest {
   std::vector<int32_t> prompt_ids;
   SamplingParams sampling;
-  // Called on the engine's thread for every generated token, in order, as soon as it is sampled.
-  // Return false to cancel the request (client went away). Must not block for long.
-  std::function<bool(int32_t token)> on_token;
-  // When set, called for every generated token just before on_token, on the same thread, with the
-  // token's log-probability and its `top_logprobs` (0..kMaxTopLogprobs) most probable alternatives.
-  // The engine computes them into buffers it owns: no allocation per token.
-  std::function<void(const TokenLogprobsView&)> on_logprobs;
+  // Report every generated token's log-probability and its `top_logprobs` (0..kMaxTopLogprobs)
+  // most probable alternatives in the stream's updates.
+  bool logprobs = false;
   int top_logprobs = 0;
   // Store prompt + output in the prefix cache when the request ends (memory, then disk).
   bool cache_prefix = true;
@@ -115,6 +117,55 @@ struct EngineInfo {
   int vocab_size = 0;
   int32_t bos_id = 0, eos_id = 1;
   int max_context = 0;           // longest prompt + output the engine accepts
+  int max_batch = 1;             // sequences advanced together (for a refused client's Retry-After)
+};
+
+// One submitted request's output: the engine appends tokens as it samples them and finishes the
+// stream once; any thread reads it. Reading never polls: next() sleeps until tokens arrive, the
+// request ends, or the caller's deadline (a keep-alive timer) passes.
+class GenerationStream {
+ public:
+  explicit GenerationStream(bool logprobs) : logprobs_(logprobs) {}
+  GenerationStream(const GenerationStream&) = delete;
+  GenerationStream& operator=(const GenerationStream&) = delete;
+
+  struct Update {
+    std::vector<int32_t> tokens;  // generated since the previous call, in order
+    TokenLogprobs logprobs;       // entry i belongs to tokens[i]; empty unless the request asked for them
+    bool finished = false;        // the request ended; result() is valid
+  };
+  // Takes what arrived since the last call, waiting until something did, the request ended, or
+  // `deadline` passed (then the update may be empty).
+  Update next(std::chrono::steady_clock::time_point deadline);
+  Update next() { return next(std::chrono::steady_clock::time_point::max()); }
+  // Asks the engine to end the request (client gone, stop string seen): a queued request leaves the
+  // queue at once, a running one at the engine's next step, with FinishReason::kCancelled. Any
+  // thread, any number of times.
+  void cancel();
+  bool cancelled() const;
+  // The engine's answer; valid once an update said finished.
+  const Result<GenerationResult>& result() const;
+
+  // ---- Engine side.
+  bool wants_logprobs() const { return logprobs_; }
+  // Appends one token (with its log-probabilities when the request wants them). Returns false when
+  // the stream was cancelled.
+  bool push(int32_t token, const TokenLogprobsView* logprobs);
+  void finish(Result<GenerationResult> result);
+  // Called once by the first cancel(), on the cancelling thread with the stream's lock held, so the
+  // engine can react without polling; finish() drops it. It must not call back into the stream.
+  void set_cancel_listener(std::function<void()> listener);
+
+ private:
+  const bool logprobs_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::atomic<bool> cancelled_{false};
+  std::function<void()> cancel_listener_;
+  std::vector<int32_t> pending_;     // tokens not yet taken by next()
+  TokenLogprobs pending_logprobs_;   // theirs
+  bool finished_ = false;
+  std::optional<Result<GenerationResult>> result_;
 };
 
 struct EngineStats {             // cumulative, for /metrics
@@ -146,11 +197,18 @@ struct EngineStats {             // cumulative, for /metrics
 class Engine {
  public:
   virtual ~Engine() = default;
-  // Blocks until the request finishes. Errors: InvalidArgument (empty or too long prompt, bad
-  // params), ResourceExhausted (queue or memory full: the caller should retry later).
-  virtual Result<GenerationResult> generate(const GenerationRequest& request) = 0;
+  // Queues the request and returns its stream at once. Errors: InvalidArgument (empty or too long
+  // prompt, bad params), ResourceExhausted (the queue is full: retry later), FailedPrecondition
+  // (the engine is shutting down).
+  virtual Result<std::shared_ptr<GenerationStream>> submit(GenerationRequest request) = 0;
   virtual EngineInfo info() const = 0;
   virtual EngineStats stats() const = 0;
 };
+
+// Submits `request` and follows its stream on the calling thread to the end: `on_update` (may be
+// empty) sees every update as it arrives and returns false to cancel. The blocking form the CLI
+// and the tests use.
+Result<GenerationResult> generate(Engine& engine, GenerationRequest request,
+                                  const std::function<bool(const GenerationStream::Update&)>& on_update = {});
 
 }  // namespace cedar::runtime

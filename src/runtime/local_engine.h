@@ -1,6 +1,9 @@
-// LocalEngine: the Engine over an in-process Model. A scheduler thread runs continuous batching:
-// every step it admits waiting requests (their prompts prefill in the same forward call as the
-// decode steps of running requests), samples one token per sequence and retires finished ones.
+// LocalEngine: the Engine over an in-process Model, and cedar's one decode loop (`cedar generate`,
+// `chat`, `serve` and the benchmarks all run it). A scheduler thread runs continuous batching:
+// every step it admits waiting requests, gives the prefilling ones a share of the step's prefill
+// budget (chunked prefill: a long prompt advances a chunk per step, in the same forward call as
+// one decode token of every other running sequence, so it never stalls them for its whole
+// prefill), samples one token per sequence that finished its prompt, and retires finished ones.
 #pragma once
 
 #include <memory>
@@ -17,6 +20,10 @@ struct EngineOptions {
   int max_queue = 64;           // waiting requests beyond the batch; more -> ResourceExhausted (429)
   int max_context = 8192;       // prompt + output tokens per request
   int threads = 0;              // 0 = all cores
+  // Prompt tokens a step prefills at most, over all prefilling sequences (first come, first
+  // served); 0 = whole prompts in one step (the reference's one-call prefill). A chunk after the
+  // first takes the decode path (docs/NUMERICS.md "Prefill, chunks and decode").
+  int prefill_chunk = 0;
   // Server-wide limit on the working state of running sequences (packed KV, windows, compressor
   // state: model::sequence_state_bytes of prompt + max_tokens). 0: none. Requests wait for room;
   // one that cannot fit even alone is refused with InvalidArgument.
@@ -42,5 +49,9 @@ struct EngineOptions {
 
 // Loads the checkpoint in `model_dir` and starts the scheduler.
 Result<std::unique_ptr<Engine>> make_engine(const std::string& model_dir, const EngineOptions& options);
+// The same over a model already loaded (`cedar generate` reports on it before the first token);
+// the model's options win over the model fields of `options`. `model_id` names it in EngineInfo.
+Result<std::unique_ptr<Engine>> make_engine(std::unique_ptr<model::Model> model, const EngineOptions& options,
+                                            std::string model_id);
 
 }  // namespace cedar::runtime

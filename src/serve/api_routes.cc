@@ -148,11 +148,12 @@ void HttpServer::Impl::handle(ClientChannel& conn, const Request& req) {
       reply.body = found.body;
       metrics.count_response(Endpoint::kModels, found.status);
     } else if (get && path == "/health") {
-      reply.body = render_health(service.config().model_id, queue.waiting(), queue.running());
+      const runtime::EngineStats es = engine.stats();
+      reply.body = render_health(service.config().model_id, es.queue_depth, es.active_sequences);
       metrics.count_response(Endpoint::kHealth, 200);
     } else if (get && path == "/metrics") {
       reply.content_type = "text/plain; version=0.0.4; charset=utf-8";
-      reply.body = metrics.render(engine.stats(), {queue.waiting(), queue.running()});
+      reply.body = metrics.render(engine.stats());
       metrics.count_response(Endpoint::kMetrics, 200);
     } else {
       reply = fail(endpoint_of_path(path), is_anthropic_path(path),
@@ -231,7 +232,7 @@ Reply HttpServer::Impl::handle_generation(Api api, const Request& req, ClientCha
     int64_t unused;
     ~OutputRefund() { budget.refund(bucket, unused); }
   } refund{token_budget, bucket, output_budget};
-  auto charge_output = [&](const GenerationTask& done) {
+  auto charge_output = [&](const runtime::GenerationStream& done) {
     if (done.result().ok())
       refund.unused = std::max<int64_t>(0, output_budget - static_cast<int64_t>(done.result()->output_ids.size()));
   };
@@ -239,7 +240,21 @@ Reply HttpServer::Impl::handle_generation(Api api, const Request& req, ClientCha
   // The constraint compiles here, after the key slot and the token rate limit (ChatService::submit).
   auto submitted = service.submit(generation, [&conn] { return conn.gone(); });
   if (const ApiError* e = std::get_if<ApiError>(&submitted)) return failed(*e);
-  std::shared_ptr<GenerationTask> task = std::get<std::shared_ptr<GenerationTask>>(std::move(submitted));
+  std::shared_ptr<runtime::GenerationStream> task =
+      std::get<std::shared_ptr<runtime::GenerationStream>>(std::move(submitted));
+  // The client's departure (a reset the transport sees) cancels the generation at once; stop()
+  // cancels every generation in flight.
+  track(task, true);
+  conn.when_gone([task] { task->cancel(); });
+  struct Untrack {
+    Impl& impl;
+    ClientChannel& conn;
+    const std::shared_ptr<runtime::GenerationStream>& task;
+    ~Untrack() {
+      conn.when_gone(nullptr);
+      impl.track(task, false);
+    }
+  } untrack{*this, conn, task};
 
   if (stream_options.stream) {
     *streamed = true;
@@ -249,7 +264,7 @@ Reply HttpServer::Impl::handle_generation(Api api, const Request& req, ClientCha
     return {};
   }
   // Non-streaming: the client gets nothing until the end, so its disconnect is learnt from the
-  // socket (ClientChannel::gone), checked whenever tokens arrive or the wait times out.
+  // socket (ClientChannel::when_gone above).
   auto outcome = service.follow(generation, *task, nullptr, [&conn](bool) { return !conn.gone(); });
   charge_output(*task);
   if (const ApiError* e = std::get_if<ApiError>(&outcome)) return failed(*e);
@@ -262,8 +277,18 @@ Reply HttpServer::Impl::handle_generation(Api api, const Request& req, ClientCha
   return r;
 }
 
-void HttpServer::Impl::stream(Api api, const PreparedGeneration& prepared, GenerationTask& task, bool include_usage,
-                              ClientChannel& conn) {
+void HttpServer::Impl::track(const std::shared_ptr<runtime::GenerationStream>& stream, bool add) {
+  std::lock_guard lock(live_mu);
+  if (!add) {
+    live.erase(stream);
+    return;
+  }
+  live.insert(stream);
+  if (stopped.load()) stream->cancel();
+}
+
+void HttpServer::Impl::stream(Api api, const PreparedGeneration& prepared, runtime::GenerationStream& task,
+                              bool include_usage, ClientChannel& conn) {
   std::unique_ptr<StreamSink> sink = make_stream_sink(api, include_usage);
   metrics.count_response(endpoint_of(api), 200);
   bool gone = !conn.stream_open(11);

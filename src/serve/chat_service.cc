@@ -14,9 +14,8 @@
 namespace cedar::serve {
 namespace {
 
-// How often follow() wakes up without tokens, and how long a stream may stay silent before a
-// keep-alive goes out (which is also how a vanished client is noticed during a long prefill).
-constexpr auto kPollInterval = std::chrono::milliseconds(50);
+// How long a stream may stay silent before a keep-alive goes out (a vanished client is learnt from
+// the failed write then, or at once from the transport, which cancels the stream).
 constexpr auto kKeepAliveAfter = std::chrono::seconds(2);
 
 bool same_calls(const std::vector<ToolCall>& client, const std::vector<ToolCall>& generated) {
@@ -36,11 +35,11 @@ uint64_t fresh_seed() {
 
 }  // namespace
 
-ChatService::ChatService(const tokenizer::Tokenizer& tokenizer, runtime::Engine& engine, GenerationQueue& queue,
-                         ReplayStore& replay, ServiceConfig config)
+ChatService::ChatService(const tokenizer::Tokenizer& tokenizer, runtime::Engine& engine, ReplayStore& replay,
+                         ServiceConfig config)
     : tokenizer_(tokenizer),
       eos_id_(tokenizer.token_to_id(tokenizer::kEos)),
-      queue_(queue),
+      engine_(engine),
       replay_(replay),
       config_(std::move(config)),
       info_(engine.info()) {
@@ -183,6 +182,7 @@ std::variant<PreparedGeneration, ApiError> ChatService::finish_prepare(std::vect
   prepared.request.sampling.temperature = sampling.temperature;
   prepared.request.sampling.seed = sampling.seed.value_or(fresh_seed());
   prepared.request.sampling.max_tokens = static_cast<int>(budget);
+  prepared.request.logprobs = sampling.logprobs;
   prepared.request.top_logprobs = sampling.logprobs ? sampling.top_logprobs : 0;
   prepared.output = std::move(output);
   prepared.output.logprobs = sampling.logprobs;
@@ -227,27 +227,34 @@ std::optional<ApiError> ChatService::start_constraint(PreparedGeneration& prepar
   return std::nullopt;
 }
 
-std::variant<std::shared_ptr<GenerationTask>, ApiError> ChatService::submit(PreparedGeneration& prepared,
-                                                                            const std::function<bool()>& cancelled) {
-  if (std::optional<ApiError> error = start_constraint(prepared, cancelled)) return *error;
-  auto task = queue_.submit(prepared.request, prepared.output.logprobs);
-  if (task.ok()) return std::move(*task);
-  if (task.status().code() == StatusCode::kResourceExhausted)
-    return ApiError{ErrorKind::kRateLimited, task.status().message(), ""};
-  return ApiError{ErrorKind::kOverloaded, task.status().message(), ""};
+int ChatService::retry_after_seconds() const {
+  return 1 + engine_.stats().queue_depth / std::max(1, info_.max_batch);
 }
 
-std::variant<Completion, ApiError> ChatService::follow(const PreparedGeneration& prepared, GenerationTask& task,
-                                                       StreamSink* sink, const Flush& flush) {
+std::variant<std::shared_ptr<runtime::GenerationStream>, ApiError> ChatService::submit(
+    PreparedGeneration& prepared, const std::function<bool()>& cancelled) {
+  if (std::optional<ApiError> error = start_constraint(prepared, cancelled)) return *error;
+  auto stream = engine_.submit(prepared.request);
+  if (stream.ok()) return std::move(*stream);
+  switch (stream.status().code()) {
+    case StatusCode::kResourceExhausted: return ApiError{ErrorKind::kRateLimited, stream.status().message(), ""};
+    case StatusCode::kInvalidArgument: return api_error_from_status(stream.status());
+    default: return ApiError{ErrorKind::kOverloaded, stream.status().message(), ""};
+  }
+}
+
+std::variant<Completion, ApiError> ChatService::follow(const PreparedGeneration& prepared,
+                                                       runtime::GenerationStream& stream, StreamSink* sink,
+                                                       const Flush& flush) {
   OutputAssembler assembler(tokenizer_, prepared.output, sink);
   if (sink) sink->on_start(prepared.header);
   bool client_gone = !flush(false);
   auto last_output = std::chrono::steady_clock::now();
   for (;;) {
-    if (client_gone) task.cancel();
-    GenerationTask::Update update = task.wait_for_update(kPollInterval);
+    if (client_gone) stream.cancel();
+    runtime::GenerationStream::Update update = stream.next(last_output + kKeepAliveAfter);
     for (size_t i = 0; i < update.tokens.size(); ++i) assembler.push(update.tokens[i], update.logprobs, i);
-    if (assembler.wants_stop()) task.cancel();
+    if (assembler.wants_stop()) stream.cancel();
     const auto now = std::chrono::steady_clock::now();
     if (!update.tokens.empty()) {
       if (!client_gone) client_gone = !flush(false);
@@ -259,7 +266,7 @@ std::variant<Completion, ApiError> ChatService::follow(const PreparedGeneration&
     if (update.finished) break;
   }
 
-  const Result<runtime::GenerationResult>& result = task.result();
+  const Result<runtime::GenerationResult>& result = stream.result();
   if (!result.ok()) {
     ApiError error = api_error_from_status(result.status());
     if (sink) {

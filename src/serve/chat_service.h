@@ -2,16 +2,17 @@
 //   1. renders a neutral request into a V4.1 prompt (tokenizer/chat_encoding) and token ids,
 //      replaying earlier tool-call turns byte for byte (ReplayStore) so the prompt's prefix is
 //      the very token sequence the engine generated, and the prefix cache hits;
-//   2. checks the per-request limits (prompt length, output budget) and submits to the bounded
-//      GenerationQueue (429 when full);
+//   2. checks the per-request limits (prompt length, output budget) and submits to the engine,
+//      whose bounded queue is the server's only one (429 when full);
 //   2b. gives a request with an output constraint (output_constraint.h) its grammar matcher, which
 //      the engine masks the logits with (constrained decoding). prepare_chat only records the
 //      constraint; submit() compiles it, so the HTTP layer's key slots and token rate limits come
 //      first and a costly grammar is never paid for a request that would be refused anyway;
-//   3. follows the generation on the calling thread: decodes, parses and streams the output
-//      (OutputAssembler -> StreamSink), detects a client that went away through the flush
-//      callback, and cancels the generation then.
-// No JSON and no locks here: the schemas own the wire formats, task_queue the shared state.
+//   3. follows the generation's stream on the calling thread: decodes, parses and streams the
+//      output (OutputAssembler -> StreamSink), detects a client that went away through the flush
+//      callback, and cancels the generation then. It sleeps on the stream between tokens (no
+//      polling), waking for a keep-alive when a stream has been silent for a while.
+// No JSON and no locks here: the schemas own the wire formats, the engine's stream the hand-off.
 #pragma once
 
 #include <functional>
@@ -29,7 +30,7 @@
 #include "serve/chat_types.h"
 #include "serve/output_assembler.h"
 #include "serve/stream_sink.h"
-#include "serve/task_queue.h"
+#include "serve/replay_store.h"
 #include "tokenizer/chat_encoding.h"
 #include "tokenizer/tokenizer.h"
 
@@ -48,7 +49,7 @@ struct ServiceConfig {
 };
 
 struct PreparedGeneration {
-  runtime::GenerationRequest request;  // prompt ids and sampling (on_token is the queue's)
+  runtime::GenerationRequest request;  // prompt ids and sampling
   OutputSettings output;
   Completion header;                   // id, created, model of the turn
   // The output constraint submit() compiles and starts (request.constraint), when there is one.
@@ -57,8 +58,8 @@ struct PreparedGeneration {
 
 class ChatService {
  public:
-  ChatService(const tokenizer::Tokenizer& tokenizer, runtime::Engine& engine, GenerationQueue& queue,
-              ReplayStore& replay, ServiceConfig config);
+  ChatService(const tokenizer::Tokenizer& tokenizer, runtime::Engine& engine, ReplayStore& replay,
+              ServiceConfig config);
 
   // Renders and tokenizes. 400 for what the encoder rejects, a prompt over the limit, or an empty
   // output budget. `id_prefix` starts the turn's id, `tool_id_prefix` its tool call ids.
@@ -67,23 +68,25 @@ class ChatService {
   std::variant<PreparedGeneration, ApiError> prepare_completion(const CompletionRequest& request) const;
 
   // Starts the output constraint (compiling its grammar on the grammar engine's threads, waiting at
-  // most its deadline, and no longer once `cancelled` returns true), then queues the generation.
+  // most its deadline, and no longer once `cancelled` returns true), then submits the generation.
   // 400 for a constraint that cannot be compiled or enforced within max_tokens, 503 when the
-  // compile queue is full, 429 (with the queue's Retry-After) when the generation queue is full.
-  std::variant<std::shared_ptr<GenerationTask>, ApiError> submit(PreparedGeneration& prepared,
-                                                                 const std::function<bool()>& cancelled = {});
+  // compile queue is full, 429 (with Retry-After) when the engine's queue is full.
+  std::variant<std::shared_ptr<runtime::GenerationStream>, ApiError> submit(
+      PreparedGeneration& prepared, const std::function<bool()>& cancelled = {});
 
   // Called after output was produced (idle = false) or after a quiet interval (idle = true: a
   // streaming response writes a keep-alive). Returns false when the client is gone.
   using Flush = std::function<bool(bool idle)>;
-  // Follows `task` to its end, streaming into `sink` (null for a non-streaming response). Returns
+  // Follows `stream` to its end, streaming into `sink` (null for a non-streaming response). Returns
   // the finished turn, or the error (already told to the sink when there is one).
-  std::variant<Completion, ApiError> follow(const PreparedGeneration& prepared, GenerationTask& task,
+  std::variant<Completion, ApiError> follow(const PreparedGeneration& prepared, runtime::GenerationStream& stream,
                                             StreamSink* sink, const Flush& flush);
 
   const ServiceConfig& config() const { return config_; }
   const runtime::EngineInfo& engine_info() const { return info_; }
-  int retry_after_seconds() const { return queue_.retry_after_seconds(); }
+  // Seconds a refused client should wait: one round of the engine's batch per max_batch queued
+  // requests, at least 1.
+  int retry_after_seconds() const;
 
  private:
   // Restores tool-call turns the server generated to their exact text (see ReplayStore).
@@ -110,7 +113,7 @@ class ChatService {
   mutable std::once_flag grammar_once_;
   mutable std::unique_ptr<constrain::GrammarEngine> grammar_;
   mutable Status grammar_status_;
-  GenerationQueue& queue_;
+  runtime::Engine& engine_;
   ReplayStore& replay_;
   const ServiceConfig config_;
   const runtime::EngineInfo info_;

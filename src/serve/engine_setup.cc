@@ -8,7 +8,6 @@
 
 #include "runtime/local_engine.h"
 #include "serve/script_file.h"
-#include "serve/scripted_engine.h"
 
 namespace cedar::serve {
 namespace {
@@ -17,12 +16,15 @@ constexpr int kScriptedDefaultContext = 65536;
 
 Result<std::unique_ptr<runtime::Engine>> open_scripted(const EngineSetup& setup, const tokenizer::Tokenizer& tok) {
   CEDAR_ASSIGN_OR_RETURN(ScriptFile script, load_script(setup.script_path, tok));
+  script.options.max_batch = setup.max_batch;
+  script.options.max_queue = setup.max_queue;
   runtime::EngineInfo info;
   info.model_id = "cedar-scripted";
   info.vocab_size = tok.vocab_size();
   info.bos_id = tok.bos_id().value_or(0);
   info.eos_id = tok.eos_id().value_or(1);
   info.max_context = setup.max_context > 0 ? setup.max_context : kScriptedDefaultContext;
+  info.max_batch = script.options.max_active > 0 ? script.options.max_active : setup.max_batch;
   const tokenizer::Tokenizer* t = &tok;
   auto detokenize = [t](std::span<const int32_t> ids) {
     auto text = t->decode(ids, /*skip_special=*/false);
@@ -57,6 +59,7 @@ Result<ServingEngine> open_serving_engine(const EngineSetup& setup) {
     options.max_queue = setup.max_queue;
     if (setup.max_context > 0) options.max_context = setup.max_context;
     options.threads = setup.threads;
+    options.prefill_chunk = setup.prefill_chunk;
     options.cache_dir = setup.cache_dir;
     options.kv_memory_bytes = setup.kv_memory_bytes;
     if (options.kv_memory_bytes == 0) {

@@ -22,6 +22,7 @@ struct EngineSetup {
   int max_batch = 16;         // sequences the real engine advances together
   int max_queue = 64;         // the real engine's own waiting room
   int threads = 0;            // compute threads of the real engine; 0 = all cores
+  int prefill_chunk = 512;    // prompt tokens prefilled per engine step (runtime::EngineOptions)
   std::string cache_dir;      // durable prefix cache directory (empty: memory only)
   bool replay_full = false;   // after a prefix hit recompute the whole prompt instead of bounded replay
   uint64_t kv_memory_bytes = 0;  // running sequences' working state limit; 0: a quarter of the RAM

@@ -68,6 +68,16 @@ class HttpConnection final : public ClientChannel, public std::enable_shared_fro
   // True once the client is known to be gone (reset, failed write); the handler cancels then.
   bool gone() const override { return gone_.load(std::memory_order_relaxed); }
 
+  void when_gone(std::function<void()> on_gone) override {
+    std::unique_lock lock(gone_mu_);
+    gone_listener_ = std::move(on_gone);
+    if (gone() && gone_listener_) {
+      std::function<void()> now = gone_listener_;
+      lock.unlock();
+      now();
+    }
+  }
+
   // Sends the handler's answer; the connection then goes on with the next request (or closes).
   void respond(Reply reply, unsigned version, bool keep_alive) override {
     asio::post(server_.io, [self = shared_from_this(), reply = std::move(reply), version, keep_alive]() mutable {
@@ -256,7 +266,7 @@ class HttpConnection final : public ClientChannel, public std::enable_shared_fro
       return next();
     }
     if (ec) {
-      if (ec != asio::error::operation_aborted) gone_.store(true);
+      if (ec != asio::error::operation_aborted) mark_gone();
       return;
     }
     if (busy_) watch();
@@ -280,7 +290,7 @@ class HttpConnection final : public ClientChannel, public std::enable_shared_fro
       }
       if (errno == EINTR) continue;
       if (errno == EAGAIN || errno == EWOULDBLOCK) return true;
-      gone_.store(true);
+      mark_gone();
       return false;
     }
   }
@@ -293,7 +303,7 @@ class HttpConnection final : public ClientChannel, public std::enable_shared_fro
     asio::async_write(socket_, asio::buffer(*interim), [self = shared_from_this(), interim](error_code ec, size_t) {
       self->writing_ = false;
       if (ec) {
-        self->gone_.store(true);
+        self->mark_gone();
       } else {
         self->poll_for_reset();
       }
@@ -305,7 +315,7 @@ class HttpConnection final : public ClientChannel, public std::enable_shared_fro
     if (!busy_ || response_started_ || !socket_.is_open()) return;
     pollfd p{socket_.native_handle(), 0, 0};
     if (::poll(&p, 1, 0) == 1 && (p.revents & (POLLHUP | POLLERR))) {
-      gone_.store(true);
+      mark_gone();
       return;
     }
     probe_timer_.expires_after(kProbeInterval);
@@ -357,7 +367,7 @@ class HttpConnection final : public ClientChannel, public std::enable_shared_fro
       if (server_.stopped.load()) return false;
     }
     const bool ok = written.get();
-    if (!ok) gone_.store(true);
+    if (!ok) mark_gone();
     return ok;
   }
 
@@ -439,6 +449,19 @@ class HttpConnection final : public ClientChannel, public std::enable_shared_fro
   std::function<void()> after_watch_;
   std::function<void()> after_write_;
   std::atomic<bool> gone_{false};
+  std::mutex gone_mu_;
+  std::function<void()> gone_listener_;  // ClientChannel::when_gone
+
+  // The client is gone: say so to the handler's listener (it cancels the generation).
+  void mark_gone() {
+    if (gone_.exchange(true)) return;
+    std::function<void()> listener;
+    {
+      std::lock_guard lock(gone_mu_);
+      listener = gone_listener_;
+    }
+    if (listener) listener();
+  }
 };
 
 void HttpServer::Impl::accept() {
@@ -558,7 +581,12 @@ Result<int> HttpServer::start() {
 
 void HttpServer::stop() {
   if (impl_->stopped.exchange(true)) return;
-  impl_->queue.shutdown();  // running generations end at their next token
+  {
+    // Generations in flight end at their engine's next step; handlers that submit later cancel at
+    // once (Impl::track).
+    std::lock_guard lock(impl_->live_mu);
+    for (const auto& stream : impl_->live) stream->cancel();
+  }
   asio::post(impl_->io, [impl = impl_.get()] {
     error_code ignored;
     impl->acceptor.close(ignored);

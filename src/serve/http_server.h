@@ -22,7 +22,6 @@
 #include "core/status.h"
 #include "runtime/engine.h"
 #include "serve/chat_service.h"
-#include "serve/task_queue.h"
 #include "tokenizer/tokenizer.h"
 
 namespace cedar::serve {
@@ -43,10 +42,12 @@ struct ServerOptions {
   size_t max_body_bytes_in_flight = 256u << 20;  // request-body bytes held at once by all connections
                                                  // (read or being handled); a body that would pass
                                                  // it is answered 503 + Retry-After. 0 = no limit
-  QueueLimits queue;
   ServiceConfig service;
   size_t replay_turns = 4096;      // ReplayStore capacity
-  int http_threads = 0;            // handler threads; 0: queue workers + max waiting + 8 for cheap endpoints
+  // Handler threads (each follows one generation to its end); 0: the engine's max_batch +
+  // max_waiting + 8 for the cheap endpoints. max_waiting is the engine's queue (--queue).
+  int http_threads = 0;
+  int max_waiting = 64;
   std::chrono::seconds header_timeout{30};  // a request's header (and a keep-alive wait) must arrive within this
   std::chrono::seconds body_timeout{120};   // and its body within this, however it trickles
   std::chrono::seconds io_timeout{60};      // one response write may take this long

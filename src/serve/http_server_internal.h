@@ -17,6 +17,7 @@
 #include <string_view>
 #include <thread>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>  // before Asio: Boost 1.74's awaitable.hpp uses std::exchange without it
 #include <vector>
 
@@ -31,7 +32,7 @@
 #include "serve/http_server.h"
 #include "serve/metrics.h"
 #include "serve/rate_limit.h"
-#include "serve/task_queue.h"
+#include "serve/replay_store.h"
 
 namespace cedar::serve {
 namespace asio = boost::asio;
@@ -72,6 +73,9 @@ class ClientChannel {
   virtual ~ClientChannel() = default;
   // True once the client is known to be gone (reset, failed write); the handler cancels then.
   virtual bool gone() const = 0;
+  // Runs `on_gone` (on the I/O thread) when the client goes away, at once if it is gone already;
+  // an empty function unregisters. How a generation learns of its client's departure without polling.
+  virtual void when_gone(std::function<void()> on_gone) = 0;
   // Sends the handler's answer; the connection then goes on with the next request (or closes).
   virtual void respond(Reply reply, unsigned version, bool keep_alive) = 0;
   // A chunked text/event-stream response: the header, chunks, and the end. open and write wait
@@ -138,10 +142,8 @@ struct HttpServer::Impl {
         key_slots(options.max_concurrent_per_key),
         token_budget(options.max_tokens_per_minute_per_key),
         replay(options.replay_turns),
-        queue(engine_in, options.queue),
-        service(tokenizer, engine_in, queue, replay, options.service),
-        pool(options.http_threads > 0 ? options.http_threads
-                                      : options.queue.workers + options.queue.max_waiting + 8) {}
+        service(tokenizer, engine_in, replay, options.service),
+        pool(options.http_threads > 0 ? options.http_threads : engine_in.info().max_batch + options.max_waiting + 8) {}
 
   // ---- I/O thread (http_server.cc; precheck in api_routes.cc).
   void accept();
@@ -160,8 +162,10 @@ struct HttpServer::Impl {
   // 429 for a key whose tokens per minute are spent (or 429 without Retry-After for a prompt over
   // the whole budget), in the endpoint's error format.
   Reply token_limit_reply(Api api, const TokenBudget::Decision& budget, size_t prompt_tokens, int64_t output_budget);
-  void stream(Api api, const PreparedGeneration& prepared, GenerationTask& task, bool include_usage,
-              ClientChannel& conn);
+  void stream(Api api, const PreparedGeneration& prepared, runtime::GenerationStream& generation,
+              bool include_usage, ClientChannel& conn);
+  // The generations in flight, so that stop() can end them; a handler registers its own.
+  void track(const std::shared_ptr<runtime::GenerationStream>& stream, bool add);
   Reply fail(Endpoint endpoint, bool anthropic, const ApiError& error) {
     Reply r = error_reply(anthropic, error);
     if (error.kind == ErrorKind::kRateLimited)
@@ -176,8 +180,9 @@ struct HttpServer::Impl {
   KeySlots key_slots;
   TokenBudget token_budget;
   ReplayStore replay;
-  GenerationQueue queue;
   ChatService service;
+  std::mutex live_mu;
+  std::unordered_set<std::shared_ptr<runtime::GenerationStream>> live;  // generations in flight
   ServerMetrics metrics;
   std::atomic<int> connections{0};
   BodyBudget body_budget{options.max_body_bytes_in_flight};

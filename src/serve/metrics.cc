@@ -66,7 +66,7 @@ double rate(double tokens, double seconds) { return seconds > 0 ? tokens / secon
 
 }  // namespace
 
-std::string ServerMetrics::render(const runtime::EngineStats& engine, const QueueSnapshot& queue) const {
+std::string ServerMetrics::render(const runtime::EngineStats& engine) const {
   std::string out;
   metric(out, "cedar_http_responses_total", "counter", "HTTP responses by endpoint and status code.");
   for (size_t e = 0; e < kEndpointCount; ++e) {
@@ -134,11 +134,8 @@ std::string ServerMetrics::render(const runtime::EngineStats& engine, const Queu
   sample(out, "cedar_kv_bytes", "tier=\"memory\"", static_cast<double>(engine.kv_bytes_memory));
   sample(out, "cedar_kv_bytes", "tier=\"disk\"", static_cast<double>(engine.kv_bytes_disk));
   sample(out, "cedar_kv_bytes", "tier=\"sequences\"", static_cast<double>(engine.sequence_bytes));
-  metric(out, "cedar_queue_depth", "gauge", "Requests waiting: in the server's queue and in the engine's.");
-  sample(out, "cedar_queue_depth", "queue=\"server\"", queue.waiting);
-  sample(out, "cedar_queue_depth", "queue=\"engine\"", engine.queue_depth);
-  metric(out, "cedar_requests_running", "gauge", "Requests inside the engine now.");
-  sample(out, "cedar_requests_running", "", queue.running);
+  metric(out, "cedar_queue_depth", "gauge", "Requests waiting in the engine's queue.");
+  sample(out, "cedar_queue_depth", "", engine.queue_depth);
   metric(out, "cedar_active_sequences", "gauge", "Sequences the engine is advancing now.");
   sample(out, "cedar_active_sequences", "", engine.active_sequences);
   return out;

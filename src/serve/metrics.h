@@ -16,18 +16,13 @@ enum class Endpoint { kChatCompletions, kCompletions, kResponses, kMessages, kMo
 inline constexpr size_t kEndpointCount = 8;
 const char* endpoint_name(Endpoint e);
 
-struct QueueSnapshot {
-  int waiting = 0;  // the server's queue
-  int running = 0;  // requests inside the engine
-};
-
 class ServerMetrics {
  public:
   void count_response(Endpoint endpoint, int http_status);
   // A finished generation: tokens as the client was billed, and whether the stream was cut short
   // by the client going away.
   void count_turn(const Usage& usage, bool client_gone);
-  std::string render(const runtime::EngineStats& engine, const QueueSnapshot& queue) const;
+  std::string render(const runtime::EngineStats& engine) const;
 
  private:
   // Status classes kept apart: the codes a client can cause or see.

@@ -20,10 +20,17 @@
 #include <vector>
 
 #include "core/status.h"
-#include "serve/scripted_engine.h"
+#include "runtime/scripted_engine.h"
 #include "tokenizer/tokenizer.h"
 
 namespace cedar::serve {
+
+// The scripted engine is a runtime::Engine; the serving code and its tests name it from here.
+using runtime::scripted_alternative;
+using runtime::scripted_logprob;
+using runtime::ScriptedEngine;
+using runtime::ScriptedEngineOptions;
+using runtime::ScriptedReply;
 
 struct ScriptFile {
   std::vector<ScriptedReply> replies;

@@ -9,7 +9,7 @@
 #include "core/thread_pool.h"
 #include "ops/formats.h"
 #include "runtime/eval.h"
-#include "runtime/generator.h"
+#include "runtime/prefix_store.h"
 #include "runtime/ngram_baseline.h"
 #include "../model/tiny_model_util.h"
 
@@ -30,16 +30,19 @@ int32_t naive_argmax(const std::vector<float>& logits, size_t n) {
                               logits.begin());
 }
 
-// The logits generate() samples its first token from, after `prompt` (prefill_chunk as given).
+// The logits the first generated token is sampled from after `prompt`, fed in chunks of
+// `prefill_chunk` tokens (0: one call), as the engine's chunked prefill feeds it.
 std::vector<float> generate_logits(model::Model& m, std::span<const int32_t> prompt, size_t prefill_chunk = 0) {
   ThreadPool pool(2);
-  GenerateOptions o;
-  o.max_new_tokens = 1;
-  o.prefill_chunk = prefill_chunk;
-  GenerateStats st;
-  auto out = generate(m, prompt, o, nullptr, &st, &pool);
-  EXPECT_TRUE(out.ok()) << out.status().to_string();
-  return st.first_logits;
+  model::SequenceState seq = m.new_sequence(static_cast<int64_t>(prompt.size()) + 2);
+  std::vector<float> logits(m.config().vocab_size);
+  const size_t step = prefill_chunk > 0 ? prefill_chunk : prompt.size();
+  for (size_t pos = 0; pos < prompt.size(); pos += step) {
+    model::SeqChunk c{&seq, prompt.subspan(pos, std::min(step, prompt.size() - pos))};
+    Status st = m.forward({&c, 1}, logits.data(), &pool);
+    EXPECT_TRUE(st.ok()) << st.to_string();
+  }
+  return logits;
 }
 
 TEST(EvalWindows, EveryTargetOnceWithinCtx) {

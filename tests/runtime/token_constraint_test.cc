@@ -65,7 +65,7 @@ TEST(TokenConstraint, MaskDecidesEveryTokenAndSeesThemAll) {
   const int vocab = (*engine)->info().vocab_size;
   const std::vector<int32_t> script = {5, 77, 1234, 9, 300};
   auto constraint = std::make_shared<ScriptedConstraint>(script, vocab);
-  auto out = (*engine)->generate(constrained_request(constraint, 42, 5));
+  auto out = runtime::generate(**engine, constrained_request(constraint, 42, 5));
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   EXPECT_EQ(out->output_ids, script) << "a masked sampler can only pick the allowed token";
   EXPECT_EQ(constraint->accepted, script);
@@ -81,7 +81,7 @@ TEST(TokenConstraint, RejectedTokenEndsTheRequestWithAnError) {
   r.prompt_ids = model::testing::test_prompt(12, 1);
   r.sampling.max_tokens = 8;
   r.constraint = constraint;
-  auto out = (*engine)->generate(r);
+  auto out = runtime::generate(**engine, r);
   ASSERT_FALSE(out.ok());
   EXPECT_EQ(out.status().code(), StatusCode::kInternal);
   EXPECT_EQ(constraint->accepted.size(), 2u) << "the second token (unmasked) was refused and generation stopped";
@@ -115,7 +115,7 @@ TEST(TokenConstraint, AMaskThatAllowsNothingEndsTheRequestAsTheClientsError) {
   ASSERT_TRUE(engine.ok());
   for (int allowed : {0, 2}) {
     auto constraint = std::make_shared<DeadEndConstraint>(allowed, (*engine)->info().vocab_size);
-    auto out = (*engine)->generate(constrained_request(constraint, 3, 8));
+    auto out = runtime::generate(**engine, constrained_request(constraint, 3, 8));
     ASSERT_FALSE(out.ok()) << "a dead end cannot produce output";
     EXPECT_EQ(out.status().code(), StatusCode::kInvalidArgument) << out.status().to_string();
     EXPECT_NE(out.status().message().find("after " + std::to_string(allowed) + " output tokens"), std::string::npos)
@@ -156,7 +156,7 @@ TEST(TokenConstraint, ANarrowerMaskNearMaxTokensIsSampledAgain) {
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
   constexpr int32_t kCloser = 77;
   auto constraint = std::make_shared<ClosingConstraint>(kCloser, /*closing=*/3, (*engine)->info().vocab_size);
-  auto out = (*engine)->generate(constrained_request(constraint, 3, 8));
+  auto out = runtime::generate(**engine, constrained_request(constraint, 3, 8));
   ASSERT_TRUE(out.ok()) << out.status().to_string();
   ASSERT_EQ(out->output_ids.size(), 8u);
   // Asked with the tokens left after each one: 7, 6, ..., 0.
@@ -215,7 +215,7 @@ TEST(TokenConstraint, BatchedRequestsGetTheirOwnMasks) {
   }
   std::vector<std::thread> threads;
   for (size_t i = 0; i < scripts.size(); ++i)
-    threads.emplace_back([&, i] { results[i] = (*engine)->generate(requests[i]); });
+    threads.emplace_back([&, i] { results[i] = runtime::generate(**engine, requests[i]); });
   for (auto& t : threads) t.join();
   for (size_t i = 0; i < scripts.size(); ++i) {
     ASSERT_TRUE(results[i].ok()) << results[i].status().to_string();
@@ -384,7 +384,7 @@ TEST(TokenConstraint, ACostlyMaskDoesNotStallTheBatch) {
   auto costly = std::make_shared<LatchedConstraint>();
   Result<GenerationResult> costly_out = internal_error("not run"), plain_out = internal_error("not run"),
                            cheap_out = internal_error("not run");
-  std::thread costly_thread([&] { costly_out = (*engine)->generate(constrained_request(costly, 1, 8)); });
+  std::thread costly_thread([&] { costly_out = runtime::generate(**engine, constrained_request(costly, 1, 8)); });
   costly->wait_entered();  // the costly request is in the batch, its first mask blocking
   // Bounds the test should the batch stall after all: the mask is opened after a long while, and
   // the test fails on that, not on a time it measured.
@@ -400,11 +400,11 @@ TEST(TokenConstraint, ACostlyMaskDoesNotStallTheBatch) {
   });
   const std::vector<int32_t> script = {5, 77, 1234, 9, 300, 41, 8, 8};
   auto cheap = std::make_shared<ScriptedConstraint>(script, vocab);
-  std::thread cheap_thread([&] { cheap_out = (*engine)->generate(constrained_request(cheap, 2, 8)); });
+  std::thread cheap_thread([&] { cheap_out = runtime::generate(**engine, constrained_request(cheap, 2, 8)); });
   GenerationRequest plain;
   plain.prompt_ids = model::testing::test_prompt(12, 3);
   plain.sampling.max_tokens = 32;
-  plain_out = (*engine)->generate(plain);
+  plain_out = runtime::generate(**engine, plain);
   cheap_thread.join();
   {
     std::lock_guard<std::mutex> lock(watch_mu);
@@ -432,7 +432,7 @@ TEST(TokenConstraint, AThrowingMaskEndsItsRequestWithAnError) {
   r.prompt_ids = model::testing::test_prompt(12, 1);
   r.sampling.max_tokens = 8;
   r.constraint = std::make_shared<ThrowingConstraint>(3);
-  auto out = (*engine)->generate(r);
+  auto out = runtime::generate(**engine, r);
   ASSERT_FALSE(out.ok());
   EXPECT_EQ(out.status().code(), StatusCode::kInternal);
   EXPECT_NE(out.status().to_string().find("matcher state broken"), std::string::npos) << out.status().to_string();
@@ -440,7 +440,7 @@ TEST(TokenConstraint, AThrowingMaskEndsItsRequestWithAnError) {
   GenerationRequest plain;
   plain.prompt_ids = model::testing::test_prompt(12, 2);
   plain.sampling.max_tokens = 3;
-  auto again = (*engine)->generate(plain);
+  auto again = runtime::generate(**engine, plain);
   ASSERT_TRUE(again.ok()) << again.status().to_string();
   EXPECT_EQ(again->output_ids.size(), 3u);
 }
@@ -471,13 +471,13 @@ TEST(TokenConstraint, AnAllocationFailureInAcceptEndsOnlyItsRequest) {
   r.prompt_ids = model::testing::test_prompt(12, 1);
   r.sampling.max_tokens = 8;
   r.constraint = std::make_shared<OutOfMemoryOnAccept>();
-  auto out = (*engine)->generate(r);
+  auto out = runtime::generate(**engine, r);
   ASSERT_FALSE(out.ok());
   EXPECT_EQ(out.status().code(), StatusCode::kInternal);
   GenerationRequest plain;
   plain.prompt_ids = model::testing::test_prompt(12, 2);
   plain.sampling.max_tokens = 3;
-  auto again = (*engine)->generate(plain);
+  auto again = runtime::generate(**engine, plain);
   ASSERT_TRUE(again.ok()) << again.status().to_string();
   EXPECT_EQ(again->output_ids.size(), 3u);
 }

@@ -161,10 +161,13 @@ void check_answer(const std::string& path, int status, const std::string& conten
 TEST(Fuzz, MutatedBodiesOverHttpNeverBreakTheServer) {
   ServerOptions options;
   options.max_body_bytes = 64 << 10;
-  options.queue = {2, 8};
+  ScriptedEngineOptions engine_options;
+  engine_options.max_batch = 2;
+  engine_options.max_queue = 8;
   // Thinking-mode prompts (they open with the effort line) need a reply that closes its reasoning.
   auto engine = test::make_engine({{"Reasoning Effort", "hm</think>fine" + std::string(test::kEos)},
-                                   {"", "fine" + std::string(test::kEos)}});
+                                   {"", "fine" + std::string(test::kEos)}},
+                                  engine_options);
   test::TestServer server(*engine, options);
   auto client = server.client();
   Mutator mutator(20240601);
@@ -192,8 +195,7 @@ TEST(Fuzz, MutatedBodiesOverHttpNeverBreakTheServer) {
 TEST(Fuzz, MutatedBodiesThroughTheSchemas) {
   auto engine = test::make_engine({{"", "fine"}});
   ReplayStore replay;
-  GenerationQueue queue(*engine, {1, 1});
-  ChatService service(test::test_tokenizer(), *engine, queue, replay, ServiceConfig{"cedar-test"});
+  ChatService service(test::test_tokenizer(), *engine, replay, ServiceConfig{"cedar-test"});
   Mutator mutator(77);
   const int n = iterations(1500) * 13;
   for (int i = 0; i < n; ++i) {

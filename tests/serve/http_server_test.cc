@@ -67,7 +67,7 @@ TEST_F(HttpServerTest, HealthModelsAndMetrics) {
   ASSERT_TRUE(metrics);
   EXPECT_EQ(metrics->status, 200);
   for (const char* needle : {"cedar_http_responses_total{endpoint=\"chat_completions\",code=\"200\"} 1",
-                             "cedar_engine_requests_total 1", "cedar_queue_depth{queue=\"server\"} 0",
+                             "cedar_engine_requests_total 1", "cedar_queue_depth 0",
                              "cedar_prefix_cache_lookups_total{result=\"miss\"} 1", "cedar_kv_bytes{tier=\"memory\"}",
                              "cedar_decode_tokens_per_second", "cedar_prefill_tokens_per_second"})
     EXPECT_NE(metrics->body.find(needle), std::string::npos) << needle << "\n" << metrics->body;
@@ -450,9 +450,10 @@ TEST_F(HttpServerTest, ApiKeyIsRequiredWhenSet) {
 
 TEST_F(HttpServerTest, FullQueueAnswers429WithRetryAfter) {
   ServerOptions options;
-  options.queue = {/*workers=*/1, /*max_waiting=*/0};
   ScriptedEngineOptions slow;
   slow.token_delay = 10ms;
+  slow.max_batch = 1;  // the engine's queue is the server's only one
+  slow.max_queue = 0;
   start({{"", std::string(100, 'x') + test::kEos}}, options, slow);
   std::thread busy([&] { post_json(*server_->client(), "/v1/chat/completions", {{"messages", {user("a")}}}); });
   std::this_thread::sleep_for(200ms);  // the first request is inside the engine (1 s of tokens)

@@ -113,9 +113,11 @@ RunResult run(const test::TestServer& server, int clients, double seconds) {
 TEST(Load, SixteenConcurrentStreamingClients) {
   ScriptedEngineOptions engine_options;
   engine_options.token_delay = 2ms;  // ~500 tokens/s per sequence, as a decode step would pace it
+  engine_options.max_batch = 16;
+  engine_options.max_queue = 16;
   auto engine = test::make_engine({{"", kAnswer + test::kEos}}, engine_options);
   ServerOptions options;
-  options.queue = {16, 16};
+  options.max_waiting = 16;
   test::TestServer server(*engine, options);
   const double seconds = load_seconds();
 

@@ -15,8 +15,7 @@ class PromptTest : public ::testing::Test {
  protected:
   PromptTest()
       : engine_(test::make_engine({{"", "x"}})),
-        queue_(*engine_, {1, 1}),
-        service_(test::test_tokenizer(), *engine_, queue_, replay_, ServiceConfig{"cedar-test"}) {}
+        service_(test::test_tokenizer(), *engine_, replay_, ServiceConfig{"cedar-test"}) {}
 
   // The prompt text of a chat request body, or the error's message.
   std::string prompt_of(const test::json& body, int* status = nullptr) {
@@ -38,7 +37,6 @@ class PromptTest : public ::testing::Test {
 
   std::unique_ptr<ScriptedEngine> engine_;
   ReplayStore replay_;
-  GenerationQueue queue_;
   ChatService service_;
 };
 
@@ -210,7 +208,7 @@ TEST_F(PromptTest, DefaultModeIsDeepSeeksThinking) {
             "thorough the reasoning)\n\n<｜User｜>hi<｜Assistant｜><think>");
   ServiceConfig chat_default{"cedar-test"};
   chat_default.default_thinking = false;
-  ChatService chat_service(test::test_tokenizer(), *engine_, queue_, replay_, chat_default);
+  ChatService chat_service(test::test_tokenizer(), *engine_, replay_, chat_default);
   ChatRequest request;
   ASSERT_FALSE(parse_chat_completion_request(OrderedJson::parse(body.dump()), &request));
   auto prepared = chat_service.prepare_chat(request, "chatcmpl-", "call_");
@@ -230,8 +228,7 @@ TEST_F(PromptTest, DefaultModeIsDeepSeeksThinking) {
 TEST(PromptLimits, TooLongPromptsAndBudgetsAreHandled) {
   auto engine = test::make_engine({{"", "x"}}, {}, /*max_context=*/64);
   ReplayStore replay;
-  GenerationQueue queue(*engine, {1, 1});
-  ChatService service(test::test_tokenizer(), *engine, queue, replay, ServiceConfig{"cedar-test"});
+  ChatService service(test::test_tokenizer(), *engine, replay, ServiceConfig{"cedar-test"});
   ChatRequest request;
   request.messages.push_back({Role::kUser, std::string(100, 'a'), "", {}, ""});
   request.reasoning.thinking = false;

@@ -27,12 +27,12 @@ using test::post_json;
 class RecordingEngine : public runtime::Engine {
  public:
   explicit RecordingEngine(std::unique_ptr<ScriptedEngine> inner) : inner_(std::move(inner)) {}
-  Result<runtime::GenerationResult> generate(const runtime::GenerationRequest& request) override {
+  Result<std::shared_ptr<runtime::GenerationStream>> submit(runtime::GenerationRequest request) override {
     {
       std::lock_guard lock(mu_);
       prompts_.push_back(request.prompt_ids);
     }
-    return inner_->generate(request);
+    return inner_->submit(std::move(request));
   }
   runtime::EngineInfo info() const override { return inner_->info(); }
   runtime::EngineStats stats() const override { return inner_->stats(); }

@@ -3,7 +3,7 @@
 #include <gtest/gtest.h>
 
 #include "serve/script_file.h"
-#include "serve/scripted_engine.h"
+#include "runtime/scripted_engine.h"
 #include "serve_test_util.h"
 
 namespace cedar::serve {
@@ -18,8 +18,8 @@ runtime::GenerationRequest request_for(const std::vector<int32_t>& prompt, int m
 
 TEST(ScriptedEngine, PlaysTheFirstMatchingReply) {
   auto engine = test::make_engine({{"weather", "W"}, {"", "D"}});
-  auto a = engine->generate(request_for(test::ids_of("what is the weather")));
-  auto b = engine->generate(request_for(test::ids_of("hello")));
+  auto a = runtime::generate(*engine, request_for(test::ids_of("what is the weather")));
+  auto b = runtime::generate(*engine, request_for(test::ids_of("hello")));
   ASSERT_TRUE(a.ok() && b.ok());
   EXPECT_EQ(a->output_ids, test::ids_of("W"));
   EXPECT_EQ(b->output_ids, test::ids_of("D"));
@@ -27,7 +27,7 @@ TEST(ScriptedEngine, PlaysTheFirstMatchingReply) {
 
 TEST(ScriptedEngine, NoMatchingReplyIsAClearError) {
   auto engine = test::make_engine({{"weather", "W"}});
-  auto r = engine->generate(request_for(test::ids_of("hello")));
+  auto r = runtime::generate(*engine, request_for(test::ids_of("hello")));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), StatusCode::kInvalidArgument);
   EXPECT_NE(r.status().message().find("hello"), std::string::npos);
@@ -35,7 +35,7 @@ TEST(ScriptedEngine, NoMatchingReplyIsAClearError) {
 
 TEST(ScriptedEngine, StopsAtEosInclusive) {
   auto engine = test::make_engine({{"", std::string("ab") + test::kEos + "cd"}});
-  auto r = engine->generate(request_for(test::ids_of("x")));
+  auto r = runtime::generate(*engine, request_for(test::ids_of("x")));
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->output_ids, test::ids_of(std::string("ab") + test::kEos));
   EXPECT_EQ(r->finish_reason, runtime::FinishReason::kStop);
@@ -43,7 +43,7 @@ TEST(ScriptedEngine, StopsAtEosInclusive) {
 
 TEST(ScriptedEngine, MaxTokensCutsWithLength) {
   auto engine = test::make_engine({{"", std::string("abcdef") + test::kEos}});
-  auto r = engine->generate(request_for(test::ids_of("x"), 3));
+  auto r = runtime::generate(*engine, request_for(test::ids_of("x"), 3));
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->output_ids.size(), 3u);
   EXPECT_EQ(r->finish_reason, runtime::FinishReason::kLength);
@@ -53,39 +53,43 @@ TEST(ScriptedEngine, ExtraStopIdsEndTheOutput) {
   auto engine = test::make_engine({{"", std::string("abcdef") + test::kEos}});
   auto req = request_for(test::ids_of("x"));
   req.sampling.stop_ids = {test::ids_of("c")[0]};
-  auto r = engine->generate(req);
+  auto r = runtime::generate(*engine, req);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(r->output_ids, test::ids_of("abc"));
   EXPECT_EQ(r->finish_reason, runtime::FinishReason::kStop);
 }
 
-TEST(ScriptedEngine, OnTokenFalseCancels) {
-  auto engine = test::make_engine({{"", std::string("abcdef") + test::kEos}});
+TEST(ScriptedEngine, CancellingTheStreamEndsTheRequest) {
+  ScriptedEngineOptions slow;
+  slow.token_delay = std::chrono::milliseconds(20);  // the cancel lands long before the reply's end
+  auto engine = test::make_engine({{"", std::string(40, 'a') + test::kEos}}, slow);
   auto req = request_for(test::ids_of("x"));
-  int seen = 0;
-  req.on_token = [&](int32_t) { return ++seen < 2; };
-  auto r = engine->generate(req);
+  size_t seen = 0;
+  auto r = runtime::generate(*engine, req, [&](const runtime::GenerationStream::Update& u) {
+    seen += u.tokens.size();
+    return seen < 2;
+  });
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(seen, 2);
-  EXPECT_EQ(r->output_ids.size(), 2u);
+  EXPECT_GE(r->output_ids.size(), 2u);
+  EXPECT_LT(r->output_ids.size(), 41u);
   EXPECT_EQ(r->finish_reason, runtime::FinishReason::kCancelled);
 }
 
 TEST(ScriptedEngine, EmulatedPrefixCacheReportsTheLongestStoredPrefix) {
   auto engine = test::make_engine({{"", "OK"}});
   const std::vector<int32_t> p1 = test::ids_of("abcdef");  // byte tokens: 6 ids
-  auto r1 = engine->generate(request_for(p1));
+  auto r1 = runtime::generate(*engine, request_for(p1));
   ASSERT_TRUE(r1.ok());
   EXPECT_EQ(r1->cached_tokens, 0);
   // p1 + "OK" is stored: a prompt extending it shares 8 tokens.
-  auto r2 = engine->generate(request_for(test::ids_of("abcdefOKmore")));
+  auto r2 = runtime::generate(*engine, request_for(test::ids_of("abcdefOKmore")));
   ASSERT_TRUE(r2.ok());
   EXPECT_EQ(r2->cached_tokens, 8);
   // A prompt equal to a stored sequence still computes its last token.
-  auto r3 = engine->generate(request_for(test::ids_of("abcdef")));
+  auto r3 = runtime::generate(*engine, request_for(test::ids_of("abcdef")));
   ASSERT_TRUE(r3.ok());
   EXPECT_EQ(r3->cached_tokens, 5);
-  auto r4 = engine->generate(request_for(test::ids_of("zzz")));
+  auto r4 = runtime::generate(*engine, request_for(test::ids_of("zzz")));
   EXPECT_EQ(r4->cached_tokens, 0);
   const runtime::EngineStats s = engine->stats();
   EXPECT_EQ(s.requests, 4u);
@@ -97,10 +101,10 @@ TEST(ScriptedEngine, EmulatedPrefixCacheReportsTheLongestStoredPrefix) {
 
 TEST(ScriptedEngine, RefusesWhatTheRealEngineRefuses) {
   auto engine = test::make_engine({{"", "OK"}}, {}, /*max_context=*/10);
-  EXPECT_EQ(engine->generate(request_for({})).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(engine->generate(request_for(test::ids_of("abcdefgh"), 5)).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(engine->generate(request_for({1 << 30})).status().code(), StatusCode::kInvalidArgument);
-  EXPECT_EQ(engine->generate(request_for(test::ids_of("ab"), 0)).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(runtime::generate(*engine, request_for({})).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(runtime::generate(*engine, request_for(test::ids_of("abcdefgh"), 5)).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(runtime::generate(*engine, request_for({1 << 30})).status().code(), StatusCode::kInvalidArgument);
+  EXPECT_EQ(runtime::generate(*engine, request_for(test::ids_of("ab"), 0)).status().code(), StatusCode::kInvalidArgument);
 }
 
 TEST(ScriptFile, ParsesRepliesAndOptions) {

@@ -16,7 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "serve/http_server.h"
-#include "serve/scripted_engine.h"
+#include "serve/script_file.h"
 #include "tokenizer/tokenizer.h"
 
 namespace cedar::serve::test {

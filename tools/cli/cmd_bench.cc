@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "args.h"
+#include "bench_interleave.h"
 #include "bench_streaming.h"
 #include "command.h"
 #include "core/thread_pool.h"
@@ -53,6 +54,9 @@ constexpr const char* kUsage =
     "  --fio-bandwidth B/S  the device's random-read bandwidth (bench/stream_bench.sh measures it with fio)\n"
     "  --prompt-file FILE   with --memory-budget: prompt tokens from this text (real n-grams) instead of ids\n"
     "  --no-lookahead       with --memory-budget: no look-ahead prefetch (to measure what it brings)\n"
+    "  --interleave N       an N-token prompt arriving while --decoders K (default 4) sequences decode:\n"
+    "                       their inter-token gaps during its prefill, per --prefill-chunk LIST (default\n"
+    "                       0,512; 0 = the whole prompt in one engine step), on one thread count (-t N)\n"
     "Each test starts a fresh sequence, prefills `depth` tokens (not timed), then times a prefill of\n"
     "`p` tokens (ppP) or `n` single-token decode steps (tgN).\n";
 
@@ -205,7 +209,7 @@ double median(std::vector<double> v) {
 int cmd_bench(const std::vector<std::string>& argv) {
   auto args = Args::parse(argv, {"--model", "--n-prompt", "--n-gen", "--depth", "--threads", "--repetitions",
                                  "--numerics", "--output", "--memory-budget", "--fio-bandwidth", "--residency-stats",
-                                 "--prompt-file", "--rounds"},
+                                 "--prompt-file", "--rounds", "--interleave", "--decoders", "--prefill-chunk"},
                           {"--help", "--no-lookahead", "--no-warmup"},
                           {{"-m", "--model"}, {"-p", "--n-prompt"}, {"-n", "--n-gen"}, {"-d", "--depth"},
                            {"-t", "--threads"}, {"-r", "--repetitions"}, {"-o", "--output"}});
@@ -217,6 +221,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
     std::printf("%s", kUsage);
     return args->has("--help") ? 0 : 2;
   }
+  if (args->has("--interleave")) return bench_interleave(*args);
   if (args->has("--memory-budget")) {
     // The streaming bench runs one sequence per budget and has no sweep to repeat.
     for (const char* flag : {"--rounds", "--no-warmup"})

@@ -190,11 +190,10 @@ int cmd_chat(const std::vector<std::string>& argv) {
     std::fprintf(stderr, "cedar chat: %s\n", opened.status().message().c_str());
     return 1;
   }
-  serve::GenerationQueue queue(*opened->engine, {/*workers=*/1, /*max_waiting=*/0});
   serve::ReplayStore replay;
   serve::ServiceConfig config;
   config.model_id = opened->engine->info().model_id;
-  serve::ChatService service(*opened->tokenizer, *opened->engine, queue, replay, config);
+  serve::ChatService service(*opened->tokenizer, *opened->engine, replay, config);
   signal(SIGINT, on_sigint);
 
   const bool tty = isatty(STDIN_FILENO) && isatty(STDOUT_FILENO);
@@ -226,7 +225,7 @@ int cmd_chat(const std::vector<std::string>& argv) {
     g_interrupted.store(false);
     TerminalSink sink(tty);
     Timer timer;
-    auto outcome = service.follow(generation, *std::get<std::shared_ptr<serve::GenerationTask>>(task), &sink,
+    auto outcome = service.follow(generation, *std::get<std::shared_ptr<runtime::GenerationStream>>(task), &sink,
                                   [&](bool) {
                                     const std::string text = sink.take();
                                     std::fwrite(text.data(), 1, text.size(), stdout);

@@ -1,4 +1,6 @@
 // cedar generate: run a prompt through the model and stream the continuation.
+#include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <sstream>
 
@@ -10,7 +12,7 @@
 #include "model/model.h"
 #include "progress.h"
 #include "residency_flags.h"
-#include "runtime/generator.h"
+#include "runtime/local_engine.h"
 #include "tokenizer/tokenizer.h"
 
 namespace cedar::cli {
@@ -94,8 +96,8 @@ int cmd_generate(const std::vector<std::string>& argv) {
     std::fprintf(stderr, "cedar generate: -n, --temperature, --threads and --prefill-chunk must be >= 0\n");
     return 2;
   }
-  if (args->has("--top-logprobs") && (*top_logprobs < 1 || *top_logprobs > 100)) {
-    std::fprintf(stderr, "cedar generate: --top-logprobs must be between 1 and 100\n");
+  if (args->has("--top-logprobs") && (*top_logprobs < 1 || *top_logprobs > runtime::kMaxTopLogprobs)) {
+    std::fprintf(stderr, "cedar generate: --top-logprobs must be between 1 and 20\n");
     return 2;
   }
   if (args->has("--top-logprobs") && !args->has("--json")) {
@@ -145,28 +147,51 @@ int cmd_generate(const std::vector<std::string>& argv) {
     if (!ids.ok()) return fail(ids.status());
     prompt = *ids;
   }
+  if (*n == 0) return 0;  // nothing to generate
   if (*threads > 0) ThreadPool::set_default_threads(static_cast<int>(*threads));
-  ThreadPool& pool = ThreadPool::global();
-
-  runtime::GenerateOptions gopts;
-  gopts.max_new_tokens = static_cast<int>(*n);
-  gopts.temperature = static_cast<float>(*temp);
-  gopts.seed = static_cast<uint64_t>(*seed);
-  gopts.stop_at_eos = !args->has("--ignore-eos");
-  gopts.prefill_chunk = static_cast<size_t>(*chunk);
-  gopts.top_logprobs = static_cast<int>(*top_logprobs);
   const bool json = args->has("--json");
+
+  // cedar's one decode loop: the engine's scheduler, here for one request.
+  runtime::EngineOptions eopts;
+  eopts.max_batch = 1;
+  eopts.max_queue = 0;
+  eopts.max_context = static_cast<int>(prompt.size() + *n + 1);
+  eopts.threads = static_cast<int>(*threads);
+  eopts.prefill_chunk = static_cast<int>(*chunk);
+  eopts.prefix_cache = args->has("--cache-dir");
+  eopts.cache_dir = args->get_or("--cache-dir", "");
+  eopts.replay_full = replay == "full";
+  runtime::GenerationRequest request;
+  request.prompt_ids = prompt;
+  request.sampling.max_tokens = static_cast<int>(*n);
+  request.sampling.temperature = static_cast<float>(*temp);
+  request.sampling.seed = static_cast<uint64_t>(*seed);
+  request.sampling.ignore_eos = args->has("--ignore-eos");
+  request.logprobs = *top_logprobs > 0;
+  request.top_logprobs = static_cast<int>(std::min<int64_t>(*top_logprobs, runtime::kMaxTopLogprobs));
 
   // Stream text: print what the decoded output gained, holding back an incomplete UTF-8 tail.
   std::vector<int32_t> so_far;
   size_t printed = 0;
+  runtime::TokenLogprobs logprobs;
   ProgressBar prefill_bar("prefill");
-  (*model)->set_layer_observer([&](int layer, const float*, size_t) {
-    if (so_far.empty()) prefill_bar.update(layer + 1, (*model)->config().n_layers);
+  std::atomic<bool> first_token{false};
+  const int n_layers = (*model)->config().n_layers;
+  (*model)->set_layer_observer([&](int layer, const float*, size_t) {  // on the engine's thread
+    if (!first_token.load(std::memory_order_relaxed)) prefill_bar.update(layer + 1, n_layers);
   });
-  auto on_token = [&](int32_t id) {
-    if (so_far.empty()) prefill_bar.finish();
-    so_far.push_back(id);
+  auto engine = runtime::make_engine(std::move(*model), eopts, "");
+  if (!engine.ok()) return fail(engine.status());
+  auto on_update = [&](const runtime::GenerationStream::Update& u) {
+    if (!u.tokens.empty() && !first_token.exchange(true)) prefill_bar.finish();
+    so_far.insert(so_far.end(), u.tokens.begin(), u.tokens.end());
+    if (u.logprobs.size() > 0) {
+      logprobs.k = u.logprobs.k;
+      logprobs.logprob.insert(logprobs.logprob.end(), u.logprobs.logprob.begin(), u.logprobs.logprob.end());
+      logprobs.top_ids.insert(logprobs.top_ids.end(), u.logprobs.top_ids.begin(), u.logprobs.top_ids.end());
+      logprobs.top_logprobs.insert(logprobs.top_logprobs.end(), u.logprobs.top_logprobs.begin(),
+                                   u.logprobs.top_logprobs.end());
+    }
     if (json) return true;
     auto text = (*tok)->decode(so_far, /*skip_special=*/false);
     if (text.ok() && text->size() > printed && text->find("\xEF\xBF\xBD", printed) == std::string::npos) {
@@ -176,44 +201,34 @@ int cmd_generate(const std::vector<std::string>& argv) {
     }
     return true;
   };
-  std::unique_ptr<runtime::PrefixStore> store;
-  if (args->has("--cache-dir")) {
-    runtime::PrefixStoreOptions po;
-    po.disk_dir = *args->get("--cache-dir");
-    auto ps = runtime::PrefixStore::create(**model, po);
-    if (!ps.ok()) return fail(ps.status());
-    store = std::move(*ps);
-    gopts.prefix_store = store.get();
-    gopts.replay = replay == "full" ? runtime::ReplayMode::kFull : runtime::ReplayMode::kBounded;
-  }
-  runtime::GenerateStats stats;
-  auto out = runtime::generate(**model, prompt, gopts, on_token, &stats, &pool);
-  (*model)->set_layer_observer(nullptr);
-  if (!out.ok()) return fail(out.status());
-  auto text = (*tok)->decode(*out, /*skip_special=*/false);
+  auto result = runtime::generate(**engine, std::move(request), on_update);
+  if (!result.ok()) return fail(result.status());
+  const std::vector<int32_t>& out = result->output_ids;
+  auto text = (*tok)->decode(out, /*skip_special=*/false);
   if (!text.ok()) return fail(text.status());
+  const int64_t computed = result->prompt_tokens - result->cached_tokens + result->replayed_tokens;
   if (json) {
-    nlohmann::json j = {{"prompt_ids", prompt}, {"ids", *out}, {"text", *text}};
-    if (gopts.top_logprobs > 0) {
-      const auto& lp = stats.logprobs;
+    nlohmann::json j = {{"prompt_ids", prompt}, {"ids", out}, {"text", *text}};
+    if (*top_logprobs > 0) {
+      const auto& lp = logprobs;
       auto token_text = [&](int32_t id) {
         auto t = (*tok)->decode(std::vector<int32_t>{id}, /*skip_special=*/false);
         return t.ok() ? *t : std::string();
       };
       nlohmann::json arr = nlohmann::json::array();
-      for (size_t i = 0; i < out->size(); ++i) {
+      for (size_t i = 0; i < out.size() && i < lp.size(); ++i) {
         nlohmann::json top = nlohmann::json::array();
         for (int k = 0; k < lp.k; ++k) {
           const int32_t id = lp.top_ids[i * lp.k + k];
           top.push_back({{"id", id}, {"token", token_text(id)}, {"logprob", lp.top_logprobs[i * lp.k + k]}});
         }
-        arr.push_back({{"id", (*out)[i]}, {"token", token_text((*out)[i])}, {"logprob", lp.logprob[i]}, {"top", top}});
+        arr.push_back({{"id", out[i]}, {"token", token_text(out[i])}, {"logprob", lp.logprob[i]}, {"top", top}});
       }
       j["logprobs"] = arr;
     }
-    if (store)
-      j["cache"] = {{"cached_tokens", stats.cached_tokens}, {"replayed_tokens", stats.replayed_tokens},
-                    {"computed_tokens", stats.computed_tokens}, {"prefill_seconds", stats.prefill_seconds}};
+    if (eopts.prefix_cache)
+      j["cache"] = {{"cached_tokens", result->cached_tokens}, {"replayed_tokens", result->replayed_tokens},
+                    {"computed_tokens", computed}, {"prefill_seconds", result->prefill_seconds}};
     std::printf("%s\n", j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   } else {
     if (printed < text->size()) std::fwrite(text->data() + printed, 1, text->size() - printed, stdout);
@@ -222,16 +237,16 @@ int cmd_generate(const std::vector<std::string>& argv) {
     if (text->empty() || text->back() != '\n') std::fputc('\n', stdout);
   }
   std::fflush(stdout);
-  if (store)
-    std::fprintf(stderr, "prefix cache: %lld prompt tokens restored, %lld replayed, %lld computed\n",
-                 static_cast<long long>(stats.cached_tokens), static_cast<long long>(stats.replayed_tokens),
-                 static_cast<long long>(stats.computed_tokens));
+  if (eopts.prefix_cache)
+    std::fprintf(stderr, "prefix cache: %d prompt tokens restored, %d replayed, %lld computed\n",
+                 result->cached_tokens, result->replayed_tokens, static_cast<long long>(computed));
+  const int new_tokens = static_cast<int>(out.size());
   std::fprintf(stderr, "prefill: %d tokens in %.3f s (%.2f tok/s); decode: %d tokens in %.3f s (%.2f tok/s); %d threads\n",
-               stats.prompt_tokens, stats.prefill_seconds, stats.prompt_tokens / std::max(stats.prefill_seconds, 1e-9),
-               stats.new_tokens, stats.decode_seconds,
-               stats.new_tokens > 1 ? (stats.new_tokens - 1) / std::max(stats.decode_seconds, 1e-9) : 0.0,
-               pool.size());
-  if (Status st = (*model)->save_residency_stats(); !st.ok()) return fail(st);
+               result->prompt_tokens, result->prefill_seconds,
+               result->prompt_tokens / std::max(result->prefill_seconds, 1e-9), new_tokens, result->decode_seconds,
+               new_tokens > 1 ? (new_tokens - 1) / std::max(result->decode_seconds, 1e-9) : 0.0,
+               *threads > 0 ? static_cast<int>(*threads) : hardware_threads());
+  // The engine writes the routing statistics (--residency-stats) when it stops.
   return 0;
 }
 

@@ -43,8 +43,10 @@ constexpr const char* kUsage =
     "  --max-connections-per-client N  open connections per client IP address before new ones get 429\n"
     "                           (default 256; 0 = no limit; behind a proxy every client shares its address)\n"
     "  --served-model-name NAME model id reported by /v1/models (default: the checkpoint's name)\n"
-    "  --parallel N             requests handed to the engine at once (default 16)\n"
+    "  --parallel N             sequences the engine advances together (default 16)\n"
     "  --queue N                requests waiting behind them before 429 (default 64)\n"
+    "  --prefill-chunk N        prompt tokens prefilled per engine step, so that a long prompt does not\n"
+    "                           stall the running sequences (default 512; 0 = whole prompts)\n"
     "  --max-context N          prompt + output tokens per request (default: the engine's)\n"
     "  --max-prompt-tokens N    longest prompt accepted (default: the context)\n"
     "  --max-tokens N           output budget when a request names none, and the most it may name (a larger\n"
@@ -174,10 +176,10 @@ Result<ServeConfig> read_flags(const Args& args) {
   CEDAR_RETURN_IF_ERROR(residency_from_flags(args, c.engine.model_dir, &c.engine.residency, &c.engine.auto_budget));
   CEDAR_ASSIGN_OR_RETURN(c.engine.max_context, int_flag(args, "--max-context", 0, 0, 1 << 24));
   CEDAR_ASSIGN_OR_RETURN(c.engine.threads, int_flag(args, "--threads", 0, 0, 4096));
-  CEDAR_ASSIGN_OR_RETURN(c.server.queue.workers, int_flag(args, "--parallel", 16, 1, 4096));
-  CEDAR_ASSIGN_OR_RETURN(c.server.queue.max_waiting, int_flag(args, "--queue", 64, 0, 1 << 20));
-  c.engine.max_batch = c.server.queue.workers;
-  c.engine.max_queue = c.server.queue.max_waiting;
+  CEDAR_ASSIGN_OR_RETURN(c.engine.max_batch, int_flag(args, "--parallel", 16, 1, 4096));
+  CEDAR_ASSIGN_OR_RETURN(c.engine.max_queue, int_flag(args, "--queue", 64, 0, 1 << 20));
+  CEDAR_ASSIGN_OR_RETURN(c.engine.prefill_chunk, int_flag(args, "--prefill-chunk", 512, 0, 1 << 24));
+  c.server.max_waiting = c.engine.max_queue;
   c.server.host = args.get_or("--host", "127.0.0.1");
   CEDAR_ASSIGN_OR_RETURN(c.server.port, int_flag(args, "--port", 8000, 0, 65535));
   CEDAR_ASSIGN_OR_RETURN(c.server.api_key, api_key(args));
@@ -233,7 +235,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
   auto args = Args::parse(argv,
                           {"--model", "--scripted", "--tokenizer", "--host", "--port", "--api-key", "--api-key-file",
                            "--max-concurrent-per-key", "--max-tokens-per-minute-per-key", "--max-connections",
-                           "--served-model-name", "--parallel", "--queue", "--max-context", "--max-prompt-tokens",
+                           "--served-model-name", "--parallel", "--queue", "--prefill-chunk", "--max-context", "--max-prompt-tokens",
                            "--max-tokens", "--max-body-bytes", "--max-body-bytes-in-flight", "--max-connections-per-client",
                            "--thinking", "--threads", "--cache-dir", "--replay", "--kv-memory", "--numerics",
                            "--memory-budget", "--residency-stats", "--grammar-cache", "--grammar-compile-timeout",
@@ -290,7 +292,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
                        : "only requests addressed to localhost are answered (--allow-remote-origins opens it)");
   std::printf("cedar serve: %s as '%s' on http://%s:%d (%d in parallel, %d queued; Ctrl-C stops)\n",
               opened->description.c_str(), options.service.model_id.c_str(), options.host.c_str(), *port,
-              options.queue.workers, options.queue.max_waiting);
+              config->engine.max_batch, config->engine.max_queue);
   std::fflush(stdout);
 
   std::atomic<bool> done{false};
