@@ -18,7 +18,8 @@ constexpr int kScaleBlock = 32;  // one E8M0 scale per 32 columns of a table row
 }  // namespace
 
 Status dequant_engram_rows(std::span<const uint8_t> table_codes, std::span<const uint8_t> table_scales,
-                           int64_t table_rows, int head_dim, std::span<const int64_t> row_ids, std::span<float> out) {
+                           int64_t table_rows, int head_dim, std::span<const int64_t> row_ids, std::span<float> out,
+                           ThreadPool& pool) {
   CEDAR_CHECK(head_dim > 0 && head_dim % kScaleBlock == 0, "engram head_dim %d", head_dim);
   const size_t blocks = static_cast<size_t>(head_dim / kScaleBlock);
   CEDAR_CHECK(table_rows >= 0 && table_codes.size() == static_cast<size_t>(table_rows) * head_dim &&
@@ -35,7 +36,7 @@ Status dequant_engram_rows(std::span<const uint8_t> table_codes, std::span<const
   }
   const float* e4m3 = ops::e4m3_table();
   const float* e8m0 = ops::e8m0_table();
-  ThreadPool::global().parallel_for(row_ids.size(), 16, [&](size_t begin, size_t end, int) {
+  pool.parallel_for(row_ids.size(), 16, [&](size_t begin, size_t end, int) {
     for (size_t r = begin; r < end; ++r) {
       const size_t row = static_cast<size_t>(row_ids[r]);
       const uint8_t* codes = table_codes.data() + row * head_dim;  // [head_dim]
@@ -60,7 +61,8 @@ float engram_gate_from_dot(float dot) {
 
 void engram_gate_update(std::span<float> x, std::span<const float> kv, std::span<const uint16_t> q_weight,
                         std::span<const uint16_t> k_weight, const EngramGateShape& shape, float eps,
-                        std::span<const uint8_t> takes_part, std::span<float> gates_out) {
+                        std::span<const uint8_t> takes_part, std::span<float> gates_out, ThreadPool& pool,
+                        EngramGateScratch& scratch) {
   const int64_t n = shape.n_tokens;
   const size_t hc = static_cast<size_t>(shape.hc);
   const size_t dim = static_cast<size_t>(shape.dim);
@@ -74,14 +76,17 @@ void engram_gate_update(std::span<float> x, std::span<const float> kv, std::span
   CEDAR_CHECK(gates_out.empty() || gates_out.size() == un * hc, "engram gates_out: %zu floats", gates_out.size());
 
   // weight = q_weight.float() * k_weight.float(), one f32 rounding.
-  std::vector<float> weight(hc * dim);  // [hc, dim]
+  if (scratch.weight.size() < hc * dim) scratch.weight.resize(hc * dim);
+  const size_t products = static_cast<size_t>(pool.size()) * dim;
+  if (scratch.products.size() < products) scratch.products.resize(products);
+  float* weight = scratch.weight.data();  // [hc, dim]
   for (size_t i = 0; i < hc * dim; ++i)
     weight[i] = ops::bf16_bits_to_f32(q_weight[i]) * ops::bf16_bits_to_f32(k_weight[i]);
   // self.dim ** -0.5 is a Python double; torch multiplies an f32 tensor by it as f32.
   const float inv_sqrt_dim = static_cast<float>(std::pow(static_cast<double>(dim), -0.5));
 
-  ThreadPool::global().parallel_for(un, 1, [&](size_t begin, size_t end, int) {
-    std::vector<float> hw(dim);  // [dim] h * weight
+  pool.parallel_for(un, 1, [&](size_t begin, size_t end, int thread) {
+    float* hw = scratch.products.data() + static_cast<size_t>(thread) * dim;  // [dim] h * weight
     for (size_t t = begin; t < end; ++t) {
       const float* key_all = kv.data() + t * (hc + 1) * dim;  // [hc, dim]
       const float* value = key_all + hc * dim;                 // [dim]
@@ -89,11 +94,11 @@ void engram_gate_update(std::span<float> x, std::span<const float> kv, std::span
       for (size_t j = 0; j < hc; ++j) {
         float* h = x.data() + (t * hc + j) * dim;  // [dim]
         const float* key = key_all + j * dim;      // [dim]
-        const float* w = weight.data() + j * dim;  // [dim]
+        const float* w = weight + j * dim;         // [dim]
         const float rstd = ops::rms_rsqrt(h, dim, eps) * ops::rms_rsqrt(key, dim, eps);
         for (size_t d = 0; d < dim; ++d) hw[d] = h[d] * w[d];
         // The reference sums the fp32 tensor (h*w)*key: fp32 products, the sum in float64 rounded once.
-        const float sum = static_cast<float>(ops::dot_rounded_products_f64(hw.data(), key, dim));
+        const float sum = static_cast<float>(ops::dot_rounded_products_f64(hw, key, dim));
         const float dot = (sum * rstd) * inv_sqrt_dim;
         // masked_fill(~mask, 0) after the gate is computed: image tokens add 0 * value.
         const float gate = text ? engram_gate_from_dot(dot) : 0.0f;

@@ -17,8 +17,10 @@
 
 #include <cstdint>
 #include <span>
+#include <vector>
 
 #include "core/status.h"
+#include "core/thread_pool.h"
 
 namespace cedar::model {
 
@@ -26,8 +28,10 @@ namespace cedar::model {
 // table_scales [table_rows, head_dim/32] E8M0 bytes, row_ids [n] (global rows), out [n, head_dim]
 // bf16-valued floats. Row ids outside the table are an error naming the id (a config/checkpoint
 // mismatch); nothing is written then.
+// Runs on `pool` (the forward pass's: Engram shares the engine's threads).
 Status dequant_engram_rows(std::span<const uint8_t> table_codes, std::span<const uint8_t> table_scales,
-                           int64_t table_rows, int head_dim, std::span<const int64_t> row_ids, std::span<float> out);
+                           int64_t table_rows, int head_dim, std::span<const int64_t> row_ids, std::span<float> out,
+                           ThreadPool& pool);
 
 struct EngramGateShape {
   int64_t n_tokens = 0;
@@ -35,7 +39,14 @@ struct EngramGateShape {
   int dim = 0;   // model width
 };
 
-// Updates the residual streams in place with the gated Engram value.
+// What engram_gate_update works in, kept by its caller between calls: grown on first use, never
+// allocated again for the same shape and thread count (no allocation in the decode loop).
+struct EngramGateScratch {
+  std::vector<float> weight;    // [hc, dim] q_weight * k_weight
+  std::vector<float> products;  // [threads, dim] h * weight, one row per pool thread
+};
+
+// Updates the residual streams in place with the gated Engram value, on `pool`.
 //   x        [n_tokens, hc, dim]     bf16-valued floats, in/out
 //   kv       [n_tokens, (hc+1)*dim]  bf16-valued floats: wkv(E)
 //   q_weight, k_weight [hc, dim]     bf16 bits (checkpoint layout)
@@ -46,7 +57,8 @@ struct EngramGateShape {
 // not depend on the thread count.
 void engram_gate_update(std::span<float> x, std::span<const float> kv, std::span<const uint16_t> q_weight,
                         std::span<const uint16_t> k_weight, const EngramGateShape& shape, float eps,
-                        std::span<const uint8_t> takes_part, std::span<float> gates_out);
+                        std::span<const uint8_t> takes_part, std::span<float> gates_out, ThreadPool& pool,
+                        EngramGateScratch& scratch);
 
 // The gate's scalar tail: sigmoid(copysign(sqrt(max(|dot|, 1e-6)), dot)) in f32 (NaN propagates).
 float engram_gate_from_dot(float dot);

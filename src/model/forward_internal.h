@@ -6,6 +6,7 @@
 #include <span>
 #include <vector>
 
+#include "model/engram_module.h"
 #include "model/model.h"
 #include "ops/attention.h"
 #include "ops/linear.h"
@@ -84,6 +85,7 @@ struct Workspace {
   std::vector<float> engram_e, engram_kv;
   std::vector<uint8_t> engram_codes, engram_scales;
   std::vector<int64_t> engram_local;
+  EngramGateScratch engram_gate;
 };
 
 // Where each chunk's tokens sit in the token-major batch tensors.

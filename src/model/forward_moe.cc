@@ -214,15 +214,17 @@ void ForwardPass::engram(int l) {
   int64_t* local = scratch(ws_.engram_local, n_rows);
   for (size_t i = 0; i < n_rows; ++i) local[i] = static_cast<int64_t>(i);
   float* E = scratch(ws_.engram_e, n_rows * hdim);  // [T, n_cols * head_dim]
+  // The engine's pool, as every other op of the pass (the process-wide one for callers without).
+  ThreadPool& pool = pool_ ? *pool_ : ThreadPool::global();
   Status st = dequant_engram_rows({codes, n_rows * hdim}, {scales, n_rows * hdim / 32}, static_cast<int64_t>(n_rows),
-                                  static_cast<int>(hdim), {local, n_rows}, {E, n_rows * hdim});
+                                  static_cast<int>(hdim), {local, n_rows}, {E, n_rows * hdim}, pool);
   CEDAR_CHECK(st.ok(), "engram layer %d: %s", l, st.message().c_str());
   float* kv = scratch(ws_.engram_kv, T_ * (hc + 1) * dim);  // [T, (hc+1)*dim]
   float* act = scratch(ws_.act_scratch, k_.act_scratch_floats(T_, n_cols * hdim));
   k_.linear_fp8(E, T_, ew.wkv, kv, {act, ws_.act_scratch.size()}, pool_);
   engram_gate_update({ws_.streams.data(), T_ * hc * dim}, {kv, T_ * (hc + 1) * dim}, {ew.q_weight, hc * dim},
                      {ew.k_weight, hc * dim}, {static_cast<int64_t>(T_), static_cast<int>(hc), static_cast<int>(dim)},
-                     static_cast<float>(c_.norm_eps), {}, {});
+                     static_cast<float>(c_.norm_eps), {}, {}, pool, ws_.engram_gate);
 }
 
 }  // namespace cedar::model

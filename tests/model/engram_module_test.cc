@@ -40,7 +40,7 @@ TEST(EngramDequant, HandCasesAndBlockScales) {
   scales[0] = 0;
   const std::vector<int64_t> ids = {2, 0, 2};
   std::vector<float> out(ids.size() * head_dim, -1.0f);
-  ASSERT_TRUE(dequant_engram_rows(codes, scales, rows, head_dim, ids, out).ok());
+  ASSERT_TRUE(dequant_engram_rows(codes, scales, rows, head_dim, ids, out, ThreadPool::global()).ok());
   for (int r : {0, 2}) {
     const float* row2 = out.data() + r * head_dim;
     EXPECT_EQ(row2[0], 3584.0f);
@@ -70,7 +70,7 @@ TEST(EngramDequant, EveryCodeTimesEveryScaleIsBf16OfTheExactProduct) {
   std::vector<int64_t> ids(rows);
   for (int r = 0; r < rows; ++r) ids[r] = r;
   std::vector<float> out(rows * head_dim);
-  ASSERT_TRUE(dequant_engram_rows(codes, scales, rows, head_dim, ids, out).ok());
+  ASSERT_TRUE(dequant_engram_rows(codes, scales, rows, head_dim, ids, out, ThreadPool::global()).ok());
   for (int r = 0; r < rows; ++r) {
     for (int c = 0; c < head_dim; ++c) {
       // Definitions: E4M3FN value from its fields, E8M0 = 2^(b-127), product in double (exact),
@@ -97,7 +97,7 @@ TEST(EngramDequant, RowOutsideTableIsAnError) {
   std::vector<float> out(32);
   for (int64_t bad : {int64_t{2}, int64_t{-1}}) {
     const std::vector<int64_t> ids = {bad};
-    const Status st = dequant_engram_rows(codes, scales, 2, 32, ids, out);
+    const Status st = dequant_engram_rows(codes, scales, 2, 32, ids, out, ThreadPool::global());
     ASSERT_FALSE(st.ok());
     EXPECT_NE(st.message().find("row id " + std::to_string(bad)), std::string::npos) << st.message();
   }
@@ -144,7 +144,8 @@ TEST(EngramGate, HandWorkedTokens) {
                                    bf16_bits(0.5), bf16_bits(0.5), bf16_bits(0.5), bf16_bits(0.5)};
   const std::vector<uint8_t> text = {1, 1, 0};
   std::vector<float> gates(6);
-  engram_gate_update(x, kv, q, k, shape, 1e-20f, text, gates);
+  EngramGateScratch scratch;
+  engram_gate_update(x, kv, q, k, shape, 1e-20f, text, gates, ThreadPool::global(), scratch);
 
   EXPECT_NEAR(gates[0], 0.8044296825069569, 1e-6);
   EXPECT_NEAR(gates[1], 0.1955703174930431, 1e-6);
@@ -192,7 +193,8 @@ RandomCase random_case(uint32_t seed, int64_t n, int hc, int dim) {
 TEST(EngramGate, MatchesStepByStepContractRestatement) {
   const RandomCase c = random_case(11, 6, 4, 320);
   std::vector<float> x = c.x, gates(6 * 4);
-  engram_gate_update(x, c.kv, c.q, c.k, c.shape, 1e-20f, c.text, gates);
+  EngramGateScratch scratch;
+  engram_gate_update(x, c.kv, c.q, c.k, c.shape, 1e-20f, c.text, gates, ThreadPool::global(), scratch);
   const int hc = 4, dim = 320;
   const float scale = static_cast<float>(1.0 / std::sqrt(320.0));
   for (int t = 0; t < 6; ++t) {
@@ -238,7 +240,8 @@ TEST(EngramGate, AgreesWithDoubleRecomputation) {
   const int hc = 4, dim = 512;
   const RandomCase c = random_case(2024, n, hc, dim);
   std::vector<float> x = c.x, gates(n * hc);
-  engram_gate_update(x, c.kv, c.q, c.k, c.shape, 1e-20f, c.text, gates);
+  EngramGateScratch scratch;
+  engram_gate_update(x, c.kv, c.q, c.k, c.shape, 1e-20f, c.text, gates, ThreadPool::global(), scratch);
   int checked_x = 0;
   for (int64_t t = 0; t < n; ++t) {
     for (int j = 0; j < hc; ++j) {
