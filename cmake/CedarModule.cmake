@@ -12,7 +12,7 @@ function(cedar_module name)
   endif()
   add_library(${name} STATIC ${_src})
   target_include_directories(${name} PUBLIC ${PROJECT_SOURCE_DIR}/src)
-  target_link_libraries(${name} PUBLIC ${ARG_DEPS})
+  target_link_libraries(${name} PRIVATE ${ARG_DEPS})
   cedar_set_warnings(${name})
 endfunction()
 
