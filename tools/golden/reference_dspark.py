@@ -273,7 +273,8 @@ def main(argv=None) -> int:
     except (CheckpointError, ValueError) as e:
         print(f"reference_dspark: {e}", file=sys.stderr)
         return 1
-    text = "{\n" + ",\n".join(f"{json.dumps(k)}: {json.dumps(v, separators=(',', ':'))}" for k, v in out.items()) + "\n}"
+    body = ",\n".join(f"{json.dumps(k)}: {json.dumps(v, separators=(',', ':'))}" for k, v in out.items())
+    text = "{\n" + body + "\n}"
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:
             f.write(text + "\n")
