@@ -276,9 +276,11 @@ void DsparkHook::capture(int target, size_t round_chunk, int64_t p0, size_t n, c
   if (c >= n_chunks_ || n == 0) return;
   ChunkRows& cr = chunks_[c];
   const size_t keep = std::min(n, capacity_), skip = n - keep;
-  if (target == 0) {  // the first target layer of a round adds its rows; later ones fill their columns
-    if (cr.n == 0) cr.p0 = p0 + static_cast<int64_t>(skip);
-    if (cr.n + keep > capacity_) {
+  if (target == 0) {              // the first target layer of a round adds its rows; later ones fill their columns
+    if (cr.n == 0 || skip > 0) {  // (with skip > 0 the kept rows fill the capacity: older rows go)
+      cr.n = 0;
+      cr.p0 = p0 + static_cast<int64_t>(skip);
+    } else if (cr.n + keep > capacity_) {
       const size_t drop = cr.n + keep - capacity_;
       std::memmove(cr.rows.data(), cr.rows.data() + drop * width_, (cr.n - drop) * width_ * sizeof(float));
       cr.n -= drop;
