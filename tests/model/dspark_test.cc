@@ -150,6 +150,46 @@ TEST(Dspark, ChunkedObservationEqualsTokenByToken) {
   EXPECT_EQ(a.confidence, b.confidence);
 }
 
+// In a batch, each chunk's hook rows are its own: the drafts of three sequences run together (their
+// prefills in one forward call, then their continuations in another) equal those run alone.
+TEST(Dspark, BatchedHookEqualsSeparate) {
+  auto m = testing::load_tiny(2);
+  ThreadPool pool(2);
+  DraftHead& head = *m->draft_head();
+  const std::vector<std::vector<int32_t>> prompts = {testing::test_prompt(40, 1), testing::test_prompt(23, 2),
+                                                     testing::test_prompt(61, 3)};
+  std::vector<DraftOutput> alone(3), together(3);
+  for (size_t i = 0; i < 3; ++i) {
+    Runner r(*m, pool, 128);
+    const std::span<const int32_t> p(prompts[i]);
+    r.step(p.first(p.size() - 3));
+    r.step(p.last(3));
+    ASSERT_TRUE(head.draft(r.state, 42, {}, &alone[i], &pool).ok());
+  }
+  std::vector<SequenceState> seqs;
+  std::vector<DraftState> states;
+  for (size_t i = 0; i < 3; ++i) {
+    seqs.push_back(m->new_sequence(128));
+    states.push_back(head.new_state());
+  }
+  std::vector<float> logits(3 * m->config().vocab_size);
+  for (bool prefill : {true, false}) {
+    std::vector<SeqChunk> chunks;
+    for (size_t i = 0; i < 3; ++i) {
+      const std::span<const int32_t> p(prompts[i]);
+      chunks.push_back({&seqs[i], prefill ? p.first(p.size() - 3) : p.last(3)});
+    }
+    ASSERT_TRUE(m->forward(chunks, logits.data(), &pool).ok());
+    for (size_t i = 0; i < 3; ++i) ASSERT_TRUE(head.observe(states[i], m->dspark_hidden(i), &pool).ok());
+  }
+  for (size_t i = 0; i < 3; ++i) {
+    ASSERT_TRUE(head.draft(states[i], 42, {}, &together[i], &pool).ok());
+    EXPECT_EQ(alone[i].ids, together[i].ids) << "sequence " << i;
+    EXPECT_EQ(alone[i].logits, together[i].logits) << "sequence " << i;
+    EXPECT_EQ(alone[i].confidence, together[i].confidence) << "sequence " << i;
+  }
+}
+
 // Observing the positions of a rejected verification and truncating them away drafts the bits of a
 // state that never saw them; rolling back further than the ring holds is refused.
 TEST(Dspark, TruncateRollsBackVerifiedPositions) {
