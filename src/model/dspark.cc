@@ -38,7 +38,7 @@ struct DraftScratch {
   std::vector<float> qr, q, kv, o, window, group_in, group_out, wo_in;
   std::vector<float> router, row_w, expert_w, expert_x, expert_g, expert_u, expert_y, acc, shared_g, shared_u, shared_y;
   std::vector<int32_t> expert_ids, idx, rows;
-  std::vector<float> main_x, main_kv, markov_bias, head_in, confidence_in;
+  std::vector<float> hidden, main_x, main_kv, markov_bias, head_in, confidence_in;
 };
 
 // DSparkAttention: window-only MQA whose window holds the backbone's main KV, queried by a block of
@@ -282,7 +282,7 @@ void DsparkHook::capture(int target, size_t round_chunk, int64_t p0, size_t n, c
       cr.p0 = p0 + static_cast<int64_t>(skip);
     } else if (cr.n + keep > capacity_) {
       const size_t drop = cr.n + keep - capacity_;
-      std::memmove(cr.rows.data(), cr.rows.data() + drop * width_, (cr.n - drop) * width_ * sizeof(float));
+      std::memmove(cr.rows.data(), cr.rows.data() + drop * width_, (cr.n - drop) * width_ * sizeof(uint16_t));
       cr.n -= drop;
       cr.p0 += static_cast<int64_t>(drop);
     }
@@ -291,11 +291,11 @@ void DsparkHook::capture(int target, size_t round_chunk, int64_t p0, size_t n, c
   const float inv = 1.0f / static_cast<float>(hc_);
   for (size_t r = 0; r < keep; ++r) {
     const float* x = streams + (skip + r) * hc_ * dim_;
-    float* dst = cr.rows.data() + (cr.n - keep + r) * width_ + static_cast<size_t>(target) * dim_;
+    uint16_t* dst = cr.rows.data() + (cr.n - keep + r) * width_ + static_cast<size_t>(target) * dim_;
     for (size_t d = 0; d < dim_; ++d) {
       float sum = x[d];
       for (size_t j = 1; j < hc_; ++j) sum += x[j * dim_ + d];
-      dst[d] = ops::round_bf16(sum * inv);
+      dst[d] = ops::f32_to_bf16_bits(sum * inv);
     }
   }
 }
@@ -388,11 +388,12 @@ Status DraftHead::observe(DraftState& state, const DsparkHidden& h, ThreadPool* 
   }
   const int64_t first = std::max(start, end - static_cast<int64_t>(state.capacity));
   const size_t n = static_cast<size_t>(end - first), hd = c.head_dim, dim = c.dim;
-  const float* hidden = h.rows + static_cast<size_t>(first - h.p0) * (c.dspark_target_layer_ids.size() * dim);
+  const size_t width = c.dspark_target_layer_ids.size() * dim;
+  float* hidden = grow(im.s.hidden, n * width);
+  ops::bf16_to_f32(h.rows + static_cast<size_t>(first - h.p0) * width, hidden, n * width);
   const ops::KernelSet& k = im.m.kernels();
   // DSparkBlock.forward_embed: main_x = main_norm(main_proj(main_hidden)).
   float* main_x = grow(im.s.main_x, n * dim);
-  const size_t width = c.dspark_target_layer_ids.size() * dim;
   std::span<float> act = grow_span(im.s.act, k.act_scratch_floats(n, width));
   k.linear_fp8(hidden, n, im.w.main_proj, main_x, act, pool);
   ops::rms_norm(main_x, n, dim, im.w.main_norm, static_cast<float>(c.norm_eps), main_x);

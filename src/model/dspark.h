@@ -27,12 +27,13 @@ namespace cedar::model {
 class Model;
 
 // The hook rows of one chunk of the last forward: positions [p0, p0 + n), rows [n, n_targets * dim]
-// (bf16 values), target layers in dspark_target_layer_ids order. Only the chunk's last
+// as bf16 bits (the values are bf16: half the memory of floats), target layers in
+// dspark_target_layer_ids order. Only the chunk's last
 // DsparkHook::capacity() positions are kept: earlier ones can never reach a draft window.
 struct DsparkHidden {
   int64_t p0 = 0;
   size_t n = 0;
-  const float* rows = nullptr;
+  const uint16_t* rows = nullptr;
 };
 
 // Transformer.forward's third output, captured during the backbone forward. Not part of the forward's
@@ -62,7 +63,7 @@ class DsparkHook {
   struct ChunkRows {
     int64_t p0 = 0;
     size_t n = 0;
-    std::vector<float> rows;  // [capacity, n_targets * dim]
+    std::vector<uint16_t> rows;  // [capacity, n_targets * dim] bf16 bits
   };
   size_t capacity_ = 0, dim_ = 0, hc_ = 0, width_ = 0;
   std::vector<int> target_of_layer_;
