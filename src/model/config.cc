@@ -329,6 +329,16 @@ Status validate_config(const ModelConfig& c) {
     return invalid_argument("config: DSpark stages need dspark_target_layer_ids");
   if (c.dspark_n_activated_experts > c.dspark_n_routed_experts)
     return invalid_argument("config: dspark_num_experts_per_tok exceeds dspark_n_routed_experts");
+  if (c.family == ModelFamily::kV41 && c.n_mtp_layers > 0 && c.dspark_block_size > 0) {
+    // The draft forward (docs/DSPARK.md) embeds the noise id and keeps per-block buffers on the stack.
+    if (c.dspark_block_size > kMaxDsparkBlockSize)
+      return invalid_argument("config: dspark_block_size " + std::to_string(c.dspark_block_size) +
+                              " is larger than cedar supports (" + std::to_string(kMaxDsparkBlockSize) + ")");
+    if (c.dspark_noise_token_id < 0 || c.dspark_noise_token_id >= c.vocab_size)
+      return invalid_argument("config: dspark_noise_token_id " + std::to_string(c.dspark_noise_token_id) +
+                              " is outside the vocabulary");
+    CEDAR_RETURN_IF_ERROR(positive(c.dspark_markov_rank, "dspark_markov_rank"));
+  }
   return {};
 }
 

@@ -22,6 +22,9 @@ struct VisionConfig {
   double rope_theta = 10000;
 };
 
+// The most draft positions per DSpark block cedar runs (the release drafts 5).
+inline constexpr int kMaxDsparkBlockSize = 16;
+
 struct ModelConfig {
   ModelFamily family = ModelFamily::kV41;
   std::string architecture;         // "DeepseekV41ForCausalLM"
@@ -63,7 +66,7 @@ struct ModelConfig {
   int engram_max_ngram_size = 0, engram_n_heads = 0, engram_head_dim = 0;
   int64_t engram_vocab_size = 0;
   int engram_pad_id = 0, engram_compressed_vocab_size = 0;
-  // DSpark.
+  // DSpark (docs/DSPARK.md); dspark_block_size <= kMaxDsparkBlockSize.
   int dspark_block_size = 0, dspark_noise_token_id = 0, dspark_markov_rank = 0;
   std::vector<int> dspark_target_layer_ids;
   int dspark_n_routed_experts = 0, dspark_n_activated_experts = 0;

@@ -88,6 +88,7 @@ Status Model::forward_rounds(std::span<const SeqChunk> chunks, float* logits, co
   std::vector<size_t> round_of;
   std::vector<float> round_logits;
   const size_t vocab = config_.vocab_size;
+  if (dspark_hook_.enabled()) dspark_hook_.begin_forward(chunks.size());
   for (;;) {
     round.clear();
     round_of.clear();
@@ -102,6 +103,7 @@ Status Model::forward_rounds(std::span<const SeqChunk> chunks, float* logits, co
       done[i] += take;
     }
     if (round.empty()) break;
+    dspark_hook_.set_round_map(&round_of);
     if (sink) {  // one chunk: its rows go to the sink, offset by the tokens of earlier rounds
       CEDAR_RETURN_IF_ERROR(forward_round(round, nullptr, sink, done[0] - round[0].tokens.size(), pool));
       continue;
@@ -185,6 +187,9 @@ void ForwardPass::run(float* logits, const RowLogitsSink* sink, size_t sink_base
   const int last_kv_source = plan_.kv_owner_layers.empty() ? -1 : plan_.kv_owner_layers.back();
   for (int l = 0; l < c_.n_layers; ++l) {
     if (plan_.layers[l].engram) engram(l);
+    if (const int target = m_.dspark_hook_.target_index(l); target >= 0)  // DSpark reads the attention input
+      for (size_t i = 0; i < chunks_.size(); ++i)
+        m_.dspark_hook_.capture(target, i, chunks_[i].p0, chunks_[i].n, &ws_.streams[chunks_[i].offset * hc_dim_]);
     block(l);
     if (l == last_kv_source && m_.options_.decoder_narrowing) narrow_to_tail(c_.window_size);
     if (m_.observer_) {

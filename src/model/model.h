@@ -19,6 +19,7 @@
 #include "core/thread_pool.h"
 #include "io/checkpoint.h"
 #include "model/config.h"
+#include "model/dspark.h"
 #include "model/engram_hash.h"
 #include "model/engram_layout.h"
 #include "model/layer_plan.h"
@@ -67,6 +68,9 @@ struct ModelOptions {
   KvDtype kv_dtype = KvDtype::kReference;
   std::function<void(const io::CheckpointProgress&)> progress;
   ResidencyOptions residency;
+  // Run the DSpark draft head when the checkpoint has its stages (docs/DSPARK.md): the stages are
+  // bound and every forward keeps the target layers' hook rows. Off: the stages are only validated.
+  bool dspark = true;
 };
 
 // Look-ahead precision counters: experts guessed for the next layer, and how many it chose.
@@ -139,6 +143,12 @@ class Model {
   Status prepare_resume(SequenceState& seq, std::span<const int32_t> tokens, int64_t restored,
                         int64_t replay_from) const;
 
+  // The DSpark draft head, or nullptr (no stages in the checkpoint, or ModelOptions::dspark off).
+  DraftHead* draft_head() const { return draft_head_.get(); }
+  // The target-layer hook rows of chunk i of the last forward / forward_all_rows call (its last
+  // DsparkHook::capacity() positions); empty without a draft head.
+  DsparkHidden dspark_hidden(size_t chunk) const { return dspark_hook_.hidden(chunk); }
+
   // Runs every chunk's tokens through the model and writes the fp32 logits of each chunk's last
   // token to logits [chunks.size(), vocab_size]. Advances each sequence's state. Errors:
   // InvalidArgument (empty chunk, token id out of range, capacity exceeded).
@@ -178,6 +188,8 @@ class Model {
   std::unique_ptr<NgramHasher> engram_hasher_;
   std::unique_ptr<Workspace> ws_;
   LayerObserver observer_;
+  std::unique_ptr<DraftHead> draft_head_;
+  DsparkHook dspark_hook_;
 
   friend class ForwardPass;
 };

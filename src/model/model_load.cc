@@ -33,9 +33,21 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const ModelOp
   copts.read_all_data = options.verify_data;
   if (m->stream_) copts.map_filter = [](std::string_view name) { return !is_streamed_tensor(name); };
   CEDAR_ASSIGN_OR_RETURN(m->checkpoint_, io::Checkpoint::open(dir, copts));
-  CEDAR_ASSIGN_OR_RETURN(WeightMap map, WeightMap::bind(m->checkpoint_, weight_inventory(c)));
+  // DSpark stages are optional: a checkpoint stripped of every mtp.* tensor loads without its draft;
+  // one that has some must have them all, in the released shapes (WeightMap::bind says which not).
+  std::vector<WeightSpec> inventory = weight_inventory(c);
+  bool has_dspark = c.n_mtp_layers > 0;
+  if (has_dspark && std::none_of(m->checkpoint_.tensors().begin(), m->checkpoint_.tensors().end(),
+                                 [](const io::TensorView* t) { return t->name.starts_with("mtp."); })) {
+    CEDAR_LOG_INFO("%s: config.json declares %d DSpark stages but the checkpoint has no mtp.* tensors; "
+                   "loading without the draft head", dir.c_str(), c.n_mtp_layers);
+    std::erase_if(inventory, [](const WeightSpec& w) { return w.group == WeightGroup::kDspark; });
+    has_dspark = false;
+  }
+  CEDAR_ASSIGN_OR_RETURN(WeightMap map, WeightMap::bind(m->checkpoint_, inventory));
   m->weight_map_ = std::make_unique<WeightMap>(std::move(map));
-  CEDAR_ASSIGN_OR_RETURN(m->weights_, bind_model_weights(c, m->plan_, *m->weight_map_));
+  const bool run_dspark = has_dspark && options.dspark && c.dspark_block_size > 0;
+  CEDAR_ASSIGN_OR_RETURN(m->weights_, bind_model_weights(c, m->plan_, *m->weight_map_, run_dspark));
   m->set_numerics(options.numerics);
   CEDAR_RETURN_IF_ERROR(m->init_residency());
 
@@ -62,6 +74,10 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const ModelOp
     m->engram_hasher_ = std::make_unique<NgramHasher>(std::move(hasher));
   }
   m->ws_ = std::make_unique<Workspace>();
+  if (run_dspark) {
+    CEDAR_ASSIGN_OR_RETURN(m->draft_head_, DraftHead::create(*m));
+    if (m->draft_head_) m->dspark_hook_.configure(c, m->draft_head_->state_capacity());
+  }
   return m;
 }
 

@@ -45,18 +45,11 @@ class Binder {
 
 }  // namespace
 
-Result<std::unique_ptr<ModelWeights>> bind_model_weights(const ModelConfig& c, const LayerPlan& plan,
-                                                         const WeightMap& map) {
-  auto mw = std::make_unique<ModelWeights>();
-  Binder b(map, *mw);
-  mw->embed = b.bf16("embed.weight");
-  mw->head = b.bf16("head.weight");
-  mw->norm = b.bf16_ptr("norm.weight");
-  mw->blocks.resize(c.n_layers);
-  for (int l = 0; l < c.n_layers; ++l) {
-    const std::string p = "layers." + std::to_string(l);
-    const LayerPlanEntry& e = plan.layers[l];
-    BlockWeights& bw = mw->blocks[l];
+namespace {
+
+// One Block's weights under prefix `p` (layers.L or mtp.S).
+void bind_block(Binder& b, const WeightMap& map, const std::string& p, const LayerPlanEntry& e, BlockWeights& bw) {
+  {
     bw.attn_norm = b.bf16_ptr(p + ".attn_norm.weight");
     bw.ffn_norm = b.bf16_ptr(p + ".ffn_norm.weight");
     bw.hc_attn_fn = b.f32_ptr(p + ".hc_attn_fn");
@@ -109,6 +102,34 @@ Result<std::unique_ptr<ModelWeights>> bind_model_weights(const ModelConfig& c, c
       bw.engram.k_weight = b.bf16_ptr(ep + ".k_weight");
     }
   }
+}
+
+}  // namespace
+
+Result<std::unique_ptr<ModelWeights>> bind_model_weights(const ModelConfig& c, const LayerPlan& plan,
+                                                         const WeightMap& map, bool with_dspark) {
+  auto mw = std::make_unique<ModelWeights>();
+  Binder b(map, *mw);
+  mw->embed = b.bf16("embed.weight");
+  mw->head = b.bf16("head.weight");
+  mw->norm = b.bf16_ptr("norm.weight");
+  mw->blocks.resize(c.n_layers);
+  for (int l = 0; l < c.n_layers; ++l) bind_block(b, map, "layers." + std::to_string(l), plan.layers[l], mw->blocks[l]);
+  if (!with_dspark || c.n_mtp_layers == 0) return mw;
+  // DSpark stages (docs/DSPARK.md): window-only blocks, plus stage 0's main_proj / main_norm and the
+  // last stage's norm and heads.
+  auto d = std::make_unique<DsparkWeights>();
+  d->stages.resize(c.n_mtp_layers);
+  for (int s = 0; s < c.n_mtp_layers; ++s)
+    bind_block(b, map, "mtp." + std::to_string(s), plan.layers[c.n_layers + s], d->stages[s]);
+  const std::string first = "mtp.0", last = "mtp." + std::to_string(c.n_mtp_layers - 1);
+  d->main_proj = b.fp8(first + ".main_proj");
+  d->main_norm = b.bf16_ptr(first + ".main_norm.weight");
+  d->norm = b.bf16_ptr(last + ".norm.weight");
+  d->markov_embed = b.bf16(last + ".markov_head.embed.weight");
+  d->markov_head = b.bf16(last + ".markov_head.head.weight");
+  d->confidence = b.bf16(last + ".confidence_head.proj.weight");
+  mw->dspark = std::move(d);
   return mw;
 }
 

@@ -72,11 +72,23 @@ struct BlockWeights {
   EngramWeights engram;
 };
 
+// The DSpark stages (mtp.*, docs/DSPARK.md); the stages use the backbone's embed and head.
+struct DsparkWeights {
+  std::vector<BlockWeights> stages;     // window-only attention and the stages' MoE
+  ops::Fp8Weight main_proj;             // mtp.0: [dim, n_targets * dim]
+  const uint16_t* main_norm = nullptr;  // mtp.0: [dim]
+  const uint16_t* norm = nullptr;       // last stage: [dim]
+  ops::Bf16Weight markov_embed;         // last stage: [vocab, markov_rank]
+  ops::Bf16Weight markov_head;          // last stage: [vocab, markov_rank], read as fp32
+  ops::Bf16Weight confidence;           // last stage: [1, dim + markov_rank], read as fp32
+};
+
 struct ModelWeights {
   ops::Bf16Weight embed;                // [vocab, dim]
   ops::Bf16Weight head;                 // [vocab, dim]; head.coded points at head_coded when set
   const uint16_t* norm = nullptr;       // [dim]
-  std::vector<BlockWeights> blocks;     // backbone layers only (DSpark stages are not run)
+  std::vector<BlockWeights> blocks;     // backbone layers
+  std::unique_ptr<DsparkWeights> dspark;  // nullptr when the DSpark stages are not loaded
   // Owned copies (realigned bf16 and f32 vectors). Element addresses are stable.
   std::vector<std::unique_ptr<std::vector<uint16_t>>> owned_bf16;
   std::vector<std::unique_ptr<std::vector<float>>> owned_f32;
@@ -86,8 +98,9 @@ struct ModelWeights {
   std::unique_ptr<ops::Bf16Coded> head_coded;
 };
 
-// Binds every backbone weight. CEDAR_CHECKs only for inventory invariants WeightMap::bind proved.
+// Binds every backbone weight, and the DSpark stages' with `with_dspark` (the map must hold them).
+// CEDAR_CHECKs only for inventory invariants WeightMap::bind proved.
 Result<std::unique_ptr<ModelWeights>> bind_model_weights(const ModelConfig& c, const LayerPlan& plan,
-                                                         const WeightMap& map);
+                                                         const WeightMap& map, bool with_dspark = false);
 
 }  // namespace cedar::model

@@ -34,8 +34,9 @@ int64_t total_experts(const ModelConfig& c, const LayerPlan& plan) {
   return n;
 }
 
-// Everything the forward pass reads besides routed experts and Engram tables (DSpark stages and the
-// vision tower are mapped but not run, so they never become resident).
+// Everything the forward pass reads besides routed experts and Engram tables (the vision tower is
+// mapped but not run; the DSpark stages are mapped and read only when a caller drafts, which the plan
+// does not count yet: issue 36, item 5).
 int64_t dense_resident_bytes(const ModelConfig& c, const ParamCounts& counts) {
   return counts.backbone_bytes - counts.routed_expert_bytes + counts.engram_bytes - engram_table_bytes(c);
 }

@@ -134,13 +134,12 @@ ModelConfig tiny_config(TinyPreset preset) {
     // Streaming test bed: released expert shapes, few layers, many experts, big Engram tables; the
     // attention is as small as the layer plan allows (dim stays 5120 because the experts need it).
     c.n_layers = 6;
-    c.n_mtp_layers = 0;
-    c.compress_ratios = {0, 2, 2, 1, 1, 1};
+    c.compress_ratios = {0, 2, 2, 1, 1, 1, 0, 0, 0};  // + 3 DSpark stages (window-only)
     c.kv_source_layers = {1, 3};
     c.index_source_layers = {1, 3, 5};
     c.candidate_source_layer = 3;
     c.engram_layer_ids = {1, 2};
-    c.dspark_target_layer_ids = {};
+    c.dspark_target_layer_ids = {3, 4, 5};
     c.dim = 5120;
     c.moe_inter_dim = 2304;
     c.n_heads = 8;
@@ -167,6 +166,14 @@ ModelConfig tiny_config(TinyPreset preset) {
   EngramLayout layout = make_engram_layout(c);
   c.engram_num_embeddings = layout.rows;
   return c;
+}
+
+void remove_dspark(ModelConfig& c) {
+  c.compress_ratios.resize(static_cast<size_t>(c.n_layers));
+  c.n_mtp_layers = 0;
+  c.dspark_block_size = 0;
+  c.dspark_target_layer_ids.clear();
+  c.dspark_n_routed_experts = c.dspark_n_activated_experts = 0;
 }
 
 namespace {

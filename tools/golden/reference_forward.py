@@ -449,13 +449,18 @@ class ReferenceModel:
         streams = np.repeat(h[:, None, :], c.hc_mult, axis=1)  # [S, hc, dim]
         pre_mix = np.zeros((len(ids), c.hc_mult), F32)
         pre_mix[:, 0] = 1
+        main_hiddens = []
         for L in range(c.n_layers):
             if L in c.engram_layer_ids:
                 streams = self.engram(L, streams, hashes[:, c.engram_layer_ids.index(L)])
+            if L in c.dspark_target_layer_ids:  # the DSpark hook: the target layer's attention input
+                main_hiddens.append(stream_mean(streams))
             streams, pre_mix = self.block(L, streams, p0, pre_mix, trace)
             trace["layers"].append(stream_summary(streams[-1]))
         final = nx.rms_norm(nx.hc_pre(streams[-1:], pre_mix[-1:]), self.norm, c.norm_eps)  # [1, dim]
         logits = nx.linear_f32(final, self.head)[0]  # [vocab] fp32
+        # Transformer.forward's third output, for forward_spec (reference_dspark.py): [S, n_targets * dim]
+        self.main_hidden = np.concatenate(main_hiddens, axis=-1) if main_hiddens else None
         return logits, trace
 
     def generate(self, prompt: list[int], max_new_tokens: int) -> dict:
@@ -480,6 +485,14 @@ class ReferenceModel:
                 stop_reason = "token_outside_tokenizer"
                 break
         return {"greedy_ids": out_ids, "stop_reason": stop_reason, "steps": steps, "ties": self.ties.as_dict()}
+
+
+def stream_mean(streams: np.ndarray) -> np.ndarray:
+    """h.mean(dim=2) of the bf16 streams [S, hc, dim]: fp32 sum left to right, times 1/hc, bf16."""
+    acc = streams[:, 0].astype(F32)
+    for j in range(1, streams.shape[1]):
+        acc = (acc + streams[:, j]).astype(F32)
+    return nx.bf16((acc * F32(1.0 / streams.shape[1])).astype(F32))
 
 
 def j32(v) -> float:
