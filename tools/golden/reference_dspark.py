@@ -58,33 +58,10 @@ class DSparkReference:
 
     def _load_stage(self, s: int) -> dict:
         m, c, w = self.m, self.m.cfg, self.m.w
-        d, hd, hc = c.dim, c.head_dim, c.hc_mult
+        d = c.dim
         p = f"mtp.{s}."
-        mix = (2 + hc) * hc
-        lw = {"attn_norm": m._norm(p + "attn_norm.weight", d), "ffn_norm": m._norm(p + "ffn_norm.weight", d)}
-        for site in ("attn", "ffn"):
-            lw[f"hc_{site}_fn"] = w.array(p + f"hc_{site}_fn", (mix, hc * d), ("F32",))
-            lw[f"hc_{site}_base"] = w.array(p + f"hc_{site}_base", (mix,), ("F32",))
-            lw[f"hc_{site}_scale"] = w.array(p + f"hc_{site}_scale", (3,), ("F32",))
-        a = p + "attn."
-        lw["attn_sink"] = w.array(a + "attn_sink", (c.n_heads,), ("F32",))
-        lw["wq_a"] = load_linear(w, a + "wq_a", c.q_lora_rank, d, ("fp8",))
-        lw["q_norm"] = m._norm(a + "q_norm.weight", c.q_lora_rank)
-        lw["wq_b"] = load_linear(w, a + "wq_b", c.n_heads * hd, c.q_lora_rank, ("fp8",))
-        lw["wkv"] = load_linear(w, a + "wkv", hd, d, ("fp8",))
-        lw["kv_norm"] = m._norm(a + "kv_norm.weight", hd)
-        group_in = c.n_heads * hd // c.o_groups
-        wo_a = dequant_fp8_to_bf16(load_linear(w, a + "wo_a", c.o_groups * c.o_lora_rank, group_in, ("fp8", "bf16")))
-        lw["wo_a"] = wo_a.reshape(c.o_groups, c.o_lora_rank, group_in)
-        lw["wo_b"] = load_linear(w, a + "wo_b", d, c.o_groups * c.o_lora_rank, ("fp8",))
-        f = p + "ffn."
-        E = self.n_experts
-        lw["gate_w"] = nx.bf16(w.array(f + "gate.weight", (E, d), ("BF16", "F32")))
-        lw["gate_b"] = w.array(f + "gate.bias", (E,), ("F32",))
-        kinds = ("fp4",) if c.expert_dtype == "fp4" else ("fp8",)
-        shapes = (("w1", (c.moe_inter_dim, d)), ("w3", (c.moe_inter_dim, d)), ("w2", (d, c.moe_inter_dim)))
-        lw["experts"] = [{k: load_linear(w, f + f"experts.{e}.{k}", *sh, kinds) for k, sh in shapes} for e in range(E)]
-        lw["shared"] = {k: load_linear(w, f + f"shared_experts.{k}", *sh, ("fp8",)) for k, sh in shapes}
+        lw = m.load_block_core(p)  # the stage is a Block (window-only attention)
+        lw.update(m.load_moe(p + "ffn.", self.n_experts))
         if s == 0:  # DSparkBlock.__init__: stage 0 projects the target layers' hidden states
             n_t = len(c.dspark_target_layer_ids)
             lw["main_proj"] = load_linear(w, p + "main_proj", d, n_t * d, ("fp8",))

@@ -126,6 +126,44 @@ class ReferenceModel:
         # RMSNorm weights are parameters of the default dtype (bf16) in the reference.
         return nx.bf16(self.w.array(name, (dim,), ("BF16", "F32")))
 
+    def load_block_core(self, p: str) -> dict:
+        """A Block's norms, hyper-connection mixes and attention projections (Block.__init__ and
+        Attention.__init__), under the prefix `p`; shared by the backbone and the DSpark stages."""
+        c, w = self.cfg, self.w
+        d, hd, hc = c.dim, c.head_dim, c.hc_mult
+        mix = (2 + hc) * hc
+        lw = {"attn_norm": self._norm(p + "attn_norm.weight", d), "ffn_norm": self._norm(p + "ffn_norm.weight", d)}
+        for site in ("attn", "ffn"):
+            lw[f"hc_{site}_fn"] = w.array(p + f"hc_{site}_fn", (mix, hc * d), ("F32",))
+            lw[f"hc_{site}_base"] = w.array(p + f"hc_{site}_base", (mix,), ("F32",))
+            lw[f"hc_{site}_scale"] = w.array(p + f"hc_{site}_scale", (3,), ("F32",))
+        a = p + "attn."
+        lw["attn_sink"] = w.array(a + "attn_sink", (c.n_heads,), ("F32",))
+        lw["wq_a"] = load_linear(w, a + "wq_a", c.q_lora_rank, d, ("fp8",))
+        lw["q_norm"] = self._norm(a + "q_norm.weight", c.q_lora_rank)
+        lw["wq_b"] = load_linear(w, a + "wq_b", c.n_heads * hd, c.q_lora_rank, ("fp8",))
+        lw["wkv"] = load_linear(w, a + "wkv", hd, d, ("fp8",))
+        lw["kv_norm"] = self._norm(a + "kv_norm.weight", hd)
+        group_in = c.n_heads * hd // c.o_groups
+        wo_a = dequant_fp8_to_bf16(load_linear(w, a + "wo_a", c.o_groups * c.o_lora_rank, group_in, ("fp8", "bf16")))
+        lw["wo_a"] = wo_a.reshape(c.o_groups, c.o_lora_rank, group_in)
+        lw["wo_b"] = load_linear(w, a + "wo_b", d, c.o_groups * c.o_lora_rank, ("fp8",))
+        return lw
+
+    def load_moe(self, f: str, n_experts: int) -> dict:
+        """A MoE's gate, routed experts and shared expert (MoE.__init__), under the prefix `f`."""
+        c, w = self.cfg, self.w
+        d = c.dim
+        kinds = ("fp4",) if c.expert_dtype == "fp4" else ("fp8",)
+        shapes = (("w1", (c.moe_inter_dim, d)), ("w3", (c.moe_inter_dim, d)), ("w2", (d, c.moe_inter_dim)))
+        return {
+            "gate_w": nx.bf16(w.array(f + "gate.weight", (n_experts, d), ("BF16", "F32"))),
+            "gate_b": w.array(f + "gate.bias", (n_experts,), ("F32",)),
+            "experts": [{k: load_linear(w, f + f"experts.{e}.{k}", *sh, kinds) for k, sh in shapes}
+                        for e in range(n_experts)],
+            "shared": {k: load_linear(w, f + f"shared_experts.{k}", *sh, ("fp8",)) for k, sh in shapes},
+        }
+
     def _load_weights(self):
         c, w = self.cfg, self.w
         d, hd, hc = c.dim, c.head_dim, c.hc_mult
@@ -133,30 +171,12 @@ class ReferenceModel:
         # the reference promotes the head to an fp32 parameter (exact copy of the bf16 values)
         self.head = w.array("head.weight", (c.vocab_size, d), ("BF16", "F32")).astype(F32)
         self.norm = self._norm("norm.weight", d)
-        mix = (2 + hc) * hc
         self.layers = []
         for L in range(c.n_layers):
             p = f"layers.{L}."
             ratio = c.compress_ratios[L]
-            lw = {
-                "attn_norm": self._norm(p + "attn_norm.weight", d),
-                "ffn_norm": self._norm(p + "ffn_norm.weight", d),
-            }
-            for site in ("attn", "ffn"):
-                lw[f"hc_{site}_fn"] = w.array(p + f"hc_{site}_fn", (mix, hc * d), ("F32",))
-                lw[f"hc_{site}_base"] = w.array(p + f"hc_{site}_base", (mix,), ("F32",))
-                lw[f"hc_{site}_scale"] = w.array(p + f"hc_{site}_scale", (3,), ("F32",))
+            lw = self.load_block_core(p)
             a = p + "attn."
-            lw["attn_sink"] = w.array(a + "attn_sink", (c.n_heads,), ("F32",))
-            lw["wq_a"] = load_linear(w, a + "wq_a", c.q_lora_rank, d, ("fp8",))
-            lw["q_norm"] = self._norm(a + "q_norm.weight", c.q_lora_rank)
-            lw["wq_b"] = load_linear(w, a + "wq_b", c.n_heads * hd, c.q_lora_rank, ("fp8",))
-            lw["wkv"] = load_linear(w, a + "wkv", hd, d, ("fp8",))
-            lw["kv_norm"] = self._norm(a + "kv_norm.weight", hd)
-            group_in = c.n_heads * hd // c.o_groups
-            wo_a = dequant_fp8_to_bf16(load_linear(w, a + "wo_a", c.o_groups * c.o_lora_rank, group_in, ("fp8", "bf16")))
-            lw["wo_a"] = wo_a.reshape(c.o_groups, c.o_lora_rank, group_in)
-            lw["wo_b"] = load_linear(w, a + "wo_b", d, c.o_groups * c.o_lora_rank, ("fp8",))
             if L in c.kv_source_layers:
                 # ratio > 1: the reference holds wkv / wgate as fp32 (exact copies of bf16 values)
                 kinds = ("bf16", "f32")
@@ -174,19 +194,7 @@ class ReferenceModel:
                 if L in c.kv_source_layers:
                     lw["idx_wk"] = load_linear(w, a + "indexer.wk", c.index_head_dim, hd, ("bf16",))
                     lw["idx_k_norm"] = self._norm(a + "indexer.k_norm.weight", c.index_head_dim)
-            f = p + "ffn."
-            lw["gate_w"] = nx.bf16(w.array(f + "gate.weight", (c.n_routed_experts, d), ("BF16", "F32")))
-            lw["gate_b"] = w.array(f + "gate.bias", (c.n_routed_experts,), ("F32",))
-            expert_kinds = ("fp4",) if c.expert_dtype == "fp4" else ("fp8",)
-            lw["experts"] = [
-                {k: load_linear(w, f + f"experts.{e}.{k}", *shape, expert_kinds)
-                 for k, shape in (("w1", (c.moe_inter_dim, d)), ("w3", (c.moe_inter_dim, d)),
-                                  ("w2", (d, c.moe_inter_dim)))}
-                for e in range(c.n_routed_experts)
-            ]
-            lw["shared"] = {k: load_linear(w, f + f"shared_experts.{k}", *shape, ("fp8",))
-                            for k, shape in (("w1", (c.moe_inter_dim, d)), ("w3", (c.moe_inter_dim, d)),
-                                             ("w2", (d, c.moe_inter_dim)))}
+            lw.update(self.load_moe(p + "ffn.", c.n_routed_experts))
             if L in c.engram_layer_ids:
                 i = c.engram_layer_ids.index(L)
                 rows, ehd = c.engram_num_embeddings[i], c.engram_head_dim
