@@ -8,11 +8,21 @@
 #include "ops/exact_math.h"
 #include "ops/formats.h"
 #include "ops/norm.h"
+#include "ops/softmax_fast.h"
 
 namespace cedar::model {
 namespace {
 
 constexpr float kVisionNormEps = 1e-6f;  // vision.py RMSNorm's default (the backbone's is 1e-20)
+
+template <typename Fn>
+void parallel_over_heads(ThreadPool* pool, size_t heads, Fn&& fn) {
+  if (pool == nullptr) {
+    fn(size_t{0}, heads);
+  } else {
+    pool->parallel_for(heads, 1, [&](size_t begin, size_t end, int) { fn(begin, end); });
+  }
+}
 
 }  // namespace
 
@@ -98,15 +108,26 @@ void VisionAttention::forward(const float* x, size_t n, const VisionRope& rope, 
       }
     }
   }
-  // Softmax attention over every patch, one head per task.
   std::vector<float> attended(n * d);
+  if (ks.numerics == ops::Numerics::kFast) {
+    attend_fast(qkv.data(), n, attended.data(), ks, pool);
+  } else {
+    attend_exact(qkv.data(), n, attended.data(), pool);
+  }
+  vision_linear_bias(ks, attended.data(), n, wo_, wo_bias_, out, pool);
+}
+
+// The golden's contract, one head per task: fp32 logits of exact dots, correctly rounded exp, float64
+// sums, bf16 probabilities in the PV product.
+void VisionAttention::attend_exact(const float* qkv, size_t n, float* attended, ThreadPool* pool) const {
+  const size_t d = static_cast<size_t>(dim_), hd = static_cast<size_t>(head_dim_);
   const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
   auto one_head = [&](size_t h, std::vector<float>& logits) {
     for (size_t i = 0; i < n; ++i) {
-      const float* q = qkv.data() + i * 3 * d + h * hd;
+      const float* q = qkv + i * 3 * d + h * hd;
       float max_logit = -std::numeric_limits<float>::infinity();
       for (size_t j = 0; j < n; ++j) {
-        const float* k = qkv.data() + j * 3 * d + d + h * hd;
+        const float* k = qkv + j * 3 * d + d + h * hd;
         double dot = 0;
         for (size_t t = 0; t < hd; ++t) dot += static_cast<double>(q[t]) * k[t];
         logits[j] = static_cast<float>(dot) * scale;
@@ -114,11 +135,12 @@ void VisionAttention::forward(const float* x, size_t n, const VisionRope& rope, 
       }
       double denominator = 0;
       for (size_t j = 0; j < n; ++j) {
-        logits[j] = ops::exp_f32(logits[j] - max_logit);
-        denominator += logits[j];
+        const float p = ops::exp_f32(logits[j] - max_logit);
+        denominator += p;                // the fp32 probabilities feed the denominator,
+        logits[j] = ops::round_bf16(p);  // their bf16 roundings the PV product
       }
       const float denom = static_cast<float>(denominator);
-      float* o = attended.data() + i * d + h * hd;
+      float* o = attended + i * d + h * hd;
       for (size_t t = 0; t < hd; ++t) {
         double acc = 0;
         for (size_t j = 0; j < n; ++j) acc += static_cast<double>(logits[j]) * qkv[j * 3 * d + 2 * d + h * hd + t];
@@ -126,17 +148,45 @@ void VisionAttention::forward(const float* x, size_t n, const VisionRope& rope, 
       }
     }
   };
-  const size_t heads = static_cast<size_t>(n_heads_);
-  if (pool == nullptr) {
+  parallel_over_heads(pool, static_cast<size_t>(n_heads_), [&](size_t begin, size_t end) {
     std::vector<float> logits(n);
-    for (size_t h = 0; h < heads; ++h) one_head(h, logits);
-  } else {
-    pool->parallel_for(heads, 1, [&](size_t begin, size_t end, int) {
-      std::vector<float> logits(n);
-      for (size_t h = begin; h < end; ++h) one_head(h, logits);
-    });
-  }
-  vision_linear_bias(ks, attended.data(), n, wo_, wo_bias_, out, pool);
+    for (size_t h = begin; h < end; ++h) one_head(h, logits);
+  });
+}
+
+// Fast numerics: per head, blocks of queries against all keys as two GEMMs of the kernel set
+// (S = Q K^T, then O = P V with P in bf16, as in exact mode), softmax in fp32.
+void VisionAttention::attend_fast(const float* qkv, size_t n, float* attended, const ops::KernelSet& ks,
+                                  ThreadPool* pool) const {
+  const size_t d = static_cast<size_t>(dim_), hd = static_cast<size_t>(head_dim_);
+  const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(hd)));
+  constexpr size_t kQueryBlock = 128;
+  parallel_over_heads(pool, static_cast<size_t>(n_heads_), [&](size_t begin, size_t end) {
+    std::vector<uint16_t> k_bits(n * hd), vt_bits(hd * n);
+    std::vector<float> q_block(kQueryBlock * hd), scores(kQueryBlock * n), o_block(kQueryBlock * hd);
+    for (size_t h = begin; h < end; ++h) {
+      for (size_t j = 0; j < n; ++j) {
+        for (size_t t = 0; t < hd; ++t) {
+          k_bits[j * hd + t] = ops::f32_to_bf16_bits(qkv[j * 3 * d + d + h * hd + t]);
+          vt_bits[t * n + j] = ops::f32_to_bf16_bits(qkv[j * 3 * d + 2 * d + h * hd + t]);
+        }
+      }
+      const ops::Bf16Weight keys{k_bits.data(), n, hd, nullptr}, values_t{vt_bits.data(), hd, n, nullptr};
+      for (size_t i0 = 0; i0 < n; i0 += kQueryBlock) {
+        const size_t rows = std::min(kQueryBlock, n - i0);
+        for (size_t i = 0; i < rows; ++i) std::memcpy(&q_block[i * hd], qkv + (i0 + i) * 3 * d + h * hd, hd * 4);
+        ks.linear_bf16(q_block.data(), rows, keys, scores.data(), ops::LinearOut::kF32, nullptr);
+        std::vector<float> denominators(rows);
+        // bf16 probabilities (as in exact mode): the PV GEMM then runs on the bf16 tile.
+        for (size_t i = 0; i < rows; ++i) denominators[i] = ops::fast::softmax_row_bf16(&scores[i * n], n, scale);
+        ks.linear_bf16(scores.data(), rows, values_t, o_block.data(), ops::LinearOut::kF32, nullptr);
+        for (size_t i = 0; i < rows; ++i) {
+          float* o = attended + (i0 + i) * d + h * hd;
+          for (size_t t = 0; t < hd; ++t) o[t] = ops::round_bf16(o_block[i * hd + t] / denominators[i]);
+        }
+      }
+    }
+  });
 }
 
 VisionMlp::VisionMlp(const VisionConfig& c, const WeightMap& map, const std::string& p, VisionTensorStore* store)

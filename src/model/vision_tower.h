@@ -8,8 +8,10 @@
 // to tools/golden/vision_reference.py (docs/GOLDEN.md, "Vision"): a bf16 linear with bias is the exact
 // dot rounded to f32, plus the bias in f32, rounded to bf16; RMSNorm eps 1e-6; the 2D RoPE rotates the
 // two halves of each head (rotate-half) by row angles then column angles; attention is a softmax over
-// every patch with fp32 logits, correctly rounded exp, float64 sums. In fast numerics only the linears
-// change (the kernel set's fast bf16 linear); attention stays on the exact path.
+// every patch with fp32 logits, correctly rounded exp, float64 sums and bf16 probabilities in the PV
+// product. In fast numerics the linears are the kernel set's fast ones and attention is two GEMMs
+// per block of queries (S = Q K^T, O = P V) with an fp32 softmax: same semantics, fp32 rounding; no
+// bound is derived for it yet.
 #pragma once
 
 #include <functional>
@@ -54,6 +56,10 @@ class VisionAttention {
                ThreadPool* pool) const;
 
  private:
+  // qkv: [n, 3 * dim] after the RoPE; attended: [n, dim].
+  void attend_exact(const float* qkv, size_t n, float* attended, ThreadPool* pool) const;
+  void attend_fast(const float* qkv, size_t n, float* attended, const ops::KernelSet& ks, ThreadPool* pool) const;
+
   int dim_, n_heads_, head_dim_;
   ops::Bf16Weight wqkv_, wo_;
   const uint16_t* wqkv_bias_;

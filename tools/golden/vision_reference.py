@@ -90,13 +90,15 @@ def apply_rotary(x, cos, sin):
 def attention(q, k, v):
     """Bidirectional softmax attention per head, scale 1/sqrt(head_dim). q, k, v [n, H, D] bf16.
     Contract: logits = fp32(exact q.k) * scale; p = exp(logit - max) correctly rounded; denominator
-    float64 sum -> fp32; output fp32(exact sum p * v) / denominator in fp32, then bf16."""
+    float64 sum of the fp32 p -> fp32; p rounded to bf16 for the PV product (as flash attention and the
+    backbone's sparse_attn feed bf16 probabilities to it); output fp32(exact sum bf16(p) * v) /
+    denominator in fp32, then bf16."""
     scale = F32(1.0 / math.sqrt(q.shape[-1]))
     logits = (nx.f32(np.einsum("ihd,jhd->hij", q.astype(F64), k.astype(F64))) * scale).astype(F32)
     m = logits.max(axis=-1, keepdims=True)
     p = nx.exp32((logits - m).astype(F32))
     denom = nx.f32(p.astype(F64).sum(-1))
-    pv = nx.f32(np.einsum("hij,jhd->hid", p.astype(F64), v.astype(F64)))
+    pv = nx.f32(np.einsum("hij,jhd->hid", nx.bf16(p).astype(F64), v.astype(F64)))
     out = (pv / denom[..., None]).astype(F32)
     return nx.bf16(out).transpose(1, 0, 2)  # [n, H, D]
 
