@@ -7,6 +7,8 @@ scripts/deps.sh
 tests/serve/py/setup_venv.sh || echo "warning: could not create the SDK test venv; serve_python_sdk will be skipped" >&2
 # The pinned deepseek-recipe oracle of the prompt corpus test (PyPI). Without network it is skipped.
 tests/serve/recipe/setup_venv.sh || echo "warning: could not create the deepseek-recipe venv; serve_recipe_corpus will be skipped" >&2
+# The pinned Pillow of the image processor's parity test (PyPI). Without network it is skipped.
+tests/image/py/setup_venv.sh || echo "warning: could not create the Pillow venv; image_pillow_parity will be skipped" >&2
 scripts/build.sh
 cd "${CEDAR_BUILD_DIR:-build}"
 ctest --output-on-failure -j "${CEDAR_JOBS:-$(nproc)}" "$@"

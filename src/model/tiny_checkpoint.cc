@@ -176,6 +176,21 @@ void remove_dspark(ModelConfig& c) {
   c.dspark_n_routed_experts = c.dspark_n_activated_experts = 0;
 }
 
+VisionConfig tiny_vision_config() {
+  VisionConfig v;
+  v.present = true;
+  v.n_layers = 2;
+  v.dim = 64;
+  v.n_heads = 4;
+  v.inter_dim = 48;
+  v.patch_size = 14;
+  v.downsample = 3;
+  v.max_n_token = 1024;
+  v.min_pixels = 295936;
+  v.rope_theta = 10000;
+  return v;
+}
+
 namespace {
 
 uint64_t name_seed(uint64_t seed, const std::string& name) {

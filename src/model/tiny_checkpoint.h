@@ -28,6 +28,13 @@ ModelConfig tiny_config(TinyPreset preset);
 // says num_nextn_predict_layers 0 and dspark_block_size 0.
 void remove_dspark(ModelConfig& c);
 
+// A vision tower for test checkpoints (`cedar make-tiny --vision`): the released layout (vision.*,
+// aligner.*, image_start/end/newline, the gates' bias_vl) and processor settings, with a 2-block,
+// 64-wide, 4-head tower (head dim 16, SwiGLU 48) over 14x14 patches and a 3x3 merge into the LLM's
+// width. Every tensor is drawn from (seed, name): adding the tower leaves the backbone's tensors as
+// they were.
+VisionConfig tiny_vision_config();
+
 // The tokenizer a test checkpoint ships: `dir`/tokenizer.json (or tokenizer.json.zst) with DeepSeek-V4.1's control markers
 // made single tokens (tokenizer/marker_tokens.h), `dir`/tokenizer_config.json as is, and the facts
 // the checkpoint's config takes from it.

