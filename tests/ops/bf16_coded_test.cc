@@ -13,7 +13,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -31,8 +30,8 @@ namespace {
 using namespace testing;  // the shared helpers of ops_test_util.h and simd_targets.h
 
 // Weight-like rows: normal values times `scale`, as bf16 bits.
-std::vector<uint16_t> normal_bf16(size_t count, std::mt19937& rng, float scale) {
-  std::normal_distribution<float> normal(0.0f, 1.0f);
+std::vector<uint16_t> normal_bf16(size_t count, Rng& rng, float scale) {
+  Normal normal(0.0f, 1.0f);
   std::vector<uint16_t> bits(count);
   for (auto& b : bits) b = f32_to_bf16_bits(normal(rng) * scale);
   return bits;
@@ -45,11 +44,11 @@ size_t distinct_high_bytes(const uint16_t* row, size_t k) {
 }
 
 TEST(Bf16Coded, EveryBitPatternDecodesToItself) {
-  std::mt19937 rng(3);
+  Rng rng(3);
   const size_t n = 7, k = 448;  // three blocks and a plain tail of 64
   std::vector<uint16_t> bits = normal_bf16(n * k, rng, 0.02f);
   // Row 1: any 16 bits at all (NaNs, infinities, subnormals: far more than 16 high bytes).
-  std::uniform_int_distribution<int> any(0, 0xFFFF);
+  UniformInt<int> any(0, 0xFFFF);
   for (size_t i = 0; i < k; ++i) bits[k + i] = static_cast<uint16_t>(any(rng));
   // Row 2: zeros and signed zeros among normal values; row 3: one huge value in its last coded block.
   for (size_t i = 0; i < k; i += 5) bits[2 * k + i] = (i % 2) ? 0x8000 : 0x0000;
@@ -90,7 +89,7 @@ TEST(Bf16Coded, OnlyBlocksOutsideTheRowTableAreExceptions) {
 
 TEST(Bf16Coded, GaussianRowsReadOneAndAHalfBytesPerWeight) {
   // Weight-like rows spread over ~16 binades either side of zero, so the table covers nearly all.
-  std::mt19937 rng(5);
+  Rng rng(5);
   const size_t n = 64, k = 4096;
   const auto bits = normal_bf16(n * k, rng, 0.02f);
   const auto coded = code_bf16(Bf16Weight{bits.data(), n, k});
@@ -115,9 +114,9 @@ Exact exact_linear(const std::vector<float>& x, const std::vector<uint16_t>& bit
 }
 
 // The coded GEMV of n rows of k weights against the exact linear, m = 1..5 activation rows.
-void check_gemv_within_the_bound(size_t k, std::mt19937& rng) {
+void check_gemv_within_the_bound(size_t k, Rng& rng) {
   SCOPED_TRACE("k " + std::to_string(k));
-  std::normal_distribution<float> normal(0.0f, 1.0f);
+  Normal normal(0.0f, 1.0f);
   ThreadPool pool(3);
   const size_t n = 150;
   auto bits = normal_bf16(n * k, rng, 0.05f);
@@ -155,7 +154,7 @@ void check_gemv_within_the_bound(size_t k, std::mt19937& rng) {
 }
 
 TEST(Bf16Coded, GemvWithinTheDerivedBoundOfExactOnEveryTarget) {
-  std::mt19937 rng(9);
+  Rng rng(9);
   check_gemv_within_the_bound(640, rng);  // five blocks
   check_gemv_within_the_bound(192, rng);  // one block and the plain tail
 }
@@ -163,8 +162,8 @@ TEST(Bf16Coded, GemvWithinTheDerivedBoundOfExactOnEveryTarget) {
 TEST(Bf16Coded, GemvSumsSmallIntegersExactly) {
   // Integer weights and activations with every partial sum below 2^24: any summation order gives the
   // exact value, so a misplaced weight, activation or exception shows as a difference of at least 1.
-  std::mt19937 rng(13);
-  std::uniform_int_distribution<int> small(-8, 8), act(-16, 16);
+  Rng rng(13);
+  UniformInt<int> small(-8, 8), act(-16, 16);
   const size_t n = 40, k = 320;  // two blocks and the plain tail
   std::vector<uint16_t> bits(n * k);
   for (auto& b : bits) b = f32_to_bf16_bits(static_cast<float>(small(rng)));
