@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "core/thread_pool.h"
 #include "harness/op_registry.h"
@@ -35,8 +36,8 @@ void run_case(benchmark::State& state, const OpCase* c, Numerics mode, int threa
     benchmark::DoNotOptimize(p->out.data());
   }
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * c->bytes));
-  state.counters["GFLOP/s"] =
-      benchmark::Counter(static_cast<double>(state.iterations()) * c->flops * 1e-9, benchmark::Counter::kIsRate);
+  state.counters["FLOPS"] =
+      benchmark::Counter(static_cast<double>(state.iterations()) * c->flops, benchmark::Counter::kIsRate);
 }
 
 const bool kRegistered = [] {
@@ -45,7 +46,7 @@ const bool kRegistered = [] {
     const bool linear = c.op.rfind("linear", 0) == 0;
     for (Numerics mode : c.numerics)
       for (int threads : {1, 2})
-        for (int copies : linear ? std::initializer_list<int>{8, 1} : std::initializer_list<int>{1}) {
+        for (int copies : linear ? std::vector<int>{8, 1} : std::vector<int>{1}) {
           const std::string name = "Ops/" + c.name + "/" + numerics_name(mode) + "/threads:" + std::to_string(threads) +
                                    (linear ? (copies > 1 ? "/cold" : "/hot") : "");
           benchmark::RegisterBenchmark(name.c_str(), run_case, &c, mode, threads, copies)

@@ -272,7 +272,7 @@ void add_linear_cases(std::vector<OpCase>& cases) {
           {.name = shape_name(op, s),
            .op = op,
            .numerics = both,
-           .reach = kReachLinear,
+           .reach = uint32_t{(is_fp4 ? kReachFp4Gemv : kReachFp8Gemv) | kReachGemmTiles},
            .released = s.released,
            .perf_only = s.perf_only,
            .bound = "exact: bitwise = ref::gemm; fast: 1.01*((k+k/32+1)*2^-24*sum|a*w| + 2^-8*(|got|+|want|))",
@@ -334,7 +334,7 @@ void add_linear_cases(std::vector<OpCase>& cases) {
           {.name = shape_name(d.op, s),
            .op = std::string(d.op).substr(0, std::string(d.op).find(' ')),
            .numerics = both,
-           .reach = kReachGemmTiles,
+           .reach = d.kind == Dense::kFp8AsBf16 ? uint32_t{kReachFp8Gemv | kReachGemmTiles} : uint32_t{kReachGemmTiles},
            .released = s.released,
            .perf_only = s.perf_only,
            .bound = d.out == LinearOut::kBf16
