@@ -57,9 +57,7 @@ TEST(OpRegistry, NamesAreUniqueAndEveryOpHasAReleasedShape) {
   }
   // No V4.1 weight is stored as f32, so linear_f32 has no released shape.
   for (const std::string& op : ops)
-    if (op != "linear_f32") {
-      EXPECT_TRUE(released.count(op)) << op << " has no released shape in the sweep";
-    }
+    if (op != "linear_f32") { EXPECT_TRUE(released.count(op)) << op << " has no released shape in the sweep"; }
 }
 
 TEST(OpRegistry, GuardsCatchWritesOutsideTheOutput) {
@@ -120,7 +118,9 @@ TEST(OpRegistry, ChecksFailWrongOutputs) {
       EXPECT_TRUE(failures.empty());
     } else {
       ASSERT_FALSE(failures.empty()) << d;
-      EXPECT_NE(failures[0].find(d == Defective::kPastTheEnd ? "outside" : d == Defective::kOnThePool ? "thread count" : "@1"),
+      EXPECT_NE(failures[0].find(d == Defective::kPastTheEnd  ? "outside"
+                                 : d == Defective::kOnThePool ? "thread count"
+                                                              : "@1"),
                 std::string::npos)
           << failures[0];
     }

@@ -6,9 +6,9 @@
 #include <cmath>
 #include <string>
 
+#include "op_registry.h"
 #include "ops/formats.h"
 #include "ops/quant.h"
-#include "op_registry.h"
 #include "ops_test_util.h"
 
 namespace cedar::ops::testing {
@@ -84,7 +84,9 @@ class SparseAttn : public PreparedCase {
 };
 
 enum class IndexPath { kRows, kSpread, kTiles };
-const char* path_name(IndexPath p) { return p == IndexPath::kRows ? "rows" : p == IndexPath::kSpread ? "spread" : "tiles"; }
+const char* path_name(IndexPath p) {
+  return p == IndexPath::kRows ? "rows" : p == IndexPath::kSpread ? "spread" : "tiles";
+}
 
 // One query's indexer scores over n_keys FP4 keys (scales 2^-3..2^0: mostly the fast paths), the
 // query FP4 too, as the model's index q is. Key 5 is all zero codes.
@@ -157,61 +159,65 @@ void add_attention_cases(std::vector<OpCase>& cases) {
   // kernel's head groups and leave shorter ones (13 = 8 + 5, 3). Released: 64 heads of 512 over the
   // 128-row window and 512 compressed rows.
   for (const AttnShape& s : std::initializer_list<AttnShape>{{8, 64, 300},
-                                                              {13, 512, 300},
-                                                              {3, 100, 300},
-                                                              {8, 512, 70},
-                                                              {64, 512, 640, true},
-                                                              {64, 512, 1152, true, true}}) {
-    add_case<SparseAttn>(cases,
-                         {.name = "sparse_attn heads=" + std::to_string(s.heads) + " d=" + std::to_string(s.d) +
-                                  " idx=" + std::to_string(s.n_idx),
-                          .op = "sparse_attn",
-                          .numerics = {Numerics::kExact, Numerics::kFast},
-                          .released = s.released,
-                          .perf_only = s.perf_only,
-                          .bound = "exact: bitwise = ref::sparse_attn; fast: 2^-7*(sum_j p_j|v_j|/D + |want|) + bf16 ulp",
-                          .bytes = 4.0 * (s.n_idx * s.d + 2.0 * s.heads * s.d) + 4.0 * s.n_idx,
-                          .flops = 4.0 * s.heads * s.n_idx * s.d},  // q·k and p·v
-                         s);
+                                                             {13, 512, 300},
+                                                             {3, 100, 300},
+                                                             {8, 512, 70},
+                                                             {64, 512, 640, true},
+                                                             {64, 512, 1152, true, true}}) {
+    add_case<SparseAttn>(
+        cases,
+        {.name = "sparse_attn heads=" + std::to_string(s.heads) + " d=" + std::to_string(s.d) +
+                 " idx=" + std::to_string(s.n_idx),
+         .op = "sparse_attn",
+         .numerics = {Numerics::kExact, Numerics::kFast},
+         .released = s.released,
+         .perf_only = s.perf_only,
+         .bound = "exact: bitwise = ref::sparse_attn; fast: 2^-7*(sum_j p_j|v_j|/D + |want|) + bf16 ulp",
+         .bytes = 4.0 * (s.n_idx * s.d + 2.0 * s.heads * s.d) + 4.0 * s.n_idx,
+         .flops = 4.0 * s.heads * s.n_idx * s.d},  // q·k and p·v
+        s);
   }
   struct IndexShape {
     size_t heads, d, n_keys;
     bool released = false, perf_only = false;
   };
   // n_keys not a multiple of the 16-key tile; released: 32 heads of 128 (index_n_heads, index_head_dim).
-  for (const IndexShape& s :
-       std::initializer_list<IndexShape>{{16, 32, 300}, {16, 128, 293}, {32, 128, 1024, true}, {32, 128, 65536, true, true}}) {
+  for (const IndexShape& s : std::initializer_list<IndexShape>{
+           {16, 32, 300}, {16, 128, 293}, {32, 128, 1024, true}, {32, 128, 65536, true, true}}) {
     for (IndexPath path : {IndexPath::kRows, IndexPath::kSpread, IndexPath::kTiles}) {
       const double key_bytes = path == IndexPath::kTiles ? s.d + s.d / 32 * 8.0 : 4.0 * s.d;
-      add_case<IndexerScores>(cases,
-                              {.name = std::string("indexer_scores path=") + path_name(path) +
-                                       " heads=" + std::to_string(s.heads) + " d=" + std::to_string(s.d) +
-                                       " keys=" + std::to_string(s.n_keys),
-                               .op = "indexer_scores",
-                               .numerics = {Numerics::kExact},  // one kernel (not in the kernel set)
-                               .reach = path == IndexPath::kTiles ? uint32_t{kReachIndexTiles} : 0u,
-                               .released = s.released,
-                               .perf_only = s.perf_only,
-                               .bound = "bitwise = ref::indexer_scores",
-                               .bytes = key_bytes * s.n_keys + 4.0 * s.heads * s.d + 4.0 * s.n_keys,
-                               .flops = 2.0 * s.heads * s.d * s.n_keys},
-                              path, s.heads, s.d, s.n_keys);
+      add_case<IndexerScores>(
+          cases,
+          {.name = std::string("indexer_scores path=") + path_name(path) + " heads=" + std::to_string(s.heads) +
+                   " d=" + std::to_string(s.d) + " keys=" + std::to_string(s.n_keys),
+           .op = "indexer_scores",
+           .numerics = {Numerics::kExact},  // one kernel (not in the kernel set)
+           .reach = path == IndexPath::kTiles ? uint32_t{kReachIndexTiles} : 0u,
+           .released = s.released,
+           .perf_only = s.perf_only,
+           .bound = "bitwise = ref::indexer_scores",
+           .bytes = key_bytes * s.n_keys + 4.0 * s.heads * s.d + 4.0 * s.n_keys,
+           .flops = 2.0 * s.heads * s.d * s.n_keys},
+          path, s.heads, s.d, s.n_keys);
     }
   }
   // index_topk 512 of the visible compressed keys.
   for (const auto& [n, k, zeros, released, perf_only] :
-       {std::tuple<size_t, size_t, int, bool, bool>{1000, 37, 0, false, false}, {3000, 512, 90, false, false},
-        {16384, 512, 50, true, false}, {65536, 512, 50, true, true}}) {
-    add_case<TopK>(cases,
-                   {.name = "topk n=" + std::to_string(n) + " k=" + std::to_string(k) + " zeros=" + std::to_string(zeros) + "%",
-                    .op = "topk",
-                    .numerics = {Numerics::kExact},  // one kernel
-                    .released = released,
-                    .perf_only = perf_only,
-                    .bound = "bitwise = stable sort (lower index wins ties), first k ascending",
-                    .bytes = 4.0 * n + 4.0 * k,
-                    .flops = static_cast<double>(n)},  // one comparison per score, nominally
-                   n, k, zeros);
+       {std::tuple<size_t, size_t, int, bool, bool>{1000, 37, 0, false, false},
+        {3000, 512, 90, false, false},
+        {16384, 512, 50, true, false},
+        {65536, 512, 50, true, true}}) {
+    add_case<TopK>(
+        cases,
+        {.name = "topk n=" + std::to_string(n) + " k=" + std::to_string(k) + " zeros=" + std::to_string(zeros) + "%",
+         .op = "topk",
+         .numerics = {Numerics::kExact},  // one kernel
+         .released = released,
+         .perf_only = perf_only,
+         .bound = "bitwise = stable sort (lower index wins ties), first k ascending",
+         .bytes = 4.0 * n + 4.0 * k,
+         .flops = static_cast<double>(n)},  // one comparison per score, nominally
+        n, k, zeros);
   }
 }
 

@@ -8,11 +8,11 @@
 #include <sstream>
 #include <string>
 
+#include "op_registry.h"
 #include "ops/formats.h"
 #include "ops/hc.h"
 #include "ops/moe.h"
 #include "ops/norm.h"
-#include "op_registry.h"
 #include "ops_test_util.h"
 
 namespace cedar::ops::testing {
@@ -158,27 +158,30 @@ void add_elementwise_cases(std::vector<OpCase>& cases) {
   // Token counts that fill the 4-token tiles and leave short ones, mix counts with a short group,
   // hc_dim with a tail below one vector; released: hc_mult 4 streams of 5120, 24 mixes.
   for (const HcShape& s : std::initializer_list<HcShape>{{1, 4 * 640, 24},
-                                                          {7, 4 * 640, 24},
-                                                          {9, 4 * 100 + 3, 23},
-                                                          {4, 20, 5},
-                                                          {1, 4 * 5120, 24, true},
-                                                          {64, 4 * 5120, 24, true, true}}) {
-    add_case<HcMixes>(cases,
-                      {.name = "hc_mixes tokens=" + std::to_string(s.tokens) + " hc_dim=" + std::to_string(s.hc_dim) +
-                               " mixes=" + std::to_string(s.n_mix),
-                       .op = "hc_mixes",
-                       .numerics = {Numerics::kExact, Numerics::kFast},
-                       .released = s.released,
-                       .perf_only = s.perf_only,
-                       .bound = "exact: bitwise = ref::hc_mixes; fast: 1.01*(r*(hc_dim+1)*2^-53*sum|x*fn| + 2*2^-24*|want|)",
-                       .bytes = 4.0 * (s.tokens * s.hc_dim + s.n_mix * s.hc_dim + s.tokens * s.n_mix),
-                       .flops = 2.0 * s.tokens * s.hc_dim * (s.n_mix + 1)},
-                      s.tokens, s.hc_dim, s.n_mix);
+                                                         {7, 4 * 640, 24},
+                                                         {9, 4 * 100 + 3, 23},
+                                                         {4, 20, 5},
+                                                         {1, 4 * 5120, 24, true},
+                                                         {64, 4 * 5120, 24, true, true}}) {
+    add_case<HcMixes>(
+        cases,
+        {.name = "hc_mixes tokens=" + std::to_string(s.tokens) + " hc_dim=" + std::to_string(s.hc_dim) +
+                 " mixes=" + std::to_string(s.n_mix),
+         .op = "hc_mixes",
+         .numerics = {Numerics::kExact, Numerics::kFast},
+         .released = s.released,
+         .perf_only = s.perf_only,
+         .bound = "exact: bitwise = ref::hc_mixes; fast: 1.01*(r*(hc_dim+1)*2^-53*sum|x*fn| + 2*2^-24*|want|)",
+         .bytes = 4.0 * (s.tokens * s.hc_dim + s.n_mix * s.hc_dim + s.tokens * s.n_mix),
+         .flops = 2.0 * s.tokens * s.hc_dim * (s.n_mix + 1)},
+        s.tokens, s.hc_dim, s.n_mix);
   }
   // A tail for every vector width; released: a routed expert (weight != 1) and the shared one over
   // moe_inter_dim 2304.
-  for (const auto& [n, weight, released] :
-       {std::tuple<size_t, float, bool>{20013, 0.37f, false}, {20013, 1.0f, false}, {2304, 0.37f, true}, {2304, 1.0f, true}}) {
+  for (const auto& [n, weight, released] : {std::tuple<size_t, float, bool>{20013, 0.37f, false},
+                                            {20013, 1.0f, false},
+                                            {2304, 0.37f, true},
+                                            {2304, 1.0f, true}}) {
     add_case<Swiglu>(cases,
                      {.name = "swiglu_clamped n=" + std::to_string(n) + (weight == 1.0f ? " weight=1" : " weight=0.37"),
                       .op = "swiglu_clamped",

@@ -8,10 +8,10 @@
 #include <string>
 
 #include "core/huge_pages.h"
+#include "op_registry.h"
 #include "ops/bf16_coded.h"
 #include "ops/formats.h"
 #include "ops/quant.h"
-#include "op_registry.h"
 #include "ops_test_util.h"
 
 namespace cedar::ops::testing {
@@ -80,8 +80,9 @@ class BlockLinear : public PreparedCase {
   BlockLinear(bool fp4, const LinearShape& s, const std::string& name, const PrepareOptions& opt) : fp4_(fp4), s_(s) {
     Rng rng(seed_of(name.c_str()));
     x_ = random_bf16(s.m * s.k, rng, 3.0f);
-    w_ = fp4 ? random_fp4_weights(s.n, s.k, rng) : s.released ? weight_like_fp8(s.n, s.k, rng)
-                                                              : random_fp8_weights(s.n, s.k, rng);
+    w_ = fp4          ? random_fp4_weights(s.n, s.k, rng)
+         : s.released ? weight_like_fp8(s.n, s.k, rng)
+                      : random_fp8_weights(s.n, s.k, rng);
     scratch_.resize(std::max(kernel_set(Numerics::kExact).act_scratch_floats(s.m, s.k),
                              kernel_set(Numerics::kFast).act_scratch_floats(s.m, s.k)));
     out = GuardedFloats(s.m * s.n);
@@ -175,10 +176,8 @@ class DenseLinear : public PreparedCase {
   }
   void run(const KernelSet& ks, ThreadPool* pool) override {
     switch (kind_) {
-      case Dense::kF32:
-        return ks.linear_f32(x_.data(), s_.m, F32Weight{f32_.data(), s_.n, s_.k}, out.data(), pool);
-      case Dense::kFp8AsBf16:
-        return ks.linear_fp8_bf16(x_.data(), s_.m, w8_.fp8(), out.data(), out_kind_, pool);
+      case Dense::kF32: return ks.linear_f32(x_.data(), s_.m, F32Weight{f32_.data(), s_.n, s_.k}, out.data(), pool);
+      case Dense::kFp8AsBf16: return ks.linear_fp8_bf16(x_.data(), s_.m, w8_.fp8(), out.data(), out_kind_, pool);
       default:
         return ks.linear_bf16(x_.data(), s_.m, Bf16Weight{bits_.data(), s_.n, s_.k, coded_.get()}, out.data(),
                               out_kind_, pool);
@@ -217,8 +216,7 @@ class QuantizeActivations : public PreparedCase {
   }
   void run(const KernelSet& ks, ThreadPool*) override {
     const Fp8Activations a = ks.quantize_activations(x_.data(), m_, k_, scratch_);
-    for (size_t i = 0; i < m_ * k_; ++i)
-      out.data()[i] = a.dequantized ? a.values[i] : a.values[i] * a.scales[i / 32];
+    for (size_t i = 0; i < m_ * k_; ++i) out.data()[i] = a.dequantized ? a.values[i] : a.values[i] * a.scales[i / 32];
     for (size_t b = 0; b < m_ * k_ / 32; ++b) out.data()[m_ * k_ + b] = a.scales[b];
   }
 
@@ -228,8 +226,8 @@ class QuantizeActivations : public PreparedCase {
 };
 
 double block_bytes(bool fp4, const LinearShape& s) {
-  const double w = fp4 ? s.n * s.k / 2.0 + s.n * (s.k / 32.0) : s.n * static_cast<double>(s.k) +
-                                                                     ((s.n + 31) / 32) * (s.k / 32.0);
+  const double w =
+      fp4 ? s.n * s.k / 2.0 + s.n * (s.k / 32.0) : s.n * static_cast<double>(s.k) + ((s.n + 31) / 32) * (s.k / 32.0);
   return w + 4.0 * s.m * s.k + 4.0 * s.m * s.n;
 }
 
@@ -241,9 +239,9 @@ void add_linear_cases(std::vector<OpCase>& cases) {
   // panel GEMM with partial row tiles, partial 16-column panels, column groups of 1-4 panels and K not
   // a multiple of the 256-wide panel; on AMX whole 16-row tiles alone (16, 64), with rows past the
   // last one (35, 40) and only those (6-13). Then the released V4.1 shapes (dim 5120).
-  std::vector<LinearShape> small = {{1, 96, 37},   {1, 1024, 100}, {2, 160, 33},  {4, 64, 20},
-                                    {5, 320, 70},  {6, 256, 16},   {7, 288, 50},  {13, 544, 33},
-                                    {16, 256, 20}, {35, 800, 90},  {40, 96, 70},  {64, 1056, 48}};
+  std::vector<LinearShape> small = {{1, 96, 37},   {1, 1024, 100}, {2, 160, 33}, {4, 64, 20},
+                                    {5, 320, 70},  {6, 256, 16},   {7, 288, 50}, {13, 544, 33},
+                                    {16, 256, 20}, {35, 800, 90},  {40, 96, 70}, {64, 1056, 48}};
   std::vector<LinearShape> fp8 = small, fp4 = small;
   for (LinearShape s : std::initializer_list<LinearShape>{
            {1, 5120, 1280, true},         // wq_a
@@ -281,8 +279,12 @@ void add_linear_cases(std::vector<OpCase>& cases) {
           is_fp4, s);
     }
   }
-  for (const LinearShape& s : std::initializer_list<LinearShape>{{1, 96, 0}, {3, 160, 0}, {5, 1024, 0}, {17, 288, 0},
-                                                                 {1, 5120, 0, true}, {4, 5120, 0, true},
+  for (const LinearShape& s : std::initializer_list<LinearShape>{{1, 96, 0},
+                                                                 {3, 160, 0},
+                                                                 {5, 1024, 0},
+                                                                 {17, 288, 0},
+                                                                 {1, 5120, 0, true},
+                                                                 {4, 5120, 0, true},
                                                                  {64, 5120, 0, true}}) {
     add_case<QuantizeActivations>(
         cases,
@@ -311,24 +313,28 @@ void add_linear_cases(std::vector<OpCase>& cases) {
       {"linear_bf16 out=f32", Dense::kBf16, LinearOut::kF32,
        [&] {
          auto v = dense_small;
-         v.push_back({1, 5120, 384, true});           // the router gate
-         v.push_back({1, 5120, 16384, true, true});   // a slice of the head, not coded
+         v.push_back({1, 5120, 384, true});          // the router gate
+         v.push_back({1, 5120, 16384, true, true});  // a slice of the head, not coded
          return v;
        }()},
       {"linear_bf16 out=bf16", Dense::kBf16, LinearOut::kBf16, dense_small},
-      {"linear_bf16_coded out=f32", Dense::kBf16Coded, LinearOut::kF32,
+      {"linear_bf16_coded out=f32",
+       Dense::kBf16Coded,
+       LinearOut::kF32,
        {{1, 640, 150}, {3, 192, 70}, {5, 5120, 40}, {1, 5120, 300, true}, {1, 5120, 16384, true, true}}},  // the head
       {"linear_f32", Dense::kF32, LinearOut::kF32, dense_small},
-      {"linear_fp8_bf16", Dense::kFp8AsBf16, LinearOut::kBf16,
+      {"linear_fp8_bf16",
+       Dense::kFp8AsBf16,
+       LinearOut::kBf16,
        {{1, 96, 37}, {3, 256, 33}, {17, 320, 70}, {1, 4096, 1024, true}, {64, 4096, 1024, true, true}}},  // wo_a
   };
   for (const DenseOp& d : dense) {
     for (const LinearShape& s : d.shapes) {
       // Bytes per weight: the coded head reads about 1.5 (bf16_coded.h), the FP8 weight 1 (+ scales).
-      const double wbytes = d.kind == Dense::kF32          ? 4.0
-                            : d.kind == Dense::kFp8AsBf16  ? 1.0
-                            : d.kind == Dense::kBf16Coded  ? 1.5
-                                                           : 2.0;
+      const double wbytes = d.kind == Dense::kF32         ? 4.0
+                            : d.kind == Dense::kFp8AsBf16 ? 1.0
+                            : d.kind == Dense::kBf16Coded ? 1.5
+                                                          : 2.0;
       add_case<DenseLinear>(
           cases,
           {.name = shape_name(d.op, s),

@@ -30,8 +30,7 @@ void nothing() {}
 // prefers the VNNI one (Intel's), so that every form runs wherever it can.
 const KernelForm kForms[] = {
     {"default", ~0u, [](const std::string&) { return true; }, nothing, nothing},
-    {"no-fp8-gemv-bf16", kReachFp8Gemv,
-     [](const std::string& t) { return x86::fp8_gemv_bf16_usable() && is_avx3(t); },
+    {"no-fp8-gemv-bf16", kReachFp8Gemv, [](const std::string& t) { return x86::fp8_gemv_bf16_usable() && is_avx3(t); },
      [] { x86::set_fp8_gemv_bf16_allowed(false); }, [] { x86::set_fp8_gemv_bf16_allowed(true); }},
     {"fp4-gemv-bf16-forced", kReachFp4Gemv,
      [](const std::string& t) { return x86::has_avx512_bf16() && !x86::has_fast_avx512_bf16_dot() && fp4_x86(t); },
@@ -186,7 +185,8 @@ std::vector<std::string> check_case(const OpCase& c, ThreadPool* pool, const std
               }
             }
             if (!err.empty())
-              failures.push_back(c.name + " | " + target + " | " + numerics_name(mode) + " | " + form.name + ": " + err);
+              failures.push_back(c.name + " | " + target + " | " + numerics_name(mode) + " | " + form.name + ": " +
+                                 err);
           });
         }
       },

@@ -28,10 +28,10 @@ namespace cedar::ops::testing {
 
 // Which x86 kernel forms an op can reach (a form that the op never runs is not repeated for it).
 enum Reach : uint32_t {
-  kReachFp8Gemv = 1,      // fp8_gemv_x86.h
-  kReachFp4Gemv = 2,      // fp4_gemv_x86.h, its bf16 and VNNI forms
-  kReachGemmTiles = 4,    // gemm_bf16_x86.h, gemm_amx_x86.h
-  kReachIndexTiles = 8,   // indexer_tiles_x86.h
+  kReachFp8Gemv = 1,     // fp8_gemv_x86.h
+  kReachFp4Gemv = 2,     // fp4_gemv_x86.h, its bf16 and VNNI forms
+  kReachGemmTiles = 4,   // gemm_bf16_x86.h, gemm_amx_x86.h
+  kReachIndexTiles = 8,  // indexer_tiles_x86.h
   kReachLinear = kReachFp8Gemv | kReachFp4Gemv | kReachGemmTiles,
 };
 
@@ -96,15 +96,15 @@ struct PrepareOptions {
 };
 
 struct OpCase {
-  std::string name{};              // "linear_fp8 m=1 k=4096 n=1024": the op, then its shape
-  std::string op{};                // "linear_fp8"
+  std::string name{};                // "linear_fp8 m=1 k=4096 n=1024": the op, then its shape
+  std::string op{};                  // "linear_fp8"
   std::vector<Numerics> numerics{};  // the kernel sets it runs
-  uint32_t reach = 0;              // x86 forms it can reach
-  bool released = false;           // a shape of the released V4.1 model
-  bool perf_only = false;          // too large for the correctness sweep
-  std::string bound{};             // how it is checked, in words
-  double bytes = 0;                // what one call reads and writes
-  double flops = 0;                // multiply-adds count 2
+  uint32_t reach = 0;                // x86 forms it can reach
+  bool released = false;             // a shape of the released V4.1 model
+  bool perf_only = false;            // too large for the correctness sweep
+  std::string bound{};               // how it is checked, in words
+  double bytes = 0;                  // what one call reads and writes
+  double flops = 0;                  // multiply-adds count 2
   std::function<std::unique_ptr<PreparedCase>(const PrepareOptions&)> prepare{};
 };
 

@@ -111,8 +111,8 @@ double median_us(PreparedCase& p, const KernelSet& ks, ThreadPool* pool, double 
 
 int perf(const Args& a, const std::vector<const OpCase*>& cases) {
   ThreadPool pool(a.threads == 0 ? hardware_threads() : a.threads);
-  std::printf("%-48s %-8s %-6s %-22s %11s %9s %10s   (threads %d, weight copies %d)\n", "case", "target", "mode", "form",
-              "us", "GB/s", "GFLOP/s", a.threads == 0 ? hardware_threads() : a.threads, a.copies);
+  std::printf("%-48s %-8s %-6s %-22s %11s %9s %10s   (threads %d, weight copies %d)\n", "case", "target", "mode",
+              "form", "us", "GB/s", "GFLOP/s", a.threads == 0 ? hardware_threads() : a.threads, a.copies);
   for (const OpCase* c : cases) {
     PrepareOptions opt;
     opt.reference = false;
