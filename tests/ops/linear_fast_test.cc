@@ -268,7 +268,7 @@ TEST(LinearFast, BatchedGemmsEqualSeparateOnesInBothModes) {
       const Fp8Activations a = ks.quantize_activations(xs[j].data(), shapes[j].m, shapes[j].k, scratches[j]);
       want.emplace_back(shapes[j].m * shapes[j].n);
       got.emplace_back(shapes[j].m * shapes[j].n, -1.0f);
-      ks.gemm_fp4(a, ws[j].fp4w(), want[j].data(), nullptr);
+      (mode == Numerics::kFast ? fast::gemm_fp4 : gemm_fp4)(a, ws[j].fp4w(), want[j].data(), nullptr);
       jobs.push_back({a, ws[j].fp4w(), got[j].data()});
     }
     for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
@@ -299,10 +299,11 @@ TEST(LinearFast, Fp8LinearBatchEqualsSeparateCallsInBothModes) {
         got.emplace_back(s.m * s.n, -1.0f);
         if (kind == Fp8LinearJob::Kind::kGemm) {
           const Fp8Activations a = ks.quantize_activations_fp8(xs[j].data(), s.m, s.k, scratches[j]);
-          ks.gemm_fp8(a, ws[j].fp8(), want[j].data(), nullptr);
+          (mode == Numerics::kFast ? fast::gemm_fp8 : gemm_fp8)(a, ws[j].fp8(), want[j].data(), nullptr);
           jobs.push_back({kind, a, ws[j].fp8(), got[j].data()});
         } else {
-          ks.linear_fp8_bf16(xs[j].data(), s.m, ws[j].fp8(), want[j].data(), LinearOut::kBf16, nullptr);
+          (mode == Numerics::kFast ? fast::linear_fp8_bf16 : linear_fp8_bf16)(xs[j].data(), s.m, ws[j].fp8(),
+                                                                              want[j].data(), LinearOut::kBf16, nullptr);
           jobs.push_back({kind, Fp8Activations{xs[j].data(), nullptr, s.m, s.k}, ws[j].fp8(), got[j].data()});
         }
       }
@@ -571,8 +572,10 @@ TEST(LinearFast, Fp8GemvDecodesEveryE4m3Code) {
 }
 
 TEST(LinearFast, KernelSetsSelectTheirMode) {
-  EXPECT_EQ(kernel_set(Numerics::kExact).linear_fp4, &linear_fp4);
-  EXPECT_EQ(kernel_set(Numerics::kFast).linear_fp4, &fast::linear_fp4);
+  EXPECT_EQ(kernel_set(Numerics::kExact).linear_fp8, &linear_fp8);
+  EXPECT_EQ(kernel_set(Numerics::kFast).linear_fp8, &fast::linear_fp8);
+  EXPECT_EQ(kernel_set(Numerics::kExact).pair_unquantized, nullptr);
+  EXPECT_EQ(kernel_set(Numerics::kFast).sparse_attn, &fast::sparse_attn);
   EXPECT_EQ(parse_numerics("fast"), Numerics::kFast);
   EXPECT_EQ(parse_numerics("exact"), Numerics::kExact);
   EXPECT_FALSE(parse_numerics("fastest").has_value());

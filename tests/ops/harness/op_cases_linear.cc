@@ -11,6 +11,7 @@
 #include "op_registry.h"
 #include "ops/bf16_coded.h"
 #include "ops/formats.h"
+#include "ops/linear_fast.h"
 #include "ops/quant.h"
 #include "ops_test_util.h"
 
@@ -74,7 +75,7 @@ struct WeightCopies {
   }
 };
 
-// y = x · Wᵀ with block-scaled weights: ks.linear_fp8 / ks.linear_fp4.
+// y = x · Wᵀ with block-scaled weights: ks.linear_fp8 / linear_fp4 of the mode.
 class BlockLinear : public PreparedCase {
  public:
   BlockLinear(bool fp4, const LinearShape& s, const std::string& name, const PrepareOptions& opt) : fp4_(fp4), s_(s) {
@@ -116,7 +117,9 @@ class BlockLinear : public PreparedCase {
   void run(const KernelSet& ks, ThreadPool* pool) override {
     const auto [data, scales] = copies_.pick(w_);
     if (fp4_) {
-      ks.linear_fp4(x_.data(), s_.m, Fp4Weight{data, scales, s_.n, s_.k}, out.data(), scratch_, pool);
+      // Not in the kernel set (the model runs FP4 weights through gemm_fp4_batch): by name.
+      (ks.numerics == Numerics::kFast ? fast::linear_fp4 : linear_fp4)(
+          x_.data(), s_.m, Fp4Weight{data, scales, s_.n, s_.k}, out.data(), scratch_, pool);
     } else {
       ks.linear_fp8(x_.data(), s_.m, Fp8Weight{data, scales, s_.n, s_.k}, out.data(), scratch_, pool);
     }
@@ -130,7 +133,7 @@ class BlockLinear : public PreparedCase {
   WeightCopies copies_;
 };
 
-// The dense linears: ks.linear_bf16 (plain or on the coded form), ks.linear_f32 and ks.linear_fp8_bf16
+// The dense linears: ks.linear_bf16 (plain or on the coded form), linear_f32 and linear_fp8_bf16 of the mode
 // (the FP8 weight decoded to bf16 rows; its reference is ref::linear_bf16 of the dequantised weight).
 enum class Dense { kBf16, kBf16Coded, kF32, kFp8AsBf16 };
 
@@ -175,9 +178,15 @@ class DenseLinear : public PreparedCase {
     if (out_kind == LinearOut::kBf16) fast_rel = 1.01 * kUBf16;  // one rounding of each side to bf16
   }
   void run(const KernelSet& ks, ThreadPool* pool) override {
+    const bool is_fast = ks.numerics == Numerics::kFast;
     switch (kind_) {
-      case Dense::kF32: return ks.linear_f32(x_.data(), s_.m, F32Weight{f32_.data(), s_.n, s_.k}, out.data(), pool);
-      case Dense::kFp8AsBf16: return ks.linear_fp8_bf16(x_.data(), s_.m, w8_.fp8(), out.data(), out_kind_, pool);
+      // Not in the kernel set (no V4.1 weight is f32; wo_a runs through fp8_linear_batch): by name.
+      case Dense::kF32:
+        return (is_fast ? fast::linear_f32 : linear_f32)(x_.data(), s_.m, F32Weight{f32_.data(), s_.n, s_.k},
+                                                         out.data(), pool);
+      case Dense::kFp8AsBf16:
+        return (is_fast ? fast::linear_fp8_bf16 : linear_fp8_bf16)(x_.data(), s_.m, w8_.fp8(), out.data(), out_kind_,
+                                                                   pool);
       default:
         return ks.linear_bf16(x_.data(), s_.m, Bf16Weight{bits_.data(), s_.n, s_.k, coded_.get()}, out.data(),
                               out_kind_, pool);
