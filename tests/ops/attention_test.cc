@@ -11,6 +11,7 @@
 
 #include "core/thread_pool.h"
 #include "ops/formats.h"
+#include "ops/index_key_store.h"
 #include "ops/indexer_tiles_x86.h"
 #include "ops/quant.h"
 #include "ops_test_util.h"
@@ -401,6 +402,43 @@ TEST(IndexerScores, FastPathsForExactDotsAreBitIdenticalOnEveryTarget) {
       }
     }
   }
+}
+
+// The kernel-owned store (index_key_store.h): keys appended in pieces, truncated and appended again
+// hold the same rows as the entries decoded in one go, and score bit for bit as the reference does on
+// them, on every target and tile kernel, inline and on a pool.
+TEST(IndexerScores, KeyStoreScoresAsTheReferenceOnItsEntries) {
+  Rng rng(31);
+  ThreadPool pool(2);
+  const size_t d = kIndexKeyDim, heads = 32, n_keys = 301;
+  std::vector<uint8_t> scales;
+  const auto packed = random_packed_fp4(n_keys, d, rng, -3, 0, &scales, 7);
+  std::vector<uint8_t> entries(n_keys * kIndexKeyEntryBytes), other(kIndexKeyEntryBytes, 0x11);
+  for (size_t t = 0; t < n_keys; ++t) {
+    std::memcpy(entries.data() + t * kIndexKeyEntryBytes, packed.data() + t * d / 2, d / 2);
+    std::memcpy(entries.data() + t * kIndexKeyEntryBytes + d / 2, scales.data() + t * d / 32, d / 32);
+  }
+  IndexKeyStore store(d);
+  ASSERT_EQ(store.entry_bytes(), kIndexKeyEntryBytes);
+  store.append(entries.data(), 100);
+  for (int i = 0; i < 5; ++i) store.append(other.data(), 1);  // a tail that is then rewritten
+  store.truncate(100);
+  store.append(entries.data() + 100 * kIndexKeyEntryBytes, n_keys - 100);
+  ASSERT_EQ(store.size(), n_keys);
+  const IndexKeys want_keys = make_index_keys(packed, scales, n_keys, d);
+  for (size_t i = 0; i < n_keys * d; ++i) ASSERT_EQ(bits_of(store.rows()[i]), bits_of(want_keys.rows[i])) << i;
+  const auto q = random_fp4_rows(heads, d, rng, -3, 0);
+  const auto w = random_bf16(heads, rng, 0.05f);
+  std::vector<float> want(n_keys);
+  ref::indexer_scores(q.data(), w.data(), heads, d, want_keys.rows.data(), n_keys, want.data());
+  for_each_tile_kernel([&] {
+    for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+      std::vector<float> got(n_keys, -1.0f);
+      store.scores(q.data(), w.data(), heads, n_keys - 3, got.data(), p);
+      for (size_t i = 0; i < n_keys - 3; ++i) ASSERT_EQ(bits_of(got[i]), bits_of(want[i])) << i;
+      EXPECT_EQ(got[n_keys - 3], -1.0f);  // keys past n_keys are not scored
+    }
+  });
 }
 
 TEST(IndexerScores, TileMaskScoresOnlyFlaggedTilesAndLeavesTheRest) {

@@ -111,7 +111,7 @@ double median_us(PreparedCase& p, const KernelSet& ks, ThreadPool* pool, double 
 
 int perf(const Args& a, const std::vector<const OpCase*>& cases) {
   ThreadPool pool(a.threads == 0 ? hardware_threads() : a.threads);
-  std::printf("%-48s %-8s %-6s %-22s %11s %9s %10s   (threads %d, weight copies %d)\n", "case", "target", "mode",
+  std::printf("%-54s %-8s %-6s %-22s %11s %9s %10s   (threads %d, weight copies %d)\n", "case", "target", "mode",
               "form", "us", "GB/s", "GFLOP/s", a.threads == 0 ? hardware_threads() : a.threads, a.copies);
   for (const OpCase* c : cases) {
     PrepareOptions opt;
@@ -126,7 +126,7 @@ int perf(const Args& a, const std::vector<const OpCase*>& cases) {
               const uint32_t reach = mode == Numerics::kFast ? c->reach : c->reach & kReachIndexTiles;
               for_each_form(reach, [&](const KernelForm& form) {
                 const double us = median_us(*p, kernel_set(mode), &pool, a.min_ms);
-                std::printf("%-48s %-8s %-6s %-22s %11.1f %9.2f %10.2f\n", c->name.c_str(), target.c_str(),
+                std::printf("%-54s %-8s %-6s %-22s %11.1f %9.2f %10.2f\n", c->name.c_str(), target.c_str(),
                             numerics_name(mode), form.name, us, c->bytes / us * 1e-3, c->flops / us * 1e-3);
                 std::fflush(stdout);
               });
