@@ -4,10 +4,12 @@
 // the integer key tiles).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <string>
 
 #include "op_registry.h"
 #include "ops/formats.h"
+#include "ops/index_key_store.h"
 #include "ops/quant.h"
 #include "ops_test_util.h"
 
@@ -83,9 +85,12 @@ class SparseAttn : public PreparedCase {
   std::vector<int32_t> idx_;
 };
 
-enum class IndexPath { kRows, kSpread, kTiles };
+// The float64 rows alone, with the exact-sum spreads, with the integer key tiles, and through the
+// kernel-owned IndexKeyStore the model holds (spreads and tiles, built from the FP4 entries).
+enum class IndexPath { kRows, kSpread, kTiles, kStore };
 const char* path_name(IndexPath p) {
-  return p == IndexPath::kRows ? "rows" : p == IndexPath::kSpread ? "spread" : "tiles";
+  static const char* const names[] = {"rows", "spread", "tiles", "store"};
+  return names[static_cast<int>(p)];
 }
 
 // One query's indexer scores over n_keys FP4 keys (scales 2^-3..2^0: mostly the fast paths), the
@@ -99,6 +104,13 @@ class IndexerScores : public PreparedCase {
     std::vector<uint8_t> scales;
     const auto packed = random_packed_fp4(n_keys, d, rng, -3, 0, &scales, 5);
     keys_ = make_index_keys(packed, scales, n_keys, d);
+    store_ = IndexKeyStore(d);
+    std::vector<uint8_t> entry(store_.entry_bytes());
+    for (size_t t = 0; t < n_keys; ++t) {  // entries as the KV owners hold them: codes, then scales
+      std::memcpy(entry.data(), packed.data() + t * d / 2, d / 2);
+      std::memcpy(entry.data() + d / 2, scales.data() + t * d / 32, d / 32);
+      store_.append(entry.data(), 1);
+    }
     q_ = random_fp4_rows(heads, d, rng, -3, 0);
     for (auto& x : q_) x = round_bf16(x);
     w_ = random_bf16(heads, rng, 0.05f);
@@ -108,6 +120,7 @@ class IndexerScores : public PreparedCase {
     ref::indexer_scores(q_.data(), w_.data(), heads, d, keys_.rows.data(), n_keys, want.data());
   }
   void run(const KernelSet&, ThreadPool* pool) override {
+    if (path_ == IndexPath::kStore) return store_.scores(q_.data(), w_.data(), heads_, n_keys_, out.data(), pool);
     const IndexKeyTiles tiles = keys_.tiles();
     indexer_scores(q_.data(), w_.data(), heads_, d_, keys_.rows.data(), n_keys_, out.data(), pool,
                    path_ == IndexPath::kRows ? nullptr : keys_.spread.data(),
@@ -118,6 +131,7 @@ class IndexerScores : public PreparedCase {
   IndexPath path_;
   size_t heads_, d_, n_keys_;
   IndexKeys keys_;
+  IndexKeyStore store_;
   std::vector<float> q_, w_;
 };
 
@@ -184,15 +198,16 @@ void add_attention_cases(std::vector<OpCase>& cases) {
   // n_keys not a multiple of the 16-key tile; released: 32 heads of 128 (index_n_heads, index_head_dim).
   for (const IndexShape& s : std::initializer_list<IndexShape>{
            {16, 32, 300}, {16, 128, 293}, {32, 128, 1024, true}, {32, 128, 65536, true, true}}) {
-    for (IndexPath path : {IndexPath::kRows, IndexPath::kSpread, IndexPath::kTiles}) {
-      const double key_bytes = path == IndexPath::kTiles ? s.d + s.d / 32 * 8.0 : 4.0 * s.d;
+    for (IndexPath path : {IndexPath::kRows, IndexPath::kSpread, IndexPath::kTiles, IndexPath::kStore}) {
+      const bool tiles = path == IndexPath::kTiles || path == IndexPath::kStore;
+      const double key_bytes = tiles ? s.d + s.d / 32 * 8.0 : 4.0 * s.d;
       add_case<IndexerScores>(
           cases,
           {.name = std::string("indexer_scores path=") + path_name(path) + " heads=" + std::to_string(s.heads) +
                    " d=" + std::to_string(s.d) + " keys=" + std::to_string(s.n_keys),
            .op = "indexer_scores",
            .numerics = {Numerics::kExact},  // one kernel (not in the kernel set)
-           .reach = path == IndexPath::kTiles ? uint32_t{kReachIndexTiles} : 0u,
+           .reach = tiles ? uint32_t{kReachIndexTiles} : 0u,
            .released = s.released,
            .perf_only = s.perf_only,
            .bound = "bitwise = ref::indexer_scores",
