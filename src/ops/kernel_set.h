@@ -8,11 +8,13 @@
 #pragma once
 
 #include <cstddef>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string_view>
 
 #include "ops/attention.h"
+#include "ops/bf16_coded.h"
 #include "ops/linear.h"
 
 namespace cedar::ops {
@@ -48,6 +50,12 @@ struct KernelSet {
   // `pairs` (a->m * a->k / 2 words) and points a at them when every value is a bf16 number the tile
   // takes; false (a unchanged) otherwise. nullptr in exact mode.
   bool (*pair_unquantized)(Fp8Activations* a, uint32_t* pairs);
+  // Readies a bf16 weight that a GEMV streams every token (the head) for this set, once at load. The
+  // fast set re-codes it in 12 bits per weight (bf16_coded.h; its GEMV then reads a quarter fewer
+  // bytes, results unchanged), points w->coded at the copy and returns the copy for the caller to
+  // keep. nullptr and w unchanged otherwise: the exact set, a width the form cannot hold, a weight
+  // already coded, or memory that cannot be had (logged; the GEMV then reads the bits).
+  std::unique_ptr<Bf16Coded> (*prepare_gemv_weight)(Bf16Weight* w);
   // The experts' clamped SwiGLU (moe.h): silu in double (exact) or in f32 vectors (fast).
   void (*swiglu_clamped)(const float* g, const float* u, size_t n, float limit, float weight, float* out);
   // The mHC mixes (hc.h): the contract's float64 dots (exact) or fp32 register tiles (fast).

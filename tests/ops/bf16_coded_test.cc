@@ -19,6 +19,7 @@
 
 #include "core/thread_pool.h"
 #include "ops/formats.h"
+#include "ops/kernel_set.h"
 #include "ops/linear.h"
 #include "ops/linear_fast.h"
 #include "ops_test_util.h"
@@ -190,6 +191,28 @@ TEST(Bf16Coded, GemvSumsSmallIntegersExactly) {
       for (size_t i = 0; i < m * n; ++i) ASSERT_EQ(got[i], want[i]) << "m" << m << " @" << i;
     });
   }
+}
+
+// The kernel sets ready a GEMV weight at load: the fast set codes it (losslessly) behind w.coded and
+// hands the copy over; the exact set, a width the form cannot hold and a weight already coded are
+// left as they are.
+TEST(Bf16Coded, KernelSetsReadyAGemvWeight) {
+  Rng rng(13);
+  const size_t n = 40, k = 192;
+  const auto bits = normal_bf16(n * k, rng, 0.05f);
+  Bf16Weight w{bits.data(), n, k};
+  EXPECT_EQ(kernel_set(Numerics::kExact).prepare_gemv_weight(&w), nullptr);
+  EXPECT_EQ(w.coded, nullptr);
+  const auto coded = kernel_set(Numerics::kFast).prepare_gemv_weight(&w);
+  ASSERT_NE(coded, nullptr);
+  EXPECT_EQ(w.coded, coded.get());
+  for (size_t r = 0; r < n; ++r)
+    for (size_t i = 0; i < k; ++i) ASSERT_EQ(bf16_coded_bits(*coded, r, i), bits[r * k + i]) << r << " " << i;
+  EXPECT_EQ(kernel_set(Numerics::kFast).prepare_gemv_weight(&w), nullptr);  // already coded
+  EXPECT_EQ(w.coded, coded.get());
+  Bf16Weight narrow{bits.data(), n * 3, 64 - 32};  // no whole coded block
+  EXPECT_EQ(kernel_set(Numerics::kFast).prepare_gemv_weight(&narrow), nullptr);
+  EXPECT_EQ(narrow.coded, nullptr);
 }
 
 }  // namespace
