@@ -15,6 +15,7 @@
 #include "ops/indexer_tiles_x86.h"
 #include "ops/simd_info.h"
 #include "ops/x86_features.h"
+#include "ops_test_util.h"
 
 namespace cedar::ops::testing {
 namespace {
@@ -65,17 +66,6 @@ const KernelForm kForms[] = {
 constexpr uint32_t kPoison = 0x7FC0DEADu;  // a quiet NaN no kernel computes
 constexpr uint32_t kGuardWord = 0x7FBADBADu;
 
-uint32_t bits(float x) {
-  uint32_t u;
-  std::memcpy(&u, &x, 4);
-  return u;
-}
-float word(uint32_t u) {
-  float x;
-  std::memcpy(&x, &u, 4);
-  return x;
-}
-
 }  // namespace
 
 std::span<const KernelForm> kernel_forms() { return kForms; }
@@ -100,15 +90,15 @@ void for_each_target(const std::function<void(const std::string&)>& fn, const st
   hwy::SetSupportedTargetsForTest(0);  // back to the real CPU
 }
 
-GuardedFloats::GuardedFloats(size_t n) : n_(n), buf_(n + 2 * kGuard, word(kGuardWord)) { poison(); }
+GuardedFloats::GuardedFloats(size_t n) : n_(n), buf_(n + 2 * kGuard, from_bits(kGuardWord)) { poison(); }
 
 void GuardedFloats::poison() {
-  for (size_t i = 0; i < n_; ++i) data()[i] = word(kPoison);
+  for (size_t i = 0; i < n_; ++i) data()[i] = from_bits(kPoison);
 }
 
 bool GuardedFloats::guards_intact() const {
   for (size_t i = 0; i < kGuard; ++i)
-    if (bits(buf_[i]) != kGuardWord || bits(buf_[kGuard + n_ + i]) != kGuardWord) return false;
+    if (bits_of(buf_[i]) != kGuardWord || bits_of(buf_[kGuard + n_ + i]) != kGuardWord) return false;
   return true;
 }
 
@@ -116,7 +106,7 @@ std::string PreparedCase::check(Numerics mode) const {
   std::ostringstream err;
   if (mode == Numerics::kExact || fast_bound.empty()) {
     for (size_t i = 0; i < want.size(); ++i)
-      if (bits(out.data()[i]) != bits(want[i])) {
+      if (bits_of(out.data()[i]) != bits_of(want[i])) {
         err << "@" << i << " got " << out.data()[i] << " want " << want[i] << " (bitwise)";
         return err.str();
       }
