@@ -344,12 +344,14 @@ const Workspace::KeyCache& ForwardPass::dequantized_index_keys(const ChunkSpan& 
     if (!kc) kc = &ws_.key_caches.emplace_back();
     kc->seq = ch.seq;
     kc->owner = owner_layer;
-    kc->rows = 0;
+    if (kc->keys.head_dim() != ihd) kc->keys = ops::IndexKeyStore(ihd);
+    kc->keys.truncate(0);
   }
   const KvOwnerState& owner = ch.seq->owner(owner_layer);
   if (kc->pass != ws_.pass) {
     kc->pass = ws_.pass;
-    const int64_t held = std::min<int64_t>(kc->rows, static_cast<int64_t>(owner.index_keys.size() / entry_bytes));
+    const int64_t held = std::min<int64_t>(static_cast<int64_t>(kc->keys.size()),
+                                           static_cast<int64_t>(owner.index_keys.size() / entry_bytes));
     const uint8_t* now = owner.index_keys.data();
     int64_t same = 0;
     if (held > 0 && std::memcmp(kc->packed.data(), now, static_cast<size_t>(held) * entry_bytes) == 0) {
@@ -359,24 +361,17 @@ const Workspace::KeyCache& ForwardPass::dequantized_index_keys(const ChunkSpan& 
                                         entry_bytes) == 0)
         ++same;
     }
-    kc->rows = same;
+    kc->keys.truncate(static_cast<size_t>(same));
   }
-  if (kc->rows < n_keys) {
-    scratch(kc->data, static_cast<size_t>(n_keys) * ihd);
-    scratch(kc->spread, static_cast<size_t>(n_keys));
+  const size_t held = kc->keys.size();
+  if (held < static_cast<size_t>(n_keys)) {
+    CEDAR_CHECK(kc->keys.entry_bytes() == entry_bytes, "index entries of %zu bytes, the kernel reads %zu", entry_bytes,
+                kc->keys.entry_bytes());
+    const uint8_t* src = owner.index_keys.data() + held * entry_bytes;
+    const size_t added = static_cast<size_t>(n_keys) - held;
     scratch(kc->packed, static_cast<size_t>(n_keys) * entry_bytes);
-    scratch(kc->tile_codes, ops::index_key_tile_code_bytes(static_cast<size_t>(n_keys), ihd));
-    scratch(kc->tile_scales, ops::index_key_tile_scale_count(static_cast<size_t>(n_keys), ihd));
-    for (int64_t t = kc->rows; t < n_keys; ++t) {
-      const uint8_t* src = owner.index_keys.data() + t * entry_bytes;
-      std::memcpy(kc->packed.data() + t * entry_bytes, src, entry_bytes);
-      float* row = kc->data.data() + t * ihd;
-      ops::fp4_dequant_e8m0(src, src + ihd / 2, ihd, row);
-      kc->spread[t] = ops::exact_sum_spread_fp4(src, src + ihd / 2, ihd);
-      ops::append_index_key_tile(src, src + ihd / 2, ihd, static_cast<size_t>(t), kc->tile_codes.data(),
-                                 kc->tile_scales.data());
-    }
-    kc->rows = n_keys;
+    std::memcpy(kc->packed.data() + held * entry_bytes, src, added * entry_bytes);
+    kc->keys.append(src, added);
   }
   return *kc;
 }
@@ -422,21 +417,19 @@ void ForwardPass::run_indexer(int l, const ChunkSpan& ch, size_t row, int64_t qu
     return;
   }
   const Workspace::KeyCache& kc = prepare_index_keys(l, ch, query_pos, n_keys);
-  const float* keys = kc.data.data();  // [n_keys, index_head_dim]
   float* scores = scratch(qs.scores, n_keys);  // [n_keys]
   // Only the entries this query can see are scored (a prefill query sees a causal prefix of the
   // chunk's keys); the rest are masked as the reference's causal mask does.
   const int64_t n_scored = std::clamp<int64_t>(visible, 0, n_keys);
-  const ops::IndexKeyTiles tiles{kc.tile_codes.data(), kc.tile_scales.data()};
   const float* q = ws_.idx_q.data() + row * nih * ihd;
   const float* w = ws_.idx_w.data() + row * nih;
   const size_t cand_width = static_cast<size_t>(n_keys);
   if (e.candidate == CandidateRole::kConsumer) {
-    consumer_topk(row, q, w, keys, kc, tiles, n_keys, n_scored, visible, offset, pub, qs, inner);
+    consumer_topk(row, q, w, kc, n_keys, n_scored, visible, offset, pub, qs, inner);
     return;
   }
   const size_t scored = static_cast<size_t>(n_scored);
-  ops::indexer_scores(q, w, nih, ihd, keys, scored, scores, inner, kc.spread.data(), &tiles);
+  kc.keys.scores(q, w, nih, scored, scores, inner);
   // scores[scored, n_keys) stay unwritten: those entries are -inf, which the code below accounts for.
 
   if (e.candidate == CandidateRole::kBuildsPool) {
@@ -480,11 +473,10 @@ void ForwardPass::run_indexer(int l, const ChunkSpan& ch, size_t row, int64_t qu
 // tiles holding them are scored, and the top-k runs over the pool's keys. When fewer than k of them
 // are above -inf, the rest of the k are -inf entries, which tie and go to the lowest indices: the
 // lowest keys outside that set (as topk_ascending would pick them from the full masked row).
-void ForwardPass::consumer_topk(size_t row, const float* q, const float* w, const float* keys,
-                                const Workspace::KeyCache& kc, const ops::IndexKeyTiles& tiles, int64_t n_keys,
-                                int64_t n_scored, int64_t visible, int32_t offset, int32_t* pub,
+void ForwardPass::consumer_topk(size_t row, const float* q, const float* w, const Workspace::KeyCache& kc,
+                                int64_t n_keys, int64_t n_scored, int64_t visible, int32_t offset, int32_t* pub,
                                 Workspace::QueryScratch& qs, ThreadPool* inner) {
-  const size_t nih = c_.index_n_heads, ihd = c_.index_head_dim;
+  const size_t nih = c_.index_n_heads;
   const size_t bs = c_.candidate_block_size, tile = ops::kIndexKeyTile;
   const size_t n = static_cast<size_t>(n_keys), scored = static_cast<size_t>(n_scored);
   const uint8_t* cand = ws_.candidates.data() + row * ws_.candidate_width;
@@ -499,7 +491,7 @@ void ForwardPass::consumer_topk(size_t row, const float* q, const float* w, cons
     if (t0 < t1) mask[(t1 - 1) / tile] = 1;
   }
   float* scores = scratch(qs.scores, n);
-  ops::indexer_scores(q, w, nih, ihd, keys, scored, scores, inner, kc.spread.data(), &tiles, mask);
+  kc.keys.scores(q, w, nih, scored, scores, inner, mask);
   // The pool's visible keys in ascending order, with their scores.
   int32_t* ck = scratch(qs.cand_keys, n);
   float* cs = scratch(qs.cand_scores, n);

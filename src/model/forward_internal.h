@@ -9,6 +9,7 @@
 #include "model/engram_module.h"
 #include "model/model.h"
 #include "ops/attention.h"
+#include "ops/index_key_store.h"
 #include "ops/linear.h"
 
 namespace cedar::model {
@@ -70,12 +71,8 @@ struct Workspace {
   struct KeyCache {
     const SequenceState* seq = nullptr;
     int owner = -1;
-    int64_t rows = 0;
-    std::vector<float> data;     // [rows, index_head_dim]
-    std::vector<uint8_t> spread;  // [rows] ops::exact_sum_spread of each row
-    std::vector<uint8_t> tile_codes;  // the keys' FP4 codes key-major (ops::append_index_key_tile)
-    std::vector<double> tile_scales;  // and their block scales
-    std::vector<uint8_t> packed;  // [rows, index entry bytes] what the rows were decoded from
+    ops::IndexKeyStore keys;      // the keys in the forms the indexer kernel reads (its own layout)
+    std::vector<uint8_t> packed;  // [keys.size(), index entry bytes] what the keys were decoded from
     uint64_t pass = 0;            // the forward pass that last validated or extended it
   };
   std::vector<KeyCache> key_caches;
@@ -126,9 +123,9 @@ class ForwardPass {
   void run_indexer(int layer, const ChunkSpan& ch, size_t row, int64_t query_pos, int64_t n_keys,
                    int64_t visible, int32_t offset, Workspace::QueryScratch& qs, ThreadPool* inner);
   // run_indexer's scores and top-k for a layer that consumes the candidate pool.
-  void consumer_topk(size_t row, const float* q, const float* w, const float* keys, const Workspace::KeyCache& kc,
-                     const ops::IndexKeyTiles& tiles, int64_t n_keys, int64_t n_scored, int64_t visible,
-                     int32_t offset, int32_t* pub, Workspace::QueryScratch& qs, ThreadPool* inner);
+  void consumer_topk(size_t row, const float* q, const float* w, const Workspace::KeyCache& kc, int64_t n_keys,
+                     int64_t n_scored, int64_t visible, int32_t offset, int32_t* pub, Workspace::QueryScratch& qs,
+                     ThreadPool* inner);
   const Workspace::KeyCache& dequantized_index_keys(const ChunkSpan& ch, int owner_layer, int64_t n_keys);
   // Runs fn(i, scratch, inner_pool) for queries i in [0, n), in parallel over the pool (prefill).
   template <typename Fn>

@@ -4,7 +4,6 @@
 // pass itself is forward*.cc.
 #include <algorithm>
 
-#include "core/log.h"
 #include "model/forward_internal.h"
 #include "model/streaming_source.h"
 #include "model/weight_inventory.h"
@@ -83,19 +82,14 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const ModelOp
 
 void Model::set_numerics(ops::Numerics n) {
   options_.numerics = n;
-  ops::Bf16Weight& head = weights_->head;
-  if (n != ops::Numerics::kFast || head.coded != nullptr || !ops::bf16_codable(head.k)) return;
+  if (n != ops::Numerics::kFast || weights_->head.coded != nullptr) return;
   // Under a memory budget the copy is only made where the plan holds it (fast numerics at load); a
   // model loaded exact and switched to fast then reads the bf16 head.
   if (options_.residency.memory_budget > 0 && residency_plan_.coded_head_bytes == 0) return;
-  weights_->head_coded = ops::code_bf16(head);
-  if (weights_->head_coded == nullptr) {
-    CEDAR_LOG_WARN("could not allocate %.2f GiB to re-code the head; its GEMV reads bf16 (a third more bytes)",
-                   static_cast<double>(ops::bf16_coded_base_bytes(head.n, head.k)) / (1 << 30));
-    return;
-  }
-  head.coded = weights_->head_coded.get();
-  residency_plan_.coded_head_bytes = static_cast<int64_t>(weights_->head_coded->bytes());
+  // The kernel set readies the head for its GEMV (the fast set: a 12-bit copy behind head.coded).
+  weights_->head_coded = ops::kernel_set(n).prepare_gemv_weight(&weights_->head);
+  if (weights_->head_coded != nullptr)
+    residency_plan_.coded_head_bytes = static_cast<int64_t>(weights_->head_coded->bytes());
 }
 
 Status Model::plan_residency_for_load() {

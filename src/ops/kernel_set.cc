@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/log.h"
 #include "core/thread_pool.h"
 #include "ops/hc.h"
 #include "ops/linear_fast.h"
@@ -18,24 +19,34 @@ std::optional<Numerics> parse_numerics(std::string_view s) {
   return std::nullopt;
 }
 
+namespace {
+std::unique_ptr<Bf16Coded> code_for_fast_gemv(Bf16Weight* w) {
+  if (w->coded != nullptr || !bf16_codable(w->k)) return nullptr;
+  std::unique_ptr<Bf16Coded> coded = code_bf16(*w);
+  if (coded == nullptr) {
+    CEDAR_LOG_WARN("could not allocate %.2f GiB to re-code a [%zu, %zu] bf16 weight; its GEMV reads bf16",
+                   static_cast<double>(bf16_coded_base_bytes(w->n, w->k)) / (1 << 30), w->n, w->k);
+    return nullptr;
+  }
+  w->coded = coded.get();
+  return coded;
+}
+}  // namespace
+
 const KernelSet& kernel_set(Numerics n) {
   static const KernelSet exact{.numerics = Numerics::kExact,
                                .act_scratch_floats = fp8_act_scratch_floats,
                                .quantize_activations = quantize_activations,
                                .quantize_activations_fp8 = quantize_activations,
-                               .gemm_fp8 = gemm_fp8,
-                               .gemm_fp4 = gemm_fp4,
                                .gemm_fp4_rows = gemm_fp4_rows,
                                .gemm_fp8_rows = gemm_fp8_rows,
                                .linear_fp8 = linear_fp8,
-                               .linear_fp4 = linear_fp4,
                                .linear_bf16 = linear_bf16,
-                               .linear_f32 = linear_f32,
-                               .linear_fp8_bf16 = linear_fp8_bf16,
                                .linear_fp8_bf16_rows =
                                    [](const Fp8Activations& a, const Fp8Weight& w, float* y, LinearOut out, size_t b,
                                       size_t e) { linear_fp8_bf16_rows(a.values, a.m, w, y, out, b, e); },
                                .pair_unquantized = nullptr,
+                               .prepare_gemv_weight = [](Bf16Weight*) { return std::unique_ptr<Bf16Coded>(); },
                                .swiglu_clamped = swiglu_clamped,
                                .hc_mixes = hc_mixes,
                                .sparse_attn = sparse_attn};
@@ -43,17 +54,13 @@ const KernelSet& kernel_set(Numerics n) {
                               .act_scratch_floats = fast::act_scratch_floats,
                               .quantize_activations = fast::quantize_activations,
                               .quantize_activations_fp8 = fast::quantize_activations_fp8,
-                              .gemm_fp8 = fast::gemm_fp8,
-                              .gemm_fp4 = fast::gemm_fp4,
                               .gemm_fp4_rows = fast::gemm_fp4_rows,
                               .gemm_fp8_rows = fast::gemm_fp8_rows,
                               .linear_fp8 = fast::linear_fp8,
-                              .linear_fp4 = fast::linear_fp4,
                               .linear_bf16 = fast::linear_bf16,
-                              .linear_f32 = fast::linear_f32,
-                              .linear_fp8_bf16 = fast::linear_fp8_bf16,
                               .linear_fp8_bf16_rows = fast::linear_fp8_bf16_rows,
                               .pair_unquantized = fast::pair_unquantized,
+                              .prepare_gemv_weight = code_for_fast_gemv,
                               .swiglu_clamped = fast::swiglu_clamped,
                               .hc_mixes = fast::hc_mixes,
                               .sparse_attn = fast::sparse_attn};

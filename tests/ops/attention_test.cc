@@ -7,11 +7,11 @@
 #include <cmath>
 #include <utility>
 #include <limits>
-#include <random>
 #include <vector>
 
 #include "core/thread_pool.h"
 #include "ops/formats.h"
+#include "ops/index_key_store.h"
 #include "ops/indexer_tiles_x86.h"
 #include "ops/quant.h"
 #include "ops_test_util.h"
@@ -58,7 +58,7 @@ TEST(SparseAttn, AllMaskedRowGivesZerosAndSoDoesScoreBelowMaxInit) {
 // 2^-9) in the numerator only, the bf16 output rounding, and f32 rounding elsewhere (~1e-6):
 //   |o - exact| <= 2^-9 * Σ p|v| / den + 1 bf16 ulp(o) + 1e-5 * max|v|.
 TEST(SparseAttn, ReferenceWithinDerivedBoundOfExactSoftmax) {
-  std::mt19937 rng(1);
+  Rng rng(1);
   const size_t heads = 4, d = 512, n_first = 128, n_second = 300;
   const auto q = random_bf16(heads * d, rng, 0.2f);
   const auto win = random_bf16(n_first * d, rng);
@@ -103,7 +103,7 @@ TEST(SparseAttn, ReferenceWithinDerivedBoundOfExactSoftmax) {
 // products are exact in long double and 512 of them sum exactly there), the f32 scale, exp in long
 // double rounded once, the block's Σp and P·V formed in long double and rounded once, the rest fp32.
 TEST(SparseAttn, FollowsTheContractStepByStep) {
-  std::mt19937 rng(5);
+  Rng rng(5);
   const size_t heads = 4, d = 512, n_rows = 300;
   const auto q = random_bf16(heads * d, rng, 0.3f);
   const auto rows = random_bf16(n_rows * d, rng);
@@ -158,18 +158,18 @@ struct AttnCase {
   size_t d;
   std::vector<float> q, win, cmp, sink;
   std::vector<int32_t> idx;
-  AttnCase(size_t head_dim, std::mt19937& rng, size_t n_heads = 8)
+  AttnCase(size_t head_dim, Rng& rng, size_t n_heads = 8)
       : heads(n_heads), d(head_dim), q(random_bf16(heads * d, rng, 0.3f)), win(random_bf16(n_first * d, rng)),
         cmp(random_bf16(n_second * d, rng)), sink(heads) {
     for (size_t h = 0; h < heads; ++h) sink[h] = static_cast<float>(h) - 3.0f;
-    std::uniform_int_distribution<int> pick(-1, static_cast<int>(n_first + n_second) - 1);
+    UniformInt<int> pick(-1, static_cast<int>(n_first + n_second) - 1);
     for (int i = 0; i < 300; ++i) idx.push_back(pick(rng));
   }
   KvRows kv() const { return {win.data(), n_first, cmp.data(), n_second}; }
 };
 
 TEST(SparseAttn, SimdBitIdenticalToReferenceOnEveryTarget) {
-  std::mt19937 rng(2);
+  Rng rng(2);
   for (size_t d : {64u, 512u, 100u}) {
     const AttnCase c(d, rng);
     const KvRows kv = c.kv();
@@ -201,7 +201,7 @@ TEST(SparseAttn, SimdBitIdenticalToReferenceOnEveryTarget) {
 // 2^7: its scores spread over hundreds, so many of its p round to zero while the other heads of its
 // group still use those rows.
 TEST(SparseAttn, FastWithinTheDerivedBoundOfExactOnEveryTarget) {
-  std::mt19937 rng(5);
+  Rng rng(5);
   for (const auto& [d, heads] : {std::pair<size_t, size_t>{64, 8}, {512, 13}, {100, 3}, {512, 8}}) {
     AttnCase c(d, rng, heads);
     for (size_t i = 0; i < d; ++i) c.q[i] *= 128.0f;
@@ -284,7 +284,7 @@ TEST(IndexerScores, HandWorked) {
 // each), rounded once to fp32 then to bf16; relu * w as a bf16 product; the head sum of bf16 values in
 // double (exact here), rounded once to fp32 then to bf16.
 TEST(IndexerScores, ReferenceFollowsTheContract) {
-  std::mt19937 rng(3);
+  Rng rng(3);
   const size_t heads = 32, d = 128, n_keys = 200;
   const auto q = random_bf16(heads * d, rng);
   const auto keys = random_bf16(n_keys * d, rng);
@@ -304,7 +304,7 @@ TEST(IndexerScores, ReferenceFollowsTheContract) {
 }
 
 TEST(IndexerScores, SimdBitIdenticalToReferenceOnEveryTarget) {
-  std::mt19937 rng(4);
+  Rng rng(4);
   const size_t heads = 32, d = 128, n_keys = 700;
   const auto q = random_bf16(heads * d, rng);
   const auto keys = random_bf16(n_keys * d, rng);
@@ -317,22 +317,6 @@ TEST(IndexerScores, SimdBitIdenticalToReferenceOnEveryTarget) {
     indexer_scores(q.data(), w.data(), heads, d, keys.data(), n_keys, got.data(), &pool);
     for (size_t i = 0; i < n_keys; ++i) ASSERT_EQ(bits_of(got[i]), bits_of(want[i])) << i;
   });
-}
-
-// FP4 rows as the indexer sees them: E2M1 values times a power-of-two scale per 32, scales drawn
-// from [2^-lo, 2^hi] (a wide range makes some dots too wide for the fp32 path).
-std::vector<float> random_fp4_rows(size_t rows, size_t d, std::mt19937& rng, int scale_lo, int scale_hi) {
-  static const float kE2m1[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-  std::uniform_int_distribution<int> code(0, 15), sc(scale_lo, scale_hi);
-  std::vector<float> v(rows * d);
-  for (size_t b = 0; b < rows * d / 32; ++b) {
-    const float s = std::ldexp(1.0f, sc(rng));
-    for (size_t j = 0; j < 32; ++j) {
-      const int c = code(rng);
-      v[b * 32 + j] = (c & 8 ? -1.0f : 1.0f) * kE2m1[c & 7] * s;
-    }
-  }
-  return v;
 }
 
 TEST(IndexerScores, ExactSumSpreadBoundsTheRows) {
@@ -351,8 +335,8 @@ TEST(IndexerScores, ExactSumSpreadBoundsTheRows) {
 TEST(IndexerScores, PackedFp4SpreadEqualsTheDequantisedRowsSpread) {
   // Random packed rows: zero blocks, single-magnitude blocks, scales across the whole E8M0 range
   // (including 0 and 255 = NaN); the packed computation must equal the float one on the dequantised row.
-  std::mt19937 rng(12);
-  std::uniform_int_distribution<int> byte(0, 255), kind(0, 5), mag(0, 7), near(117, 137);
+  Rng rng(12);
+  UniformInt<int> byte(0, 255), kind(0, 5), mag(0, 7), near(117, 137);
   const size_t n = 128;
   for (int trial = 0; trial < 3000; ++trial) {
     uint8_t packed[64], scales[4];
@@ -372,62 +356,12 @@ TEST(IndexerScores, PackedFp4SpreadEqualsTheDequantisedRowsSpread) {
   }
 }
 
-// Random packed FP4 rows (E2M1 codes, one E8M0 scale per 32 drawn from 127 + [lo, hi]); zero_row
-// is all zero codes.
-std::vector<uint8_t> random_packed_fp4(size_t rows, size_t d, std::mt19937& rng, int lo, int hi,
-                                       std::vector<uint8_t>* scales, size_t zero_row) {
-  std::uniform_int_distribution<int> byte(0, 255), sc(lo, hi);
-  std::vector<uint8_t> packed(rows * d / 2);
-  scales->resize(rows * d / 32);
-  for (auto& b : packed) b = static_cast<uint8_t>(byte(rng));
-  for (auto& s : *scales) s = static_cast<uint8_t>(127 + sc(rng));
-  std::fill(packed.begin() + zero_row * d / 2, packed.begin() + (zero_row + 1) * d / 2, 0);
-  return packed;
-}
-
-// FP4 index keys in every form indexer_scores takes: dequantised rows, their exact-sum spreads and
-// the integer key tiles (whose buffers start filled with stale values that must not leak).
-struct IndexKeys {
-  std::vector<float> rows;
-  std::vector<uint8_t> spread, codes;
-  std::vector<double> tile_scales;
-  IndexKeyTiles tiles() const { return {codes.data(), tile_scales.data()}; }
-};
-IndexKeys make_index_keys(const std::vector<uint8_t>& packed, const std::vector<uint8_t>& scales, size_t n_keys,
-                          size_t d) {
-  IndexKeys k{std::vector<float>(n_keys * d), std::vector<uint8_t>(n_keys),
-              std::vector<uint8_t>(index_key_tile_code_bytes(n_keys, d), 0xEE),
-              std::vector<double>(index_key_tile_scale_count(n_keys, d), -7.0)};
-  for (size_t t = 0; t < n_keys; ++t) {
-    fp4_dequant_e8m0(packed.data() + t * d / 2, scales.data() + t * d / 32, d, k.rows.data() + t * d);
-    k.spread[t] = exact_sum_spread(k.rows.data() + t * d, d);
-    append_index_key_tile(packed.data() + t * d / 2, scales.data() + t * d / 32, d, t, k.codes.data(),
-                          k.tile_scales.data());
-  }
-  return k;
-}
-
-// fn on every compiled SIMD target, and again without the AVX512-VNNI tile kernel where the CPU has
-// it (that kernel runs under any dispatched target, in place of the target's own tile sums).
-template <typename Fn>
-void for_each_tile_kernel(Fn&& fn) {
-  for_each_simd_target([&] {
-    fn();
-    if (x86::indexer_tiles_vnni_usable()) {
-      SCOPED_TRACE("without the AVX512-VNNI tile kernel");
-      x86::set_indexer_tiles_vnni_allowed(false);
-      fn();
-      x86::set_indexer_tiles_vnni_allowed(true);
-    }
-  });
-}
-
 TEST(IndexerScores, FastPathsForExactDotsAreBitIdenticalOnEveryTarget) {
   // With key spreads the dots that provably sum exactly run on fp32 vectors, and with the integer key
   // tiles as block sums of codes; the scores must equal the float64 contract bit for bit, for narrow
   // scale ranges (mostly the fast paths), wide ones (mostly float64), and rows of zeros. Queries that
   // are not FP4 (codes beyond 12 in a block, or values that are no E2M1 multiple) take the rows.
-  std::mt19937 rng(8);
+  Rng rng(8);
   ThreadPool pool(2);
   for (const auto& [lo, hi] : {std::pair{-3, 0}, std::pair{-12, 8}, std::pair{-40, 40}}) {
     for (size_t d : {size_t{32}, size_t{128}}) {
@@ -470,10 +404,47 @@ TEST(IndexerScores, FastPathsForExactDotsAreBitIdenticalOnEveryTarget) {
   }
 }
 
+// The kernel-owned store (index_key_store.h): keys appended in pieces, truncated and appended again
+// hold the same rows as the entries decoded in one go, and score bit for bit as the reference does on
+// them, on every target and tile kernel, inline and on a pool.
+TEST(IndexerScores, KeyStoreScoresAsTheReferenceOnItsEntries) {
+  Rng rng(31);
+  ThreadPool pool(2);
+  const size_t d = kIndexKeyDim, heads = 32, n_keys = 301;
+  std::vector<uint8_t> scales;
+  const auto packed = random_packed_fp4(n_keys, d, rng, -3, 0, &scales, 7);
+  std::vector<uint8_t> entries(n_keys * kIndexKeyEntryBytes), other(kIndexKeyEntryBytes, 0x11);
+  for (size_t t = 0; t < n_keys; ++t) {
+    std::memcpy(entries.data() + t * kIndexKeyEntryBytes, packed.data() + t * d / 2, d / 2);
+    std::memcpy(entries.data() + t * kIndexKeyEntryBytes + d / 2, scales.data() + t * d / 32, d / 32);
+  }
+  IndexKeyStore store(d);
+  ASSERT_EQ(store.entry_bytes(), kIndexKeyEntryBytes);
+  store.append(entries.data(), 100);
+  for (int i = 0; i < 5; ++i) store.append(other.data(), 1);  // a tail that is then rewritten
+  store.truncate(100);
+  store.append(entries.data() + 100 * kIndexKeyEntryBytes, n_keys - 100);
+  ASSERT_EQ(store.size(), n_keys);
+  const IndexKeys want_keys = make_index_keys(packed, scales, n_keys, d);
+  for (size_t i = 0; i < n_keys * d; ++i) ASSERT_EQ(bits_of(store.rows()[i]), bits_of(want_keys.rows[i])) << i;
+  const auto q = random_fp4_rows(heads, d, rng, -3, 0);
+  const auto w = random_bf16(heads, rng, 0.05f);
+  std::vector<float> want(n_keys);
+  ref::indexer_scores(q.data(), w.data(), heads, d, want_keys.rows.data(), n_keys, want.data());
+  for_each_tile_kernel([&] {
+    for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+      std::vector<float> got(n_keys, -1.0f);
+      store.scores(q.data(), w.data(), heads, n_keys - 3, got.data(), p);
+      for (size_t i = 0; i < n_keys - 3; ++i) ASSERT_EQ(bits_of(got[i]), bits_of(want[i])) << i;
+      EXPECT_EQ(got[n_keys - 3], -1.0f);  // keys past n_keys are not scored
+    }
+  });
+}
+
 TEST(IndexerScores, TileMaskScoresOnlyFlaggedTilesAndLeavesTheRest) {
   // A pool consumer scores only the tiles that hold pool keys: flagged tiles get the contract's
   // bits, with or without the integer tiles and the pool; every other score keeps what it held.
-  std::mt19937 rng(21);
+  Rng rng(21);
   ThreadPool pool(2);
   const size_t heads = 8, d = 64, n_keys = 1000;  // 63 tiles, the last one partial
   std::vector<uint8_t> key_scales;
@@ -511,7 +482,7 @@ TEST(IndexerScores, TilesAtTheirLimitsEqualTheReference) {
   // The tile kernels at the most heads and the widest head they take, every code at its largest
   // magnitude (keys ±6, so stored codes 0 and 24; query codes ±12): the block sums reach their
   // bounds (32 · 12 · 12 per key and block) and must still be exact.
-  std::mt19937 rng(31);
+  Rng rng(31);
   ThreadPool pool(2);
   const size_t heads = 128, d = 256, n_keys = 40;
   std::vector<uint8_t> key_scales;
@@ -559,8 +530,8 @@ TEST(TopK, LargestThenAscendingWithLowerIndexWinningTies) {
 
 TEST(TopK, MatchesFullSortOnRandomInput) {
   for_each_simd_target([] {
-    std::mt19937 rng(5);
-    std::uniform_int_distribution<int> small(0, 20);  // many ties
+    Rng rng(5);
+    UniformInt<int> small(0, 20);  // many ties
     for (int trial = 0; trial < 50; ++trial) {
       const size_t n = 1 + static_cast<size_t>(trial) * 37;
       std::vector<float> s(n);
@@ -581,9 +552,9 @@ TEST(TopK, Bf16RadixSelectEqualsStableSortIncludingSpecialValues) {
   // Index scores are bf16: the radix path. Random bf16 values with many ties, ±0, ±inf and NaNs of
   // both signs; plus one non-bf16 value, which must take the general path with the same answer.
   for_each_simd_target([] {
-    std::mt19937 rng(9);
-    std::uniform_int_distribution<int> pick(0, 12), small(-6, 6);
-    std::normal_distribution<float> normal(0.0f, 3.0f);
+    Rng rng(9);
+    UniformInt<int> pick(0, 12), small(-6, 6);
+    Normal normal(0.0f, 3.0f);
     for (int trial = 0; trial < 60; ++trial) {
       const size_t n = 1 + static_cast<size_t>(trial) * 53;
       std::vector<float> s(n);

@@ -13,13 +13,13 @@
 
 #include <cmath>
 #include <cstdint>
-#include <random>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "core/thread_pool.h"
 #include "ops/formats.h"
+#include "ops/kernel_set.h"
 #include "ops/linear.h"
 #include "ops/linear_fast.h"
 #include "ops_test_util.h"
@@ -31,8 +31,8 @@ namespace {
 using namespace testing;  // the shared helpers of ops_test_util.h and simd_targets.h
 
 // Weight-like rows: normal values times `scale`, as bf16 bits.
-std::vector<uint16_t> normal_bf16(size_t count, std::mt19937& rng, float scale) {
-  std::normal_distribution<float> normal(0.0f, 1.0f);
+std::vector<uint16_t> normal_bf16(size_t count, Rng& rng, float scale) {
+  Normal normal(0.0f, 1.0f);
   std::vector<uint16_t> bits(count);
   for (auto& b : bits) b = f32_to_bf16_bits(normal(rng) * scale);
   return bits;
@@ -45,11 +45,11 @@ size_t distinct_high_bytes(const uint16_t* row, size_t k) {
 }
 
 TEST(Bf16Coded, EveryBitPatternDecodesToItself) {
-  std::mt19937 rng(3);
+  Rng rng(3);
   const size_t n = 7, k = 448;  // three blocks and a plain tail of 64
   std::vector<uint16_t> bits = normal_bf16(n * k, rng, 0.02f);
   // Row 1: any 16 bits at all (NaNs, infinities, subnormals: far more than 16 high bytes).
-  std::uniform_int_distribution<int> any(0, 0xFFFF);
+  UniformInt<int> any(0, 0xFFFF);
   for (size_t i = 0; i < k; ++i) bits[k + i] = static_cast<uint16_t>(any(rng));
   // Row 2: zeros and signed zeros among normal values; row 3: one huge value in its last coded block.
   for (size_t i = 0; i < k; i += 5) bits[2 * k + i] = (i % 2) ? 0x8000 : 0x0000;
@@ -90,7 +90,7 @@ TEST(Bf16Coded, OnlyBlocksOutsideTheRowTableAreExceptions) {
 
 TEST(Bf16Coded, GaussianRowsReadOneAndAHalfBytesPerWeight) {
   // Weight-like rows spread over ~16 binades either side of zero, so the table covers nearly all.
-  std::mt19937 rng(5);
+  Rng rng(5);
   const size_t n = 64, k = 4096;
   const auto bits = normal_bf16(n * k, rng, 0.02f);
   const auto coded = code_bf16(Bf16Weight{bits.data(), n, k});
@@ -115,9 +115,9 @@ Exact exact_linear(const std::vector<float>& x, const std::vector<uint16_t>& bit
 }
 
 // The coded GEMV of n rows of k weights against the exact linear, m = 1..5 activation rows.
-void check_gemv_within_the_bound(size_t k, std::mt19937& rng) {
+void check_gemv_within_the_bound(size_t k, Rng& rng) {
   SCOPED_TRACE("k " + std::to_string(k));
-  std::normal_distribution<float> normal(0.0f, 1.0f);
+  Normal normal(0.0f, 1.0f);
   ThreadPool pool(3);
   const size_t n = 150;
   auto bits = normal_bf16(n * k, rng, 0.05f);
@@ -155,7 +155,7 @@ void check_gemv_within_the_bound(size_t k, std::mt19937& rng) {
 }
 
 TEST(Bf16Coded, GemvWithinTheDerivedBoundOfExactOnEveryTarget) {
-  std::mt19937 rng(9);
+  Rng rng(9);
   check_gemv_within_the_bound(640, rng);  // five blocks
   check_gemv_within_the_bound(192, rng);  // one block and the plain tail
 }
@@ -163,8 +163,8 @@ TEST(Bf16Coded, GemvWithinTheDerivedBoundOfExactOnEveryTarget) {
 TEST(Bf16Coded, GemvSumsSmallIntegersExactly) {
   // Integer weights and activations with every partial sum below 2^24: any summation order gives the
   // exact value, so a misplaced weight, activation or exception shows as a difference of at least 1.
-  std::mt19937 rng(13);
-  std::uniform_int_distribution<int> small(-8, 8), act(-16, 16);
+  Rng rng(13);
+  UniformInt<int> small(-8, 8), act(-16, 16);
   const size_t n = 40, k = 320;  // two blocks and the plain tail
   std::vector<uint16_t> bits(n * k);
   for (auto& b : bits) b = f32_to_bf16_bits(static_cast<float>(small(rng)));
@@ -191,6 +191,28 @@ TEST(Bf16Coded, GemvSumsSmallIntegersExactly) {
       for (size_t i = 0; i < m * n; ++i) ASSERT_EQ(got[i], want[i]) << "m" << m << " @" << i;
     });
   }
+}
+
+// The kernel sets ready a GEMV weight at load: the fast set codes it (losslessly) behind w.coded and
+// hands the copy over; the exact set, a width the form cannot hold and a weight already coded are
+// left as they are.
+TEST(Bf16Coded, KernelSetsReadyAGemvWeight) {
+  Rng rng(13);
+  const size_t n = 40, k = 192;
+  const auto bits = normal_bf16(n * k, rng, 0.05f);
+  Bf16Weight w{bits.data(), n, k};
+  EXPECT_EQ(kernel_set(Numerics::kExact).prepare_gemv_weight(&w), nullptr);
+  EXPECT_EQ(w.coded, nullptr);
+  const auto coded = kernel_set(Numerics::kFast).prepare_gemv_weight(&w);
+  ASSERT_NE(coded, nullptr);
+  EXPECT_EQ(w.coded, coded.get());
+  for (size_t r = 0; r < n; ++r)
+    for (size_t i = 0; i < k; ++i) ASSERT_EQ(bf16_coded_bits(*coded, r, i), bits[r * k + i]) << r << " " << i;
+  EXPECT_EQ(kernel_set(Numerics::kFast).prepare_gemv_weight(&w), nullptr);  // already coded
+  EXPECT_EQ(w.coded, coded.get());
+  Bf16Weight narrow{bits.data(), n * 3, 64 - 32};  // no whole coded block
+  EXPECT_EQ(kernel_set(Numerics::kFast).prepare_gemv_weight(&narrow), nullptr);
+  EXPECT_EQ(narrow.coded, nullptr);
 }
 
 }  // namespace

@@ -7,7 +7,6 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
-#include <random>
 #include <vector>
 
 #include "ops_test_util.h"
@@ -186,8 +185,8 @@ TEST(FormatsBf16, RoundToNearestEvenOnCraftedBits) {
 
 TEST(FormatsBf16, MatchesNearestByExhaustiveNeighbourSearch) {
   // Definition: the bf16 value nearest in real arithmetic (ties to the even mantissa).
-  std::mt19937 rng(7);
-  std::uniform_int_distribution<uint32_t> dist(0, 0x7F7FFFFFu);
+  Rng rng(7);
+  UniformInt<uint32_t> dist(0, 0x7F7FFFFFu);
   for (int i = 0; i < 20000; ++i) {
     const float x = from_bits(dist(rng) | ((i & 1) ? 0x80000000u : 0u));
     const uint16_t lo = static_cast<uint16_t>(bits_of(x) >> 16);  // truncation (toward zero)
@@ -216,8 +215,8 @@ TEST(FormatsF16, AgreesWithCompilerFloat16OnAllCodesAndRandomFloats) {
     ASSERT_EQ(bits_of(got), bits_of(want)) << h;
     ASSERT_EQ(f32_to_f16_bits(got), hb) << h;
   }
-  std::mt19937 rng(11);
-  std::uniform_int_distribution<uint32_t> dist(0x30000000u, 0x48000000u);  // f16 range and beyond
+  Rng rng(11);
+  UniformInt<uint32_t> dist(0x30000000u, 0x48000000u);  // f16 range and beyond
   for (int i = 0; i < 200000; ++i) {
     const float x = from_bits(dist(rng) | ((i & 1) ? 0x80000000u : 0u));
     const _Float16 ref = static_cast<_Float16>(x);

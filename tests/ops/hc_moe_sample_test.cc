@@ -3,7 +3,6 @@
 
 #include <cmath>
 #include <limits>
-#include <random>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -37,8 +36,8 @@ TEST(HcSinkhorn, ZeroMixesGiveUniformComb) {
 // Same algorithm in double, written from spec §2.7: the f32 version must agree to ~1e-5 relative,
 // end on a column normalisation (columns sum to 1 within the eps) and be close to doubly stochastic.
 TEST(HcSinkhorn, AgreesWithDoubleAndIsDoublyStochastic) {
-  std::mt19937 rng(1);
-  std::normal_distribution<float> normal(0.0f, 2.0f);
+  Rng rng(1);
+  Normal normal(0.0f, 2.0f);
   for (int trial = 0; trial < 20; ++trial) {
     float mixes[24], scale[3], base[24];
     for (auto& v : mixes) v = normal(rng);
@@ -88,8 +87,8 @@ TEST(HcSinkhorn, AgreesWithDoubleAndIsDoublyStochastic) {
 // The contract restated step by step (hc.h): f32 arithmetic in the kernel's order with sigmoid and
 // exp evaluated in long double and rounded once; row / column sums left to right in f32.
 TEST(HcSinkhorn, FollowsTheContractStepByStep) {
-  std::mt19937 rng(7);
-  std::normal_distribution<float> normal(0.0f, 2.0f);
+  Rng rng(7);
+  Normal normal(0.0f, 2.0f);
   const auto sigmoid_once = [](float v) {
     return static_cast<float>(1.0L / (1.0L + std::exp(-static_cast<long double>(v))));
   };
@@ -155,9 +154,9 @@ TEST(HcPrePost, HandWorked) {
 // Values that stress the bf16 rounding and the order of operations: bf16-valued normals, exact ties,
 // subnormals, signed zeros, infinities and NaN.
 std::vector<float> hard_values(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 3.0f);
-  std::uniform_int_distribution<int> pick(0, 19);
+  Rng rng(seed);
+  Normal normal(0.0f, 3.0f);
+  UniformInt<int> pick(0, 19);
   const float specials[] = {0.0f, -0.0f, 0x1p-130f, -0x1p-140f, 1.0f + 0x1p-8f, 1.0f + 0x1p-9f, 3.0f + 0x1p-7f,
                             std::numeric_limits<float>::infinity(), -std::numeric_limits<float>::infinity(),
                             std::numeric_limits<float>::quiet_NaN(), 0x1.fffffep127f};
@@ -199,9 +198,9 @@ TEST(HcPrePost, EqualTheScalarReferenceOnEveryTarget) {
 // the statistic is the exact sum of squares over hc_dim rounded once, the rsqrt rounded once; then an
 // f32 multiply. Every SIMD target gives the same bits.
 TEST(HcMixes, FollowTheContractOnEveryTarget) {
-  std::mt19937 rng(2);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_int_distribution<int32_t> mant(-(1 << 20) + 1, (1 << 20) - 1);
+  Rng rng(2);
+  Normal normal(0.0f, 1.0f);
+  UniformInt<int32_t> mant(-(1 << 20) + 1, (1 << 20) - 1);
   const size_t tokens = 3, hc_dim = 4 * 640, n_mix = 24;
   std::vector<float> x(tokens * hc_dim), fn(n_mix * hc_dim);
   for (auto& v : x) v = round_bf16(normal(rng));
@@ -232,44 +231,8 @@ TEST(HcMixes, FollowTheContractOnEveryTarget) {
   });
 }
 
-TEST(HcMixes, FastWithinTheBoundOfExactOnEveryTarget) {
-  // fast::hc_mixes sums in float64 registers in another order: |fast - exact| <=
-  // r·(hc_dim + 1)·2^-53·Σ|x·fn| plus an fp32 rounding of each side (both: the dot rounded once to
-  // fp32, then ·r). An fp32 sum would not meet this bound. Token counts that fill the 4-token
-  // tiles and leave short ones, mix counts with a short group, hc_dim with a tail below one vector.
-  std::mt19937 rng(8);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  ThreadPool pool(3);
-  for (const auto& [tokens, hc_dim, n_mix] :
-       {std::tuple<size_t, size_t, size_t>{1, 4 * 640, 24}, {7, 4 * 640, 24}, {9, 4 * 100 + 3, 23}, {4, 20, 5}}) {
-    std::vector<float> x(tokens * hc_dim), fn(n_mix * hc_dim);
-    for (auto& v : x) v = round_bf16(normal(rng));
-    for (auto& v : fn) v = normal(rng) * 0.05f;
-    std::vector<float> want(tokens * n_mix);
-    ref::hc_mixes(x.data(), tokens, hc_dim, fn.data(), n_mix, 1e-20f, want.data());
-    std::vector<double> bound(tokens * n_mix);
-    for (size_t t = 0; t < tokens; ++t) {
-      double ss = 0;
-      for (size_t i = 0; i < hc_dim; ++i) ss += static_cast<double>(x[t * hc_dim + i]) * x[t * hc_dim + i];
-      const double r = 1.0 / std::sqrt(ss / static_cast<double>(hc_dim));
-      for (size_t j = 0; j < n_mix; ++j) {
-        double abs_sum = 0;
-        for (size_t i = 0; i < hc_dim; ++i) abs_sum += std::fabs(static_cast<double>(x[t * hc_dim + i]) * fn[j * hc_dim + i]);
-        bound[t * n_mix + j] =
-            1.01 * (r * (hc_dim + 1.0) * 0x1p-53 * abs_sum + 2 * 0x1p-24 * std::fabs(want[t * n_mix + j])) + 1e-30;
-      }
-    }
-    for_each_simd_target([&] {
-      for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
-        std::vector<float> got(tokens * n_mix, std::numeric_limits<float>::quiet_NaN());
-        fast::hc_mixes(x.data(), tokens, hc_dim, fn.data(), n_mix, 1e-20f, got.data(), p);
-        for (size_t i = 0; i < got.size(); ++i)
-          ASSERT_LE(std::fabs(static_cast<double>(got[i]) - want[i]), bound[i])
-              << "tokens " << tokens << " hc_dim " << hc_dim << " @" << i;
-      }
-    });
-  }
-}
+// The fast mixes against the exact ones (the float64-reordering bound): the op registry's hc_mixes
+// cases (harness/op_cases_elementwise.cc), on every target, inline and on a pool.
 
 // ---- MoE ----
 
@@ -352,9 +315,9 @@ TEST(Moe, SwigluClampsAndWeights) {
 // value lies within those few ulps of a rounding boundary (a few in 2^16). Below 2^-100 Exp's
 // results are subnormal and only the absolute difference is bounded.
 TEST(Moe, FastSwigluIsWithinOneBf16StepOfExactOnEveryTarget) {
-  std::mt19937 rng(7);
-  std::normal_distribution<float> normal(0.0f, 4.0f);
-  std::uniform_real_distribution<float> wide(-120.0f, 120.0f);
+  Rng rng(7);
+  Normal normal(0.0f, 4.0f);
+  UniformReal wide(-120.0f, 120.0f);
   const size_t n = 20000 + 13;  // a tail for every vector width
   std::vector<float> g(n), u(n);
   for (size_t i = 0; i < n; ++i) {

@@ -11,7 +11,6 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
-#include <random>
 #include <utility>
 #include <vector>
 
@@ -30,8 +29,8 @@ using namespace testing;  // the shared helpers of ops_test_util.h and simd_targ
 // Activations that are not bf16 values (full fp32 mantissas; a kernel that truncated them to bf16
 // would be off by up to 2^-8) still give the fp32-accumulation bound of the exact dot.
 TEST(LinearFast, Bf16WeightsWithFp32ActivationsStayWithinTheBound) {
-  std::mt19937 rng(11);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
+  Rng rng(11);
+  Normal normal(0.0f, 1.0f);
   // k small, so the derived bound (proportional to k) is far below what truncating them would cost.
   for (const Shape& s : {Shape{2, 300, 64}, Shape{1, 200, 100}}) {
     std::vector<float> x(s.m * s.k);
@@ -58,7 +57,7 @@ TEST(LinearFast, Bf16WeightsWithFp32ActivationsStayWithinTheBound) {
 }
 
 TEST(LinearFast, DenseWithinTheDerivedBoundOfExactOnEveryTarget) {
-  std::mt19937 rng(7);
+  Rng rng(7);
   ThreadPool pool(3);
   // k not a multiple of any vector width, too; GEMMs with k a multiple of 32 can take the AVX512-BF16
   // tile (x is bf16).
@@ -101,7 +100,7 @@ TEST(LinearFast, Fp8WeightAsBf16EqualsTheDequantisedWeight) {
   // wo_a: the FP8 weight read as its bf16 dequantisation. Exact mode must equal linear_bf16 on the
   // dequantised copy bit for bit (the goldens' contract); fast mode must stay within the fp32
   // summation bound of it. Shapes: GEMV and GEMM row counts, rows not a multiple of 16 or 32.
-  std::mt19937 rng(23);
+  Rng rng(23);
   ThreadPool pool(3);
   const Shape shapes[] = {{1, 64, 256}, {3, 45, 96}, {7, 70, 128}, {1, 100, 64}};
   for (const Shape& s : shapes) {

@@ -18,7 +18,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
-#include <random>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -40,10 +40,10 @@ using namespace testing;  // the shared helpers of ops_test_util.h and simd_targ
 // 64-code chunk holding one of those through its tables instead of arithmetically), with a zero,
 // subnormal or smallest-normal code (magnitude 0x00-0x0E) in about one chunk in four, so that both
 // decodes meet within a row.
-BlockWeights weight_like_fp8_weights(size_t n, size_t k, std::mt19937& rng) {
+BlockWeights weight_like_fp8_weights(size_t n, size_t k, Rng& rng) {
   BlockWeights w = random_block_weights(false, n, k, rng);
-  std::normal_distribution<float> normal(0.0f, 60.0f);
-  std::uniform_int_distribution<int> special(0, 29), pick(0, 3), column(0, 63);
+  Normal normal(0.0f, 60.0f);
+  UniformInt<int> special(0, 29), pick(0, 3), column(0, 63);
   for (auto& b : w.data) b = f32_to_e4m3(normal(rng));
   for (size_t at = 0; at + 64 <= w.data.size(); at += 64)
     if (pick(rng) == 0) {
@@ -79,7 +79,7 @@ constexpr Shape kShapes[] = {{1, 37, 96},  {1, 100, 1024}, {2, 33, 160},  {4, 20
                              {40, 70, 96}, {64, 48, 1056}};
 
 TEST(LinearFast, BlockGemmsWithinTheDerivedBoundOfExactOnEveryTarget) {
-  std::mt19937 rng(11);
+  Rng rng(11);
   ThreadPool pool(3);
   enum Kind { kFp8Random, kFp8WeightLike, kFp4 };
   for (Kind kind : {kFp8Random, kFp8WeightLike, kFp4}) {
@@ -126,8 +126,8 @@ TEST(LinearFast, BlockGemmsWithinTheDerivedBoundOfExactOnEveryTarget) {
 TEST(LinearFast, BlockGemmsEqualExactWhenEverySumIsExact) {
   // Activations whose act_quant scale is 1 (block max 448) and small integer weights with scale 1:
   // every partial sum is an integer below 2^24, so any summation order gives the exact value.
-  std::mt19937 rng(5);
-  std::uniform_int_distribution<int> small(-8, 8);
+  Rng rng(5);
+  UniformInt<int> small(-8, 8);
   for (bool fp4 : {false, true}) {
     for (const Shape& s : kShapes) {
       std::vector<float> x(s.m * s.k);
@@ -161,8 +161,8 @@ TEST(LinearFast, GemmProductsBelowTheNormalRangeAreNotFlushed) {
   // Weight scales of 2^-100 and activations near 2^-30: every product lies near 2^-130, below fp32's
   // normal range, where the AVX512-BF16 tile would flush it to zero. The tile must decline such
   // panels; the fp32 tile keeps the subnormal products (each rounding off by at most 2^-150).
-  std::mt19937 rng(13);
-  std::uniform_int_distribution<int> small(1, 8);
+  Rng rng(13);
+  UniformInt<int> small(1, 8);
   for (bool fp4 : {false, true}) {
     const size_t m = 12, n = 40, k = 256;
     BlockWeights w = random_block_weights(fp4, n, k, rng);
@@ -193,8 +193,8 @@ TEST(LinearFast, GemmPanelsOfOneColumnGroupTakeTheirOwnTiles) {
   // those panels must take the fp32 tile, while the others take the bf16 tiles (AMX or AVX512-BF16).
   // 20 rows: a whole 16-row tile and four more. Every output within the bound, the tiny ones too, and
   // the same with a thread pool splitting the columns.
-  std::mt19937 rng(17);
-  std::uniform_int_distribution<int> small(1, 8);
+  Rng rng(17);
+  UniformInt<int> small(1, 8);
   ThreadPool pool(3);
   for (bool fp4 : {false, true}) {
     const size_t m = 20, n = 96, k = 256;
@@ -238,27 +238,37 @@ TEST(LinearFast, GemmPanelsOfOneColumnGroupTakeTheirOwnTiles) {
   }
 }
 
+// Weights, activations and quantiser scratch for one batch job per shape (drawn in shape order).
+struct BatchInputs {
+  std::vector<BlockWeights> ws;
+  std::vector<std::vector<float>> xs, scratches;
+};
+BatchInputs batch_inputs(const KernelSet& ks, std::span<const Shape> shapes, bool fp4, Rng& rng) {
+  BatchInputs in;
+  for (const Shape& s : shapes) {
+    in.ws.push_back(random_block_weights(fp4, s.n, s.k, rng));
+    in.xs.push_back(random_bf16(s.m * s.k, rng, 2.0f));
+    in.scratches.emplace_back(ks.act_scratch_floats(s.m, s.k));
+  }
+  return in;
+}
+
 TEST(LinearFast, BatchedGemmsEqualSeparateOnesInBothModes) {
   // Three experts' worth of jobs with different row counts (GEMV and GEMM kernels) and widths that are
   // not multiples of the 16-row work unit: one parallel region must give each job's own results.
-  std::mt19937 rng(21);
+  Rng rng(21);
   ThreadPool pool(3);
   const Shape shapes[] = {{1, 40, 64}, {2, 70, 64}, {7, 33, 64}};
   for (Numerics mode : {Numerics::kExact, Numerics::kFast}) {
     const KernelSet& ks = kernel_set(mode);
-    std::vector<BlockWeights> ws;
-    std::vector<std::vector<float>> xs, scratches, want, got;
+    auto [ws, xs, scratches] = batch_inputs(ks, shapes, true, rng);
+    std::vector<std::vector<float>> want, got;
     std::vector<Fp4GemmJob> jobs;
-    for (const Shape& s : shapes) {
-      ws.push_back(random_block_weights(true, s.n, s.k, rng));
-      xs.push_back(random_bf16(s.m * s.k, rng, 2.0f));
-      scratches.emplace_back(ks.act_scratch_floats(s.m, s.k));
-    }
     for (size_t j = 0; j < ws.size(); ++j) {
       const Fp8Activations a = ks.quantize_activations(xs[j].data(), shapes[j].m, shapes[j].k, scratches[j]);
       want.emplace_back(shapes[j].m * shapes[j].n);
       got.emplace_back(shapes[j].m * shapes[j].n, -1.0f);
-      ks.gemm_fp4(a, ws[j].fp4w(), want[j].data(), nullptr);
+      (mode == Numerics::kFast ? fast::gemm_fp4 : gemm_fp4)(a, ws[j].fp4w(), want[j].data(), nullptr);
       jobs.push_back({a, ws[j].fp4w(), got[j].data()});
     }
     for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
@@ -274,30 +284,26 @@ TEST(LinearFast, Fp8LinearBatchEqualsSeparateCallsInBothModes) {
   // GEMMs on quantised activations and wo_a-style linears on unquantised ones, GEMV and GEMM row
   // counts, widths that are not multiples of the 32-row unit: one parallel region must give each job
   // what its own call gives, bit for bit.
-  std::mt19937 rng(29);
+  Rng rng(29);
   ThreadPool pool(3);
   const Shape shapes[] = {{1, 40, 64}, {1, 96, 128}, {2, 70, 64}, {7, 33, 96}};
   for (Numerics mode : {Numerics::kExact, Numerics::kFast}) {
     const KernelSet& ks = kernel_set(mode);
     for (auto kind : {Fp8LinearJob::Kind::kGemm, Fp8LinearJob::Kind::kAsBf16}) {
-      std::vector<BlockWeights> ws;
-      std::vector<std::vector<float>> xs, scratches, want, got;
+      auto [ws, xs, scratches] = batch_inputs(ks, shapes, false, rng);
+      std::vector<std::vector<float>> want, got;
       std::vector<Fp8LinearJob> jobs;
-      for (const Shape& s : shapes) {
-        ws.push_back(random_block_weights(false, s.n, s.k, rng));
-        xs.push_back(random_bf16(s.m * s.k, rng, 2.0f));
-        scratches.emplace_back(ks.act_scratch_floats(s.m, s.k));
-      }
       for (size_t j = 0; j < ws.size(); ++j) {
         const Shape& s = shapes[j];
         want.emplace_back(s.m * s.n);
         got.emplace_back(s.m * s.n, -1.0f);
         if (kind == Fp8LinearJob::Kind::kGemm) {
           const Fp8Activations a = ks.quantize_activations_fp8(xs[j].data(), s.m, s.k, scratches[j]);
-          ks.gemm_fp8(a, ws[j].fp8(), want[j].data(), nullptr);
+          (mode == Numerics::kFast ? fast::gemm_fp8 : gemm_fp8)(a, ws[j].fp8(), want[j].data(), nullptr);
           jobs.push_back({kind, a, ws[j].fp8(), got[j].data()});
         } else {
-          ks.linear_fp8_bf16(xs[j].data(), s.m, ws[j].fp8(), want[j].data(), LinearOut::kBf16, nullptr);
+          (mode == Numerics::kFast ? fast::linear_fp8_bf16 : linear_fp8_bf16)(xs[j].data(), s.m, ws[j].fp8(),
+                                                                              want[j].data(), LinearOut::kBf16, nullptr);
           jobs.push_back({kind, Fp8Activations{xs[j].data(), nullptr, s.m, s.k}, ws[j].fp8(), got[j].data()});
         }
       }
@@ -360,9 +366,9 @@ TEST(LinearFast, QuantizedActivationsEqualTheScalarE4m3Rounding) {
 // The fast quantiser's block scales (max |x| in vectors) are fp8_block_scale's bits: random blocks of
 // every magnitude, zero blocks, subnormal blocks, infinities and NaN blocks, in both forms.
 TEST(LinearFast, QuantizedActivationScalesEqualTheScalarBlockScale) {
-  std::mt19937 rng(11);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_int_distribution<int> exponent(-140, 120);
+  Rng rng(11);
+  Normal normal(0.0f, 1.0f);
+  UniformInt<int> exponent(-140, 120);
   const size_t k = 32 * 24;
   std::vector<float> x(fast::kFastGemmMinRows * k);
   for (size_t b = 0; b < x.size() / 32; ++b) {
@@ -385,7 +391,7 @@ TEST(LinearFast, QuantizedActivationScalesEqualTheScalarBlockScale) {
 
 // FP4 weights of random codes with E8M0 scale 128 (2^1): every weight is an integer (E2M1 values
 // are halves), so sums with integer activations stay exact in any order.
-BlockWeights integer_fp4_weights(size_t n, size_t k, std::mt19937& rng) {
+BlockWeights integer_fp4_weights(size_t n, size_t k, Rng& rng) {
   BlockWeights w;
   w.fp4 = true;
   w.n = n;
@@ -406,7 +412,7 @@ TEST(LinearFast, Fp4GemvBf16KeepsTheSmallestQuantisedActivations) {
   // 2^-9 · 2^-22 = 2^-31, far above the 2^-125 the bf16 form needs, so it always takes the layout. A
   // row whose only nonzero block sits at that floor (E4M3 subnormals 1..7 · 2^-9) against integer
   // weights has exact sums: a flushed product would show as a difference.
-  std::mt19937 rng(33);
+  Rng rng(33);
   const size_t n = 40, k = 256;
   const BlockWeights w = integer_fp4_weights(n, k, rng);
   std::vector<float> x(k, 0.0f);
@@ -430,7 +436,7 @@ TEST(LinearFast, Fp4GemvPropagatesNonFiniteActivations) {
   // A NaN (row 0) or an infinity (row 1) in the activations: exact gives NaN in every output, and so
   // must each FP4 GEMV form. The integer planes cannot carry them (their integer conversion would be
   // undefined), so such activations take the float kernel.
-  std::mt19937 rng(35);
+  Rng rng(35);
   const size_t n = 24, k = 192, m = 2;
   const BlockWeights w = random_block_weights(true, n, k, rng);
   auto x = random_bf16(m * k, rng, 1.0f);
@@ -451,8 +457,8 @@ TEST(LinearFast, Fp4GemvResidualBlocksAreExact) {
   // plane: their low bits go to the residual list. Integer weights keep every partial sum exact in
   // fp32 (k = 96: |sum| < 2^15 at a resolution of 2^-9), so fast must equal exact bit for bit. Some
   // weight scales are 0 (E8M0 2^-127), which takes the scalar scale path.
-  std::mt19937 rng(17);
-  std::uniform_int_distribution<int> small(-8, 8), sub(1, 7), pick(0, 3);
+  Rng rng(17);
+  UniformInt<int> small(-8, 8), sub(1, 7), pick(0, 3);
   for (size_t m : {1, 2, 5}) {
     const size_t n = 37, k = 96 * 3;
     std::vector<float> x(m * k);
@@ -483,8 +489,8 @@ TEST(LinearFast, Fp4GemvSpecialScalesGiveWhatExactGives) {
   // these. Integer data keep every sum exact, so fast equals exact (NaN where exact is NaN).
   // k = 11 blocks: one group of 8 and a group of 3 (the VNNI form); 37 blocks: four groups of 8 and one
   // of 5, and the bf16 form's scale chunks of 16, 16 and 5 blocks, with special scales in each.
-  std::mt19937 rng(29);
-  std::uniform_int_distribution<int> small(-8, 8);
+  Rng rng(29);
+  UniformInt<int> small(-8, 8);
   // m = 7 runs the GEMM, whose bf16 tile decodes FP4 rows straight to bf16 pairs for scales 2..252
   // and must leave a row with any other scale to the general decode.
   // Rows 6 and 7 are zero but for one block of ones, in the upper half of a 16-block chunk, against
@@ -566,8 +572,10 @@ TEST(LinearFast, Fp8GemvDecodesEveryE4m3Code) {
 }
 
 TEST(LinearFast, KernelSetsSelectTheirMode) {
-  EXPECT_EQ(kernel_set(Numerics::kExact).linear_fp4, &linear_fp4);
-  EXPECT_EQ(kernel_set(Numerics::kFast).linear_fp4, &fast::linear_fp4);
+  EXPECT_EQ(kernel_set(Numerics::kExact).linear_fp8, &linear_fp8);
+  EXPECT_EQ(kernel_set(Numerics::kFast).linear_fp8, &fast::linear_fp8);
+  EXPECT_EQ(kernel_set(Numerics::kExact).pair_unquantized, nullptr);
+  EXPECT_EQ(kernel_set(Numerics::kFast).sparse_attn, &fast::sparse_attn);
   EXPECT_EQ(parse_numerics("fast"), Numerics::kFast);
   EXPECT_EQ(parse_numerics("exact"), Numerics::kExact);
   EXPECT_FALSE(parse_numerics("fastest").has_value());

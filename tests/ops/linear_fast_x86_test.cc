@@ -11,7 +11,6 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
-#include <random>
 #include <utility>
 #include <vector>
 
@@ -30,8 +29,8 @@ using namespace testing;  // the shared helpers of ops_test_util.h and simd_targ
 // The AVX512-VNNI kernel's byte planes: the vector packer writes the scalar reference's bytes and
 // corrections, for plane values across their whole range and every block position in a row.
 TEST(Fp4VnniPlanes, PackedBlocksEqualTheScalarPacker) {
-  std::mt19937 rng(12);
-  std::uniform_int_distribution<int32_t> value(-30720, 30720);
+  Rng rng(12);
+  UniformInt<int32_t> value(-30720, 30720);
   const size_t kblocks = 19, padded = x86::fp4_vnni_padded_blocks(kblocks);
   std::vector<int8_t> want_plane(padded * 64), got_plane(padded * 64);
   std::vector<int32_t> want_corr(padded), got_corr(padded);
@@ -53,8 +52,8 @@ TEST(Fp4VnniPlanes, PackedBlocksEqualTheScalarPacker) {
 // widths with a short last group too, and both decline a nonzero value below 2^-125 or one that is not
 // a bf16 number. The reference itself is checked against the layout's definition.
 TEST(Fp4Bf16Plane, PackedRowsEqualTheScalarPacker) {
-  std::mt19937 rng(14);
-  std::uniform_int_distribution<int> code(0, 255), exponent(-20, 20);
+  Rng rng(14);
+  UniformInt<int> code(0, 255), exponent(-20, 20);
   for (size_t k : {32, 96, 128, 160, 416, 5120}) {
     const size_t words = x86::fp4_bf16_plane_words(k);
     ASSERT_EQ(words % 128, 0u);
@@ -195,7 +194,7 @@ TEST(LinearFast, Fp8GemvBf16DeclinesActivationsItCannotTakeExactly) {
   if (!x86::fp8_gemv_bf16_usable()) GTEST_SKIP() << "this CPU lacks AVX512-VBMI or AVX512-BF16";
   // Three 32-row groups; the middle one's weight scale (2^-125) scales the activations below 2^-117,
   // where vdpbf16ps would flush products: the kernel must stop there and leave the group to the caller.
-  std::mt19937 rng(31);
+  Rng rng(31);
   const size_t n = 96, k = 128;
   const BlockWeights w = [&] {
     BlockWeights b = random_block_weights(false, n, k, rng);

@@ -8,7 +8,6 @@
 #include <cmath>
 #include <functional>
 #include <cstdint>
-#include <random>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -55,7 +54,7 @@ TEST(LinearFp4, HandWorked) {
 }
 
 TEST(LinearFp8, QuantizedActivationsMatchActQuant) {
-  std::mt19937 rng(1);
+  Rng rng(1);
   const size_t m = 3, k = 96;
   auto x = random_bf16(m * k, rng, 3.0f);
   std::vector<float> scratch(fp8_act_scratch_floats(m, k));
@@ -91,7 +90,7 @@ float contract_block_output(const Fp8Activations& a, size_t row, size_t k, int s
 }
 
 TEST(LinearRef, BlockGemmsFollowTheContractExactly) {
-  std::mt19937 rng(2);
+  Rng rng(2);
   const size_t m = 4, n = 40, k = 256;
   auto x = random_bf16(m * k, rng, 2.0f);
   for (size_t i = 0; i < x.size(); i += 7) x[i] = round_bf16(x[i] * 0x1p-12f);  // wide in-block spans
@@ -154,7 +153,7 @@ TEST(LinearSimd, BlockGemmsBitIdenticalToReferenceOnEveryTarget) {
   // m = 1..3 take the row-by-row path, m >= 4 the 16-row tiles (with a partial last tile).
   const Shape shapes[] = {{1, 37, 96},   {1, 100, 256}, {3, 20, 64}, {5, 33, 160},
                           {17, 70, 128}, {1, 64, 1024}, {40, 50, 96}};
-  std::mt19937 rng(3);
+  Rng rng(3);
   for (const Shape& s : shapes) {
     auto x = random_bf16(s.m * s.k, rng, 4.0f);
     const BlockWeights w8 = random_fp8_weights(s.n, s.k, rng);
@@ -185,10 +184,10 @@ TEST(LinearSimd, BlockGemmsBitIdenticalToReferenceOnEveryTarget) {
 TEST(LinearSimd, ExtremeCodesAndScalesStayExact) {
   // Subnormal E4M3 weights and activations, the largest codes, and scales from 2^-40 to 2^40: the
   // scaled-exponent decoding of the fast path must still give the reference bits.
-  std::mt19937 rng(4);
+  Rng rng(4);
   const size_t m = 6, n = 64, k = 128;  // m >= kActTileMinRows: the row-tiled path
   std::vector<float> x(m * k);
-  std::uniform_int_distribution<int> pick(0, 3);
+  UniformInt<int> pick(0, 3);
   for (auto& v : x) {
     const int p = pick(rng);
     v = p == 0 ? 0x1p-20f : (p == 1 ? -3.0e4f : (p == 2 ? 0.0f : round_bf16(0.37f)));
@@ -222,9 +221,9 @@ TEST(LinearSimd, ExtremeCodesAndScalesStayExact) {
 
 // Values m * 2^(exponent + s) with |m| < 2^bits and s in [0, spread]: every product and sum below is an
 // exact integer count of 2^exponent units.
-std::vector<float> grid_values(size_t n, std::mt19937& rng, int bits, int exponent, int spread = 0) {
-  std::uniform_int_distribution<int32_t> mant(-(1 << bits) + 1, (1 << bits) - 1);
-  std::uniform_int_distribution<int> shift(0, spread);
+std::vector<float> grid_values(size_t n, Rng& rng, int bits, int exponent, int spread = 0) {
+  UniformInt<int32_t> mant(-(1 << bits) + 1, (1 << bits) - 1);
+  UniformInt<int> shift(0, spread);
   std::vector<float> v(n);
   for (auto& x : v) x = std::ldexp(static_cast<float>(mant(rng)), exponent + shift(rng));
   return v;
@@ -234,7 +233,7 @@ std::vector<float> grid_values(size_t n, std::mt19937& rng, int bits, int expone
 // integer count of units (__int128, exact), which long double holds exactly below 2^64 and rounds once
 // to fp32. The data spans far more than 24 bits, so an fp32 accumulator would round many times.
 TEST(LinearDense, EqualsCorrectlyRoundedExactDot) {
-  std::mt19937 rng(5);
+  Rng rng(5);
   const size_t m = 3, n = 20, k = 1000;
   // bf16 x bf16: 8-bit mantissas on the grids 2^-4 (spread over 12 binades) and 2^-6, products on
   // 2^-10, sums up to ~2^44 units.
@@ -272,13 +271,13 @@ TEST(LinearDense, EqualsCorrectlyRoundedExactDot) {
 }
 
 TEST(LinearSimd, DenseBitIdenticalToReferenceOnEveryTarget) {
-  std::mt19937 rng(6);
+  Rng rng(6);
   for (size_t k : {7u, 64u, 100u, 1000u}) {
     const size_t m = 3, n = 70;
     auto x = random_bf16(m * k, rng);
     auto wf = random_bf16(n * k, rng);
     std::vector<float> wf32(n * k);
-    std::normal_distribution<float> normal;
+    Normal normal;
     for (auto& v : wf32) v = normal(rng);  // genuine f32 weights: products need more than 24 bits
     std::vector<uint16_t> wb(n * k);
     f32_to_bf16(wf.data(), wb.data(), wb.size());
@@ -302,7 +301,7 @@ TEST(LinearSimd, DenseBitIdenticalToReferenceOnEveryTarget) {
 }
 
 TEST(LinearFp8, DequantizeToBf16IsExact) {
-  std::mt19937 rng(7);
+  Rng rng(7);
   const size_t n = 40, k = 64;
   const BlockWeights w = random_fp8_weights(n, k, rng);
   std::vector<uint16_t> out(n * k);

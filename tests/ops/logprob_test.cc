@@ -5,19 +5,21 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
-#include <random>
 #include <vector>
 
 #include "ops/logprob.h"
 #include "ops/sample.h"
+#include "ops_test_util.h"
 
 namespace cedar::ops {
 namespace {
 
+using namespace testing;  // the shared helpers of ops_test_util.h
+
 TEST(Logprob, NormaliserMatchesLongDouble) {
-  std::mt19937 rng(7);
+  Rng rng(7);
   for (size_t n : {1, 2, 17, 1000, 129280}) {
-    std::normal_distribution<float> d(0.0f, 4.0f);
+    Normal d(0.0f, 4.0f);
     std::vector<float> x(n);
     for (float& v : x) v = d(rng);
     const LogSoftmaxNorm z = log_softmax_norm(x.data(), n);
@@ -43,10 +45,10 @@ TEST(Logprob, NormaliserMatchesLongDouble) {
 }
 
 TEST(Logprob, TopKMatchesStableSort) {
-  std::mt19937 rng(11);
+  Rng rng(11);
   for (size_t n : {1, 5, 64, 3000})
     for (size_t k : {1, 2, 5, 20, 100}) {
-      std::uniform_int_distribution<int> d(-8, 8);  // many ties
+      UniformInt<int> d(-8, 8);  // many ties
       std::vector<float> x(n);
       for (float& v : x) v = static_cast<float>(d(rng)) * 0.5f;
       std::vector<int32_t> order(n);

@@ -5,7 +5,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <random>
 #include <vector>
 
 #include "ops/formats.h"
@@ -19,9 +18,9 @@ using namespace testing;  // the shared helpers of ops_test_util.h and simd_targ
 
 // bf16 values spread over 2 * spread_log2 binades: a normal times 2^uniform(-spread_log2, spread_log2).
 std::vector<float> random_wide_bf16(size_t n, uint32_t seed, float spread_log2 = 6.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_real_distribution<float> expo(-spread_log2, spread_log2);
+  Rng rng(seed);
+  Normal normal(0.0f, 1.0f);
+  UniformReal expo(-spread_log2, spread_log2);
   std::vector<float> v(n);
   for (auto& x : v) x = round_bf16(normal(rng) * std::exp2(expo(rng)));
   return v;
@@ -187,8 +186,8 @@ TEST(Fp4Quant, E2M1RoundingIsNearestOnTheScaledGrid) {
   // With s = 1 (amax exactly 6), every output is the nearest grid value; compare against a brute
   // force nearest search (ties to the even code).
   const float grid[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
-  std::mt19937 rng(3);
-  std::uniform_real_distribution<float> u(-6.0f, 6.0f);
+  Rng rng(3);
+  UniformReal u(-6.0f, 6.0f);
   for (int trial = 0; trial < 200; ++trial) {
     std::vector<float> x(32);
     for (auto& v : x) v = round_bf16(u(rng));
