@@ -4,6 +4,7 @@
 // pass itself is forward*.cc.
 #include <algorithm>
 
+#include "core/log.h"
 #include "model/forward_internal.h"
 #include "model/streaming_source.h"
 #include "model/weight_inventory.h"

@@ -41,6 +41,7 @@ const KernelSet& kernel_set(Numerics n) {
                                .gemm_fp4_rows = gemm_fp4_rows,
                                .gemm_fp8_rows = gemm_fp8_rows,
                                .linear_fp8 = linear_fp8,
+                               .linear_fp4 = linear_fp4,
                                .linear_bf16 = linear_bf16,
                                .linear_fp8_bf16_rows =
                                    [](const Fp8Activations& a, const Fp8Weight& w, float* y, LinearOut out, size_t b,
@@ -57,6 +58,7 @@ const KernelSet& kernel_set(Numerics n) {
                               .gemm_fp4_rows = fast::gemm_fp4_rows,
                               .gemm_fp8_rows = fast::gemm_fp8_rows,
                               .linear_fp8 = fast::linear_fp8,
+                              .linear_fp4 = fast::linear_fp4,
                               .linear_bf16 = fast::linear_bf16,
                               .linear_fp8_bf16_rows = fast::linear_fp8_bf16_rows,
                               .pair_unquantized = fast::pair_unquantized,

@@ -25,7 +25,7 @@ const char* numerics_name(Numerics n);
 // "exact" or "fast"; nullopt otherwise.
 std::optional<Numerics> parse_numerics(std::string_view s);
 
-// Only what the model calls: the other linears of linear.h / linear_fast.h (linear_fp4, linear_f32,
+// Only what the model calls: the other linears of linear.h / linear_fast.h (linear_f32,
 // linear_fp8_bf16, whole gemm_fp8 / gemm_fp4) are reached through the batches below or not at all,
 // and the op tests call them by name.
 struct KernelSet {
@@ -40,6 +40,9 @@ struct KernelSet {
   void (*gemm_fp4_rows)(const Fp8Activations& a, const Fp4Weight& w, float* y, size_t n_begin, size_t n_end);
   void (*gemm_fp8_rows)(const Fp8Activations& a, const Fp8Weight& w, float* y, size_t n_begin, size_t n_end);
   void (*linear_fp8)(const float* x, size_t m, const Fp8Weight& w, float* y, std::span<float> scratch,
+                     ThreadPool* pool);
+  // The DSpark draft's routed experts (model/dspark.cc), one expert's rows at a time.
+  void (*linear_fp4)(const float* x, size_t m, const Fp4Weight& w, float* y, std::span<float> scratch,
                      ThreadPool* pool);
   void (*linear_bf16)(const float* x, size_t m, const Bf16Weight& w, float* y, LinearOut out, ThreadPool* pool);
   // Rows [n_begin, n_end) of linear_fp8_bf16(a.values, a.m, w): a holds x unquantised, and in fast
