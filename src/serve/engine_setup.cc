@@ -58,6 +58,7 @@ Result<ServingEngine> open_serving_engine(const EngineSetup& setup) {
     if (setup.max_context > 0) options.max_context = setup.max_context;
     options.threads = setup.threads;
     options.cache_dir = setup.cache_dir;
+    options.kv_tier = setup.kv_tier;
     options.kv_memory_bytes = setup.kv_memory_bytes;
     if (options.kv_memory_bytes == 0) {
       const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);

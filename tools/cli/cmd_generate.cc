@@ -9,6 +9,7 @@
 #include "core/thread_pool.h"
 #include "model/model.h"
 #include "progress.h"
+#include "kv_tier_flags.h"
 #include "residency_flags.h"
 #include "runtime/generator.h"
 #include "tokenizer/tokenizer.h"
@@ -61,7 +62,8 @@ int cmd_generate(const std::vector<std::string>& argv) {
   auto args = Args::parse(argv,
                           {"--model", "--prompt", "--prompt-ids", "--n-predict", "--temperature", "--seed",
                            "--threads", "--numerics", "--index-keys", "--prefill-chunk", "--cache-dir", "--replay",
-                           "--top-logprobs", "--memory-budget", "--residency-stats"},
+                           "--top-logprobs", "--memory-budget", "--residency-stats", kKvTierFlags[0], kKvTierFlags[1],
+                           kKvTierFlags[2]},
                           {"--json", "--ignore-eos", "--decoder-narrowing", "--help"},
                           {{"-m", "--model"}, {"-p", "--prompt"}, {"-n", "--n-predict"}});
   if (!args.ok()) {
@@ -70,7 +72,7 @@ int cmd_generate(const std::vector<std::string>& argv) {
     return 2;
   }
   if (args->has("--help")) {
-    std::printf("%s%s", kUsage, kResidencyUsage);
+    std::printf("%s%s%s", kUsage, kResidencyUsage, kKvTierUsage);
     return 0;
   }
   if (!args->has("--model") || args->has("--prompt") == args->has("--prompt-ids")) {
@@ -177,9 +179,10 @@ int cmd_generate(const std::vector<std::string>& argv) {
     return true;
   };
   std::unique_ptr<runtime::PrefixStore> store;
-  if (args->has("--cache-dir")) {
+  if (args->has("--cache-dir") || args->has("--kv-tier")) {
     runtime::PrefixStoreOptions po;
-    po.disk_dir = *args->get("--cache-dir");
+    po.disk_dir = args->get_or("--cache-dir", "");
+    if (Status st = kv_tier_from_flags(*args, &po.tier); !st.ok()) return fail(st);
     auto ps = runtime::PrefixStore::create(**model, po);
     if (!ps.ok()) return fail(ps.status());
     store = std::move(*ps);
