@@ -110,13 +110,21 @@ Result<RedisEndpoint> parse_redis_url(const std::string& url) {
     if (!db.empty() && !parse_int(db, 0, 1 << 20, &e.db))
       return invalid_argument("--kv-tier: database '" + std::string(db) + "' is not a number" + usage);
   }
-  if (const size_t colon = hostport.rfind(':'); colon != std::string_view::npos && hostport.find(']') == std::string_view::npos) {
-    if (!parse_int(hostport.substr(colon + 1), 1, 65535, &e.port))
-      return invalid_argument("--kv-tier: port '" + std::string(hostport.substr(colon + 1)) + "' is not 1..65535" +
-                              usage);
+  std::string_view port;
+  if (!hostport.empty() && hostport.front() == '[') {  // [IPv6]:port
+    const size_t close = hostport.find(']');
+    if (close == std::string_view::npos) return invalid_argument("--kv-tier: unclosed '[' in the host" + usage);
+    if (close + 1 < hostport.size()) {
+      if (hostport[close + 1] != ':') return invalid_argument("--kv-tier: junk after the IPv6 host" + usage);
+      port = hostport.substr(close + 2);
+    }
+    hostport = hostport.substr(1, close - 1);
+  } else if (const size_t colon = hostport.rfind(':'); colon != std::string_view::npos) {
+    port = hostport.substr(colon + 1);
     hostport = hostport.substr(0, colon);
   }
-  if (hostport.size() > 2 && hostport.front() == '[' && hostport.back() == ']') hostport = hostport.substr(1, hostport.size() - 2);
+  if (!port.empty() && !parse_int(port, 1, 65535, &e.port))
+    return invalid_argument("--kv-tier: port '" + std::string(port) + "' is not 1..65535" + usage);
   if (hostport.empty()) return invalid_argument("--kv-tier: no host in the URL" + usage);
   e.host = std::string(hostport);
   return e;
@@ -310,7 +318,6 @@ size_t RedisTier::fetch_blocks(std::span<const int32_t> tokens, std::span<const 
       stats_.fetched_bytes += bytes;
       return delivered;
     }
-    if (!run) continue;
     if (r->type == REDIS_REPLY_STRING) {
       bytes += r->len;
       TierRecordIdentity id;
@@ -323,16 +330,19 @@ size_t RedisTier::fetch_blocks(std::span<const int32_t> tokens, std::span<const 
       const TierRecordCheck check =
           decode_tier_record(std::span(reinterpret_cast<const uint8_t*>(r->str), r->len), g_, id, &boundary, &payload);
       if (!check.ok()) {
+        // Checked past the end of the run too: every bad value fetched is deleted.
         count_bad(check.status, keys[i], check.reason);
         bad.push_back(keys[i]);
         run = false;
+      } else if (!run) {
+        continue;  // a sound block after a gap: not usable without the ones before it
       } else if (!sink(k, boundary, payload)) {
         run = false;
       } else {
         ++delivered;
         remember(hashes[k]);
       }
-    } else {
+    } else if (run) {
       // nil: the prefix ends here. An error reply (WRONGTYPE: not ours) ends it too.
       if (r->type == REDIS_REPLY_ERROR) {
         error_reply = true;
