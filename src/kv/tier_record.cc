@@ -101,11 +101,10 @@ std::vector<uint8_t> encode_tier_record(const CacheGeometry& g, const TierRecord
   CEDAR_CHECK(id.kind == TierRecordKind::kBlock ? id.tokens.size() == g.block_tokens
                                                 : !id.tokens.empty() && id.tokens.size() < g.block_tokens,
               "encode_tier_record: a block holds block_tokens tokens, a tail fewer");
-  std::vector<uint8_t> out(kTierRecordHeaderBytes + id.tokens.size_bytes() + boundary.size() + payload.size(), 0);
+  std::vector<uint8_t> out(kTierRecordHeaderBytes + boundary.size() + payload.size(), 0);
   uint8_t* body = out.data() + kTierRecordHeaderBytes;
-  std::memcpy(body, id.tokens.data(), id.tokens.size_bytes());
-  if (!boundary.empty()) std::memcpy(body + id.tokens.size_bytes(), boundary.data(), boundary.size());
-  if (!payload.empty()) std::memcpy(body + id.tokens.size_bytes() + boundary.size(), payload.data(), payload.size());
+  if (!boundary.empty()) std::memcpy(body, boundary.data(), boundary.size());
+  if (!payload.empty()) std::memcpy(body + boundary.size(), payload.data(), payload.size());
   uint8_t* p = out.data();
   std::memcpy(p, kMagic, 8);
   put<uint32_t>(p, 8, kTierRecordVersion);
@@ -147,20 +146,18 @@ TierRecordCheck decode_tier_record(std::span<const uint8_t> value, const CacheGe
     return fail(TierRecordStatus::kCorrupt, "kind or reserved field disagrees with the key");
   if (n_tokens != expect.tokens.size() || boundary_bytes != want_boundary || payload_bytes != want_payload)
     return fail(TierRecordStatus::kCorrupt, "sizes disagree with the cache layout");
-  if (value.size() != kTierRecordHeaderBytes + n_tokens * 4 + boundary_bytes + payload_bytes)
+  if (value.size() != kTierRecordHeaderBytes + boundary_bytes + payload_bytes)
     return fail(TierRecordStatus::kCorrupt, std::to_string(value.size()) + " bytes, the header says " +
-                                                std::to_string(kTierRecordHeaderBytes + n_tokens * 4 +
-                                                               boundary_bytes + payload_bytes));
+                                                std::to_string(kTierRecordHeaderBytes + boundary_bytes + payload_bytes));
   const uint8_t* body = p + kTierRecordHeaderBytes;
   if (XXH3_64bits(body, value.size() - kTierRecordHeaderBytes) != get<uint64_t>(p, 80))
     return fail(TierRecordStatus::kCorrupt, "body checksum mismatch");
   const uint64_t chain = expect.kind == TierRecordKind::kBlock ? expect.chain_hash : 0;
   if (get<uint64_t>(p, 24) != chain || get<uint64_t>(p, 32) != expect.digest.lo ||
-      get<uint64_t>(p, 40) != expect.digest.hi || get<uint64_t>(p, 48) != static_cast<uint64_t>(expect.start) ||
-      std::memcmp(body, expect.tokens.data(), expect.tokens.size_bytes()) != 0)
+      get<uint64_t>(p, 40) != expect.digest.hi || get<uint64_t>(p, 48) != static_cast<uint64_t>(expect.start))
     return fail(TierRecordStatus::kMismatch, "a sound record of another prefix");
-  if (boundary) *boundary = std::span(body + n_tokens * 4, boundary_bytes);
-  if (payload) *payload = std::span(body + n_tokens * 4 + boundary_bytes, payload_bytes);
+  if (boundary) *boundary = std::span(body, boundary_bytes);
+  if (payload) *payload = std::span(body + boundary_bytes, payload_bytes);
   return {};
 }
 

@@ -22,10 +22,12 @@
 //   72  8  payload_bytes      blocks: block_bytes; tails: TailCache::payload_bytes(n_tokens)
 //   80  8  body_checksum      XXH3-64 of the body
 //   88  8  header_checksum    XXH3-64 of bytes [0, 88)
-//   then n_tokens int32 token ids | boundary state | payload (raw KV entries).
-// A record is used only when every field and both checksums agree with what the lookup expects: the
-// prefix digest covers every token before the record too, so a hash collision cannot hand out another
-// prefix's KV. A value that fails is classified (TierRecordStatus) and the caller deletes its key.
+//   then: boundary state | payload (raw KV entries).
+// A record is used only when every field and both checksums agree with what the lookup expects. The
+// token ids themselves are not stored (they would add 4 bytes per token, 0.45 % of V4.1's 890 and 3.8 %
+// of cedar-mini's 106): the 128-bit prefix digest names every token up to the record's end, so a record
+// of another prefix (a 64-bit chain-hash collision, a key written for other content) is refused. A
+// value that fails is classified (TierRecordStatus) and the caller deletes its key.
 #pragma once
 
 #include <cstdint>
@@ -63,7 +65,7 @@ struct TierRecordIdentity {
   uint64_t chain_hash = 0;     // blocks only
   PrefixDigest digest;         // of [0, start + tokens.size())
   int64_t start = 0;
-  std::span<const int32_t> tokens;  // the record's own tokens
+  std::span<const int32_t> tokens;  // the record's own tokens (their count is checked; the digest names them)
 };
 
 std::vector<uint8_t> encode_tier_record(const CacheGeometry& g, const TierRecordIdentity& id,

@@ -69,7 +69,7 @@ TEST(TierRecord, DigestsAreXxh3128OfEachPrefixSeededByTheLayout) {
 TEST(TierRecord, HeaderFollowsTheDocumentedLayout) {
   Fixture f;
   const std::vector<uint8_t> r = f.record();
-  ASSERT_EQ(r.size(), kTierRecordHeaderBytes + 4 * sizeof(int32_t) + f.boundary.size() + f.kv.size());
+  ASSERT_EQ(r.size(), kTierRecordHeaderBytes + f.boundary.size() + f.kv.size());
   EXPECT_EQ(std::string(reinterpret_cast<const char*>(r.data()), 8), "CEDARKVR");
   EXPECT_EQ(read_at<uint32_t>(r, 8), kTierRecordVersion);
   EXPECT_EQ(read_at<uint32_t>(r, 12), 1u);
@@ -83,9 +83,8 @@ TEST(TierRecord, HeaderFollowsTheDocumentedLayout) {
   EXPECT_EQ(read_at<uint64_t>(r, 72), f.kv.size());
   EXPECT_EQ(read_at<uint64_t>(r, 80), XXH3_64bits(r.data() + 96, r.size() - 96));
   EXPECT_EQ(read_at<uint64_t>(r, 88), XXH3_64bits(r.data(), 88));
-  EXPECT_EQ(std::memcmp(r.data() + 96, f.tokens.data() + 4, 16), 0);
-  EXPECT_EQ(std::memcmp(r.data() + 112, f.boundary.data(), f.boundary.size()), 0);
-  EXPECT_EQ(std::memcmp(r.data() + 112 + f.boundary.size(), f.kv.data(), f.kv.size()), 0);
+  EXPECT_EQ(std::memcmp(r.data() + 96, f.boundary.data(), f.boundary.size()), 0);
+  EXPECT_EQ(std::memcmp(r.data() + 96 + f.boundary.size(), f.kv.data(), f.kv.size()), 0);
 }
 
 TEST(TierRecord, RoundTripGivesTheBytesBack) {
@@ -152,11 +151,16 @@ TEST(TierRecord, ASoundRecordOfAnotherPrefixIsNeverUsed) {
   id = f.block(1);
   id.start = 8;
   EXPECT_EQ(decode_tier_record(r, f.g, id, nullptr, nullptr).status, TierRecordStatus::kMismatch);
-  std::vector<int32_t> other(f.tokens.begin() + 4, f.tokens.begin() + 8);
-  other[3] += 1;
-  id = f.block(1);
-  id.tokens = other;
-  EXPECT_EQ(decode_tier_record(r, f.g, id, nullptr, nullptr).status, TierRecordStatus::kMismatch);
+  // One token changed anywhere in the prefix, the record's own block or before it: another digest.
+  for (size_t i = 0; i < 8; ++i) {
+    std::vector<int32_t> other = f.tokens;
+    other[i] += 1;
+    const std::vector<int64_t> ends = {8};
+    id = f.block(1);
+    id.tokens = std::span(other).subspan(4, 4);
+    id.digest = prefix_digests(other, ends, f.g.layout_fingerprint())[0];
+    EXPECT_EQ(decode_tier_record(r, f.g, id, nullptr, nullptr).status, TierRecordStatus::kMismatch) << i;
+  }
 }
 
 TEST(TierRecord, TailsRoundTripWithTheTailCachePayload) {
