@@ -10,6 +10,7 @@ replayed window, and answers exactly what a server that has turn 1 in its own me
 tier). Restarted replicas with empty local caches still hit, and every API reports the cached tokens
 in its own usage field. Exits 77 (skipped) where redis-server is not installed.
 """
+import os
 import sys
 
 from kv_tier_util import Redis, Server, check, finish, prepare, tiny_model, turn1, turn2
@@ -22,10 +23,16 @@ def level_tokens(server, level):
 def main():
     cedar, work = prepare(sys.argv, "cedar_kv_tier_")
     tiny = tiny_model(cedar, work, "tiny", 3)
-    redis = Redis(work)
+    # Redis wants a password: A reads it from a file, B from the environment (never the command line).
+    redis = Redis(work, password="kv-tier-test-secret")
+    password_file = os.path.join(work, "redis.password")
+    with open(password_file, "w") as f:
+        f.write(redis.password + "\n")
     tier = ["--kv-tier", f"redis://127.0.0.1:{redis.port}"]
-    a = Server(cedar, tiny, work, "a", tier)
-    b = Server(cedar, tiny, work, "b", tier)
+    tier_a = tier + ["--kv-tier-password-file", password_file]
+    env_b = {"CEDAR_KV_TIER_PASSWORD": redis.password}
+    a = Server(cedar, tiny, work, "a", tier_a)
+    b = Server(cedar, tiny, work, "b", tier, env_b)
     ref = Server(cedar, tiny, work, "ref")  # no tier: its turn 2 is a local (memory) hit
     try:
         first = turn1("the replicas")
@@ -36,6 +43,8 @@ def main():
         check("turn 1 is deterministic across servers", answer_a == answer_ref)
         keys = redis.keys()
         check("A stored its prefix in Redis", len(keys) > 0, f"{len(keys)} keys")
+        check("the password never shows in a replica's log",
+              all(redis.password not in open(s.log_path).read() for s in (a, b)))
 
         second = turn2(first, answer_a)
         before = b.metrics()
@@ -66,8 +75,8 @@ def main():
         # Both replicas restart with empty local caches (no --cache-dir): the tier still has turn 2.
         check("A stops cleanly", a.stop() == 0)
         check("B stops cleanly", b.stop() == 0)
-        a = Server(cedar, tiny, work, "a2", tier)
-        b = Server(cedar, tiny, work, "b2", tier)
+        a = Server(cedar, tiny, work, "a2", tier_a)
+        b = Server(cedar, tiny, work, "b2", tier, env_b)
         third = second + [{"role": "assistant", "content": answer_b}, {"role": "user", "content": "And the risks?"}]
         _, u3 = a.chat(third, 8)
         c3 = u3["prompt_tokens_details"]["cached_tokens"]

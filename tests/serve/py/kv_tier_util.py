@@ -38,8 +38,8 @@ def tiny_model(cedar, work, name, seed):
 class Redis:
     """A redis-server of the test's own on a loopback port, in a temporary directory, no persistence."""
 
-    def __init__(self, work, port=None):
-        self.work, self.port = work, port or free_port()
+    def __init__(self, work, port=None, password=None):
+        self.work, self.port, self.password = work, port or free_port(), password
         self.start()
 
     @staticmethod
@@ -49,7 +49,8 @@ class Redis:
     def start(self):
         self.log = open(os.path.join(self.work, "redis.log"), "a")
         self.proc = subprocess.Popen(["redis-server", "--bind", "127.0.0.1", "--port", str(self.port), "--save", "",
-                                      "--appendonly", "no", "--dir", self.work],
+                                      "--appendonly", "no", "--dir", self.work] +
+                                     (["--requirepass", self.password] if self.password else []),
                                      stdout=self.log, stderr=subprocess.STDOUT)
         for _ in range(200):
             if self.proc.poll() is None and self.cli("PING", check=False) == "PONG":
@@ -58,7 +59,8 @@ class Redis:
         raise RuntimeError("redis-server did not start: " + open(os.path.join(self.work, "redis.log")).read()[-2000:])
 
     def cli(self, *args, check=True):
-        r = subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", str(self.port)] + list(args),
+        auth = ["-a", self.password, "--no-auth-warning"] if self.password else []
+        r = subprocess.run(["redis-cli", "-h", "127.0.0.1", "-p", str(self.port)] + auth + list(args),
                            capture_output=True, encoding="utf-8", errors="replace", timeout=30)
         if check and r.returncode != 0:
             raise RuntimeError(f"redis-cli {args}: {r.stderr}")
@@ -90,11 +92,12 @@ class Redis:
 class Server:
     """`cedar serve` on a free loopback port (the server picks it: --port 0)."""
 
-    def __init__(self, cedar, model, work, name, extra=()):
+    def __init__(self, cedar, model, work, name, extra=(), env=None):
         self.log_path = os.path.join(work, name + ".log")
         self.log = open(self.log_path, "w")
         args = [cedar, "serve", "-m", model, "--port", "0", "--threads", "1", "--parallel", "2", "--thinking", "off"]
-        self.proc = subprocess.Popen(args + list(extra), stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(args + list(extra), stdout=self.log, stderr=subprocess.STDOUT,
+                                     env=dict(os.environ, **(env or {})))
         self.port = None
         for _ in range(1200):
             if self.proc.poll() is not None:
