@@ -68,7 +68,7 @@ def run_one(cedar, name, model, context, threads, work):
     try:
         first = [{"role": "system", "content": system_text(context, context)},
                  {"role": "user", "content": "Summarise the document in one line."}]
-        written = a.tier("written")
+        written = a.write_count()
         answer, u1, t1, _, _, _ = timed_chat(a, first, 16)
         a.wait_written(written)
         block_keys = redis.keys("cedar:kv:*:b:*")

@@ -6,6 +6,7 @@ replicas): every request is answered, and answered correctly, while Redis is
   * holding another model's values under this model's keys -> the same
   * killed while a response streams          -> the stream completes; cedar goes on with memory + disk
   * paused with SIGSTOP (slow)               -> the lookup misses its deadline; the answer is the cold one
+  * full (maxmemory, noeviction)             -> writes refused with OOM and counted; answers unchanged
 and the tier comes back (reconnect with backoff) once Redis does.
 
   kv_tier_faults_test.py PATH/TO/cedar [WORK_DIR]
@@ -43,7 +44,7 @@ def main():
     try:
         # 1. Garbage: every stored value of the conversation is overwritten in the middle.
         first = turn1("garbage")
-        written = a.tier("written")
+        written = a.write_count()
         answer, _ = a.chat(first, 16)
         a.wait_written(written)
         keys = redis.keys()
@@ -66,13 +67,13 @@ def main():
         c = Server(cedar, other, work, "c", tier)
         servers.append(c)
         first = turn1("foreign")
-        written = c.tier("written")
+        written = c.write_count()
         answer_c, _ = c.chat(first, 16)
         c.wait_written(written)
         c.stop()
         servers.remove(c)
         theirs = set(redis.keys()) - earlier
-        written = a.tier("written")
+        written = a.write_count()
         a.chat(first, 16)
         a.wait_written(written)
         ours = [k for k in redis.keys() if k not in theirs and k not in earlier]
@@ -106,7 +107,7 @@ def main():
 
         # 4. Redis paused (SIGSTOP): slow, every reply misses its deadline.
         first = turn1("a paused tier")
-        written = a.tier("written")
+        written = a.write_count()
         answer, _ = a.chat(first, 16)
         a.wait_written(written)
         redis.pause()
@@ -120,11 +121,29 @@ def main():
         redis.resume()
         check("paused: the tier comes back after SIGCONT", wait_up(b, "resume"))
         third = turn1("after the pause")
-        written = a.tier("written")
+        written = a.write_count()
         answer, _ = a.chat(third, 16)
         a.wait_written(written)
         _, usage = b.chat(turn2(third, answer), 4)
         check("paused: the replicas share prefixes again", usage["prompt_tokens_details"]["cached_tokens"] > 0)
+
+        # 5. Redis full under noeviction: every write is refused with OOM; reads still work.
+        redis.cli("CONFIG", "SET", "maxmemory-policy", "noeviction")
+        redis.cli("CONFIG", "SET", "maxmemory", "1")
+        first = turn1("a full tier")
+        refused = a.tier("error_reply")
+        written = a.write_count()
+        answer, _ = a.chat(first, 16)
+        a.wait_written(written)
+        check("full: the refused writes are counted", a.tier("error_reply") > refused)
+        second = turn2(first, answer)
+        got, usage = b.chat(second, 12)
+        want, _ = cold.chat(second, 12)
+        check("full: the next turn elsewhere is answered cold and right", got == want and
+              usage["prompt_tokens_details"]["cached_tokens"] == 0, f"{got!r} vs {want!r}")
+        _, usage = a.chat(second, 4)
+        check("full: the replica's own memory still hits", usage["prompt_tokens_details"]["cached_tokens"] > 0)
+        redis.cli("CONFIG", "SET", "maxmemory", "0")
     finally:
         for s in servers:
             if s.proc.poll() is None:

@@ -166,8 +166,13 @@ class Server:
     def tier(self, event):
         return self.metrics().get(f'cedar_kv_tier_events_total{{event="{event}"}}', 0)
 
+    def write_count(self):
+        """Records the tier's writer has finished with (sent or dropped)."""
+        return self.tier("written") + self.tier("dropped_write")
+
     def wait_written(self, before):
-        """Waits (bounded) until the tier's writer has sent more records than `before` and is idle."""
+        """Waits (bounded) until the writer has finished more records than `before` (a write_count())
+        and is idle."""
         for _ in range(400):
             m = self.metrics()
             done = m.get('cedar_kv_tier_events_total{event="written"}', 0) + \
