@@ -169,7 +169,8 @@ void RedisTier::close(Connection& c) {
 bool RedisTier::ensure(Connection& c) {
   if (c.ctx) return true;
   if (Clock::now() < c.retry_at) return false;
-  redisContext* ctx = redisConnectWithTimeout(endpoint_.host.c_str(), endpoint_.port, to_timeval(opt_.connect_timeout_ms));
+  redisContext* ctx =
+      redisConnectWithTimeout(endpoint_.host.c_str(), endpoint_.port, to_timeval(opt_.connect_timeout_ms));
   if (!ctx || ctx->err) {
     const std::string why = io_reason(ctx);
     if (ctx) redisFree(ctx);
@@ -223,9 +224,10 @@ void RedisTier::fail(Connection& c, const std::string& what) {
   ++stats_.errors;
   if (stats_.up || stats_.outages == 0) {
     ++stats_.outages;
-    CEDAR_LOG_WARN("kv tier: %s is unavailable (%s); going on with the memory and disk caches, retrying with "
-                   "backoff (up to %d s)",
-                   endpoint_.redacted().c_str(), what.c_str(), opt_.max_backoff_ms / 1000);
+    CEDAR_LOG_WARN(
+        "kv tier: %s is unavailable (%s); going on with the memory and disk caches, retrying with "
+        "backoff (up to %d s)",
+        endpoint_.redacted().c_str(), what.c_str(), opt_.max_backoff_ms / 1000);
   }
   stats_.up = false;
 }
@@ -365,8 +367,8 @@ size_t RedisTier::fetch_blocks(std::span<const int32_t> tokens, std::span<const 
 
 int64_t RedisTier::fetch_tail(std::span<const int32_t> prompt, int64_t start, int64_t max_tokens,
                               std::vector<uint8_t>* payload) {
-  const int64_t longest = std::min<int64_t>({max_tokens, static_cast<int64_t>(g_.block_tokens) - 1,
-                                             static_cast<int64_t>(prompt.size()) - start});
+  const int64_t longest = std::min<int64_t>(
+      {max_tokens, static_cast<int64_t>(g_.block_tokens) - 1, static_cast<int64_t>(prompt.size()) - start});
   if (longest <= 0 || start < 0) return 0;
   std::lock_guard<std::mutex> guard(lookup_mu_);
   if (!ensure(lookup_)) return 0;
@@ -492,9 +494,10 @@ void RedisTier::write_job(WriteJob& job) {
     if (stats_.up) {
       ++stats_.outages;
       stats_.up = false;
-      CEDAR_LOG_WARN("kv tier: %s refused %llu writes (%s); prefixes are still cached in memory and on disk. "
-                     "Give Redis an eviction policy (maxmemory-policy allkeys-lru) or more maxmemory",
-                     endpoint_.redacted().c_str(), static_cast<unsigned long long>(error_replies), error_reply.c_str());
+      CEDAR_LOG_WARN(
+          "kv tier: %s refused %llu writes (%s); prefixes are still cached in memory and on disk. "
+          "Give Redis an eviction policy (maxmemory-policy allkeys-lru) or more maxmemory",
+          endpoint_.redacted().c_str(), static_cast<unsigned long long>(error_replies), error_reply.c_str());
     }
   } else if (sent == job.records.size() && !stats_.up) {
     if (stats_.outages > 0) CEDAR_LOG_INFO("kv tier: %s is back", endpoint_.redacted().c_str());
@@ -507,7 +510,8 @@ void RedisTier::writer_loop() {
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
     cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
-    if (stop_ && drain_until == Clock::time_point{}) drain_until = Clock::now() + std::chrono::milliseconds(opt_.drain_ms);
+    if (stop_ && drain_until == Clock::time_point{})
+      drain_until = Clock::now() + std::chrono::milliseconds(opt_.drain_ms);
     if (queue_.empty() || (stop_ && Clock::now() > drain_until)) {
       if (stop_) {
         for (const WriteJob& j : queue_) stats_.dropped_writes += j.records.size();

@@ -55,31 +55,31 @@ struct RedisEndpoint {
 Result<RedisEndpoint> parse_redis_url(const std::string& url);
 
 struct RedisTierOptions {
-  std::string url;             // empty: no shared tier
-  std::string password;        // when set, replaces the URL's (from a file or the environment)
+  std::string url;       // empty: no shared tier
+  std::string password;  // when set, replaces the URL's (from a file or the environment)
   int connect_timeout_ms = 300;
   int command_timeout_ms = 1000;  // each socket read or write of a call
-  int min_backoff_ms = 250;    // first retry after a failure, doubling up to max_backoff_ms
+  int min_backoff_ms = 250;       // first retry after a failure, doubling up to max_backoff_ms
   int max_backoff_ms = 30000;
   uint64_t write_queue_bytes = 256ull << 20;  // encoded records waiting for the writer
-  int drain_ms = 2000;         // at shutdown, how long queued writes may still go out
+  int drain_ms = 2000;                        // at shutdown, how long queued writes may still go out
 };
 
 struct RedisTierStats {
   bool configured = false;
-  bool up = false;                 // the last call succeeded
-  uint64_t lookups = 0;            // lookup rounds sent
+  bool up = false;       // the last call succeeded
+  uint64_t lookups = 0;  // lookup rounds sent
   uint64_t hit_blocks = 0, hit_tails = 0, hit_tokens = 0;
   uint64_t fetched_bytes = 0;
   double lookup_seconds = 0;
   uint64_t written_records = 0, written_bytes = 0;
-  uint64_t skipped_known = 0;      // blocks not sent again: written or fetched in the last known_ttl
-  uint64_t dropped_writes = 0;     // records dropped: queue full, tier down, or shutting down
+  uint64_t skipped_known = 0;                     // blocks not sent again: written or fetched in the last known_ttl
+  uint64_t dropped_writes = 0;                    // records dropped: queue full, tier down, or shutting down
   uint64_t queued_records = 0, queued_bytes = 0;  // now
-  uint64_t errors = 0;             // failed calls (I/O, timeout, error replies)
-  uint64_t error_replies = 0;      // of which Redis answered with an error (OOM, NOAUTH, ...)
-  uint64_t outages = 0;            // up -> down transitions (each logged once)
-  uint64_t connects = 0;           // successful connections
+  uint64_t errors = 0;                            // failed calls (I/O, timeout, error replies)
+  uint64_t error_replies = 0;                     // of which Redis answered with an error (OOM, NOAUTH, ...)
+  uint64_t outages = 0;                           // up -> down transitions (each logged once)
+  uint64_t connects = 0;                          // successful connections
   uint64_t corrupt = 0, foreign = 0, stale = 0, mismatch = 0;  // bad values seen (and deleted)
   uint64_t deleted = 0;
 };
@@ -148,7 +148,7 @@ class RedisTier {
   uint64_t layout_ = 0;
   std::mutex lookup_mu_;  // the lookup connection
   Connection lookup_;
-  Connection writer_;     // writer thread only
+  Connection writer_;  // writer thread only
 
   mutable std::mutex mu_;  // stats_, queue_, known_, the up/down state
   std::condition_variable cv_;

@@ -59,7 +59,8 @@ std::vector<PrefixDigest> prefix_digests(std::span<const int32_t> tokens, std::s
   XXH3_128bits_reset_withSeed(state, layout_fingerprint);
   int64_t done = 0;
   for (const int64_t e : ends) {
-    CEDAR_CHECK(e >= done && e <= static_cast<int64_t>(tokens.size()), "prefix_digests: ends must ascend within the tokens");
+    CEDAR_CHECK(e >= done && e <= static_cast<int64_t>(tokens.size()),
+                "prefix_digests: ends must ascend within the tokens");
     XXH3_128bits_update(state, tokens.data() + done, static_cast<size_t>(e - done) * sizeof(int32_t));
     done = e;
     const XXH128_hash_t h = XXH3_128bits_digest(state);
@@ -147,8 +148,9 @@ TierRecordCheck decode_tier_record(std::span<const uint8_t> value, const CacheGe
   if (n_tokens != expect.tokens.size() || boundary_bytes != want_boundary || payload_bytes != want_payload)
     return fail(TierRecordStatus::kCorrupt, "sizes disagree with the cache layout");
   if (value.size() != kTierRecordHeaderBytes + boundary_bytes + payload_bytes)
-    return fail(TierRecordStatus::kCorrupt, std::to_string(value.size()) + " bytes, the header says " +
-                                                std::to_string(kTierRecordHeaderBytes + boundary_bytes + payload_bytes));
+    return fail(TierRecordStatus::kCorrupt,
+                std::to_string(value.size()) + " bytes, the header says " +
+                    std::to_string(kTierRecordHeaderBytes + boundary_bytes + payload_bytes));
   const uint8_t* body = p + kTierRecordHeaderBytes;
   if (XXH3_64bits(body, value.size() - kTierRecordHeaderBytes) != get<uint64_t>(p, 80))
     return fail(TierRecordStatus::kCorrupt, "body checksum mismatch");

@@ -62,8 +62,8 @@ std::string tier_tail_key(uint64_t layout_fingerprint, const PrefixDigest& diges
 // What a lookup expects a record to be.
 struct TierRecordIdentity {
   TierRecordKind kind = TierRecordKind::kBlock;
-  uint64_t chain_hash = 0;     // blocks only
-  PrefixDigest digest;         // of [0, start + tokens.size())
+  uint64_t chain_hash = 0;  // blocks only
+  PrefixDigest digest;      // of [0, start + tokens.size())
   int64_t start = 0;
   std::span<const int32_t> tokens;  // the record's own tokens (their count is checked; the digest names them)
 };

@@ -50,9 +50,7 @@ Result<std::unique_ptr<PrefixStore>> PrefixStore::create(const model::Model& mod
   CEDAR_RETURN_IF_ERROR(tails.status());
   ps->tails_ = std::move(*tails);
   for (const kv::OwnerGeometry& og : ps->geometry_.owners) ps->owner_index_.push_back(og.layer);
-  if (!o.tier.url.empty()) {
-    CEDAR_ASSIGN_OR_RETURN(ps->tier_, kv::RedisTier::open(o.tier, ps->geometry_));
-  }
+  if (!o.tier.url.empty()) { CEDAR_ASSIGN_OR_RETURN(ps->tier_, kv::RedisTier::open(o.tier, ps->geometry_)); }
   return ps;
 }
 
@@ -79,7 +77,8 @@ Result<ResumePlan> PrefixStore::restore(std::span<const int32_t> prompt, ReplayM
   // The longest tail after the whole blocks (still leaving one prompt token to run): local, then shared.
   std::vector<uint8_t> tail;  // [TailCache::payload_bytes(n_tail)]
   int64_t n_tail = tails_->lookup(prompt, full, max_tokens - full, &tail);
-  const bool tail_from_tier = n_tail == 0 && tier_ && (n_tail = tier_->fetch_tail(prompt, full, max_tokens - full, &tail)) > 0;
+  const bool tail_from_tier =
+      n_tail == 0 && tier_ && (n_tail = tier_->fetch_tail(prompt, full, max_tokens - full, &tail)) > 0;
   const int64_t cached = full + n_tail;
   const int64_t window = model_.config().window_size;
   // A prefix no longer than the window is replayed whole: that is a cold prefill.
@@ -99,9 +98,12 @@ Result<ResumePlan> PrefixStore::restore(std::span<const int32_t> prompt, ReplayM
     levels_.tokens_memory += from_memory + (!tail_from_tier && !tail_disk ? n_tail : 0);
     levels_.tokens_disk += from_disk + (tail_disk ? n_tail : 0);
     levels_.tokens_tier += tier_tokens;
-    if (tier_tokens) ++levels_.hits_tier;
-    else if (from_disk || tail_disk) ++levels_.hits_disk;
-    else ++levels_.hits_memory;
+    if (tier_tokens)
+      ++levels_.hits_tier;
+    else if (from_disk || tail_disk)
+      ++levels_.hits_disk;
+    else
+      ++levels_.hits_memory;
   }
   for (size_t o = 0; o < owner_index_.size(); ++o) {
     model::KvOwnerState& owner = seq.owner(owner_index_[o]);
@@ -201,7 +203,7 @@ Status PrefixStore::save(const model::SequenceState& seq, int64_t prompt_tokens)
 }
 
 size_t PrefixStore::restore_from_tier(std::span<const int32_t> prompt, size_t first, size_t n,
-                                     model::SequenceState& seq) {
+                                      model::SequenceState& seq) {
   if (first >= n) return 0;
   const uint32_t bt = geometry_.block_tokens;
   const std::vector<uint64_t> hashes =
@@ -252,9 +254,10 @@ void PrefixStore::save_to_tier(const kv::Sequence* ks, const model::SequenceStat
       id.start = static_cast<int64_t>(k * bt);
       id.tokens = tokens.subspan(k * bt, bt);
       const uint8_t* kv_bytes = cache_->pool().block_data(ks->block_table()[k]);
-      records.push_back({kv::tier_block_key(layout, hashes[k]),
-                         kv::encode_tier_record(geometry_, id, std::span(ks->boundary_state(k), geometry_.boundary_state_bytes),
-                                                std::span(kv_bytes, geometry_.block_bytes))});
+      records.push_back(
+          {kv::tier_block_key(layout, hashes[k]),
+           kv::encode_tier_record(geometry_, id, std::span(ks->boundary_state(k), geometry_.boundary_state_bytes),
+                                  std::span(kv_bytes, geometry_.block_bytes))});
       block_hashes.push_back(hashes[k]);
     }
   }

@@ -82,12 +82,21 @@ void render_prefix_levels(std::string& out, const runtime::PrefixLevelStats& p) 
   metric(out, "cedar_kv_tier_events_total", "counter",
          "Shared KV tier: lookups, hits, writes, failures (I/O, deadline, error replies), outages and bad values "
          "(each ignored and deleted).");
-  const std::pair<const char*, uint64_t> events[] = {
-      {"lookup", t.lookups},          {"hit_block", t.hit_blocks},       {"hit_tail", t.hit_tails},
-      {"written", t.written_records}, {"skipped_known", t.skipped_known}, {"dropped_write", t.dropped_writes},
-      {"error", t.errors},            {"error_reply", t.error_replies},  {"outage", t.outages},
-      {"connect", t.connects},        {"corrupt", t.corrupt},            {"foreign", t.foreign},
-      {"stale", t.stale},             {"mismatch", t.mismatch},          {"deleted", t.deleted}};
+  const std::pair<const char*, uint64_t> events[] = {{"lookup", t.lookups},
+                                                     {"hit_block", t.hit_blocks},
+                                                     {"hit_tail", t.hit_tails},
+                                                     {"written", t.written_records},
+                                                     {"skipped_known", t.skipped_known},
+                                                     {"dropped_write", t.dropped_writes},
+                                                     {"error", t.errors},
+                                                     {"error_reply", t.error_replies},
+                                                     {"outage", t.outages},
+                                                     {"connect", t.connects},
+                                                     {"corrupt", t.corrupt},
+                                                     {"foreign", t.foreign},
+                                                     {"stale", t.stale},
+                                                     {"mismatch", t.mismatch},
+                                                     {"deleted", t.deleted}};
   for (const auto& [name, value] : events)
     sample(out, "cedar_kv_tier_events_total", std::string("event=\"") + name + "\"", static_cast<double>(value));
   metric(out, "cedar_kv_tier_bytes_total", "counter", "Bytes of KV records fetched from and written to the tier.");

@@ -187,7 +187,8 @@ TEST(TierRecord, KeysNameTheVersionTheLayoutAndTheHash) {
   Fixture f;
   char want[80];
   std::snprintf(want, sizeof want, "cedar:kv:v1:%016llx:b:%016llx",
-                static_cast<unsigned long long>(f.g.layout_fingerprint()), static_cast<unsigned long long>(f.hashes[0]));
+                static_cast<unsigned long long>(f.g.layout_fingerprint()),
+                static_cast<unsigned long long>(f.hashes[0]));
   EXPECT_EQ(tier_block_key(f.g.layout_fingerprint(), f.hashes[0]), want);
   std::snprintf(want, sizeof want, "cedar:kv:v1:%016llx:t:%016llx%016llx",
                 static_cast<unsigned long long>(f.g.layout_fingerprint()),
@@ -224,9 +225,7 @@ TEST(RedisUrl, RefusesTlsAndMalformedUrlsWithTheFix) {
                           "redis://cache:port", "redis://cache:6379/x", "cache:6379"}) {
     const auto r = parse_redis_url(bad);
     EXPECT_FALSE(r.ok()) << bad;
-    if (!r.ok()) {
-      EXPECT_NE(r.status().message().find("redis://"), std::string::npos) << bad;
-    }
+    if (!r.ok()) { EXPECT_NE(r.status().message().find("redis://"), std::string::npos) << bad; }
   }
 }
 

@@ -1,7 +1,7 @@
 #include "kv_tier_flags.h"
 
-#include <cstdlib>
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 
 #include "core/log.h"
@@ -17,18 +17,22 @@ Status kv_tier_from_flags(const Args& args, kv::RedisTierOptions* out) {
   out->url = args.get_or("--kv-tier", "");
   CEDAR_ASSIGN_OR_RETURN(const kv::RedisEndpoint endpoint, kv::parse_redis_url(out->url));
   if (!endpoint.password.empty())
-    CEDAR_LOG_WARN("--kv-tier: the URL carries a password, which `ps` shows to every user; prefer "
-                   "--kv-tier-password-file FILE or the CEDAR_KV_TIER_PASSWORD environment variable");
+    CEDAR_LOG_WARN(
+        "--kv-tier: the URL carries a password, which `ps` shows to every user; prefer "
+        "--kv-tier-password-file FILE or the CEDAR_KV_TIER_PASSWORD environment variable");
   if (args.has("--kv-tier-password-file")) {
     const std::string path = args.get_or("--kv-tier-password-file", "");
     std::ifstream in(path);
-    if (!in) return invalid_argument("--kv-tier-password-file '" + path + "' cannot be read; give a file holding the password");
+    if (!in)
+      return invalid_argument("--kv-tier-password-file '" + path +
+                              "' cannot be read; give a file holding the password");
     std::string password;
     std::getline(in, password);
     while (!password.empty() && (password.back() == '\r' || password.back() == ' ' || password.back() == '\t'))
       password.pop_back();
     if (password.empty())
-      return invalid_argument("--kv-tier-password-file '" + path + "' starts with an empty line; put the password on its first line");
+      return invalid_argument("--kv-tier-password-file '" + path +
+                              "' starts with an empty line; put the password on its first line");
     out->password = password;
   } else if (const char* env = std::getenv("CEDAR_KV_TIER_PASSWORD"); env && *env) {
     out->password = env;
