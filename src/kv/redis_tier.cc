@@ -1,6 +1,8 @@
 #include "kv/redis_tier.h"
 
 #include <hiredis.h>
+#include <pthread.h>
+#include <signal.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -34,6 +36,33 @@ bool parse_int(std::string_view s, int lo, int hi, int* out) {
   *out = v;
   return true;
 }
+
+// hiredis writes with write(2): on a connection Redis has dropped that raises SIGPIPE, whose default
+// action ends the process (`cedar serve` ignores it; `cedar chat` and `generate` do not). Every call
+// into hiredis blocks it on the calling thread and swallows one that came meanwhile.
+class SigpipeGuard {
+ public:
+  SigpipeGuard() {
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    pthread_sigmask(SIG_BLOCK, &pipe_, &old_);
+  }
+  ~SigpipeGuard() {
+    sigset_t pending;
+    sigemptyset(&pending);
+    if (sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) && !sigismember(&old_, SIGPIPE)) {
+      const timespec now{};
+      while (sigtimedwait(&pipe_, nullptr, &now) == SIGPIPE) {
+      }
+    }
+    pthread_sigmask(SIG_SETMASK, &old_, nullptr);
+  }
+  SigpipeGuard(const SigpipeGuard&) = delete;
+  SigpipeGuard& operator=(const SigpipeGuard&) = delete;
+
+ private:
+  sigset_t pipe_, old_;
+};
 
 struct ReplyDeleter {
   void operator()(redisReply* r) const {
@@ -139,6 +168,7 @@ Result<std::unique_ptr<RedisTier>> RedisTier::open(const RedisTierOptions& optio
   {
     // Connect now so that a Redis down at start is reported at start (the server starts anyway).
     std::lock_guard<std::mutex> lock(t->lookup_mu_);
+    SigpipeGuard no_sigpipe;
     t->ensure(t->lookup_);
   }
   t->writer_thread_ = std::thread([p = t.get()] { p->writer_loop(); });
@@ -289,6 +319,7 @@ size_t RedisTier::fetch_blocks(std::span<const int32_t> tokens, std::span<const 
                                const BlockSink& sink) {
   if (first_block >= hashes.size()) return 0;
   std::lock_guard<std::mutex> guard(lookup_mu_);
+  SigpipeGuard no_sigpipe;
   if (!ensure(lookup_)) return 0;
   const auto t0 = Clock::now();
   const uint32_t bt = g_.block_tokens;
@@ -371,6 +402,7 @@ int64_t RedisTier::fetch_tail(std::span<const int32_t> prompt, int64_t start, in
       {max_tokens, static_cast<int64_t>(g_.block_tokens) - 1, static_cast<int64_t>(prompt.size()) - start});
   if (longest <= 0 || start < 0) return 0;
   std::lock_guard<std::mutex> guard(lookup_mu_);
+  SigpipeGuard no_sigpipe;
   if (!ensure(lookup_)) return 0;
   const auto t0 = Clock::now();
   std::vector<int64_t> ends;
@@ -451,6 +483,7 @@ bool RedisTier::flush(std::chrono::milliseconds timeout) {
 }
 
 void RedisTier::write_job(WriteJob& job) {
+  SigpipeGuard no_sigpipe;
   size_t sent = 0;
   uint64_t bytes = 0;
   bool ok = ensure(writer_);

@@ -184,7 +184,11 @@ class Server:
 
     def stop(self):
         self.proc.send_signal(signal.SIGTERM)
-        code = self.proc.wait(timeout=120)
+        try:
+            code = self.proc.wait(timeout=120)
+        except subprocess.TimeoutExpired:  # busy past any sane shutdown: not a clean stop
+            self.proc.kill()
+            code = self.proc.wait(timeout=60)
         self.log.close()
         return code
 
