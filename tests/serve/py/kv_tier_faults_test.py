@@ -11,13 +11,15 @@ and the tier comes back (reconnect with backoff) once Redis does.
 
   kv_tier_faults_test.py PATH/TO/cedar [WORK_DIR]
 
-The reference answers come from servers without the tier that have never seen the conversation (a
+Also Redis down when a replica starts (it serves, then joins the tier once Redis is there). The
+reference answers come from servers without the tier that have never seen the conversation (a
 cold prefill). Exits 77 (skipped) where redis-server is not installed.
 """
+import os
 import sys
 import time
 
-from kv_tier_util import Redis, Server, check, finish, prepare, tiny_model, turn1, turn2
+from kv_tier_util import Redis, Server, check, finish, free_port, prepare, tiny_model, turn1, turn2
 
 
 def wait_up(server, topic_prefix):
@@ -42,6 +44,24 @@ def main():
     cold = Server(cedar, tiny, work, "cold", ["--replay", "full"])  # never reuses: every answer is a cold one
     servers = [a, b, cold]
     try:
+        # 0. Redis down at start: the replica starts, answers, reports the outage, and joins the tier
+        # once a Redis appears at the address.
+        late_port = free_port()
+        late = Server(cedar, tiny, work, "late", ["--kv-tier", f"redis://127.0.0.1:{late_port}",
+                                                  "--kv-tier-timeout", "300"])
+        servers.append(late)
+        got, _ = late.chat(turn1("a tier down at start"), 8)
+        want, _ = cold.chat(turn1("a tier down at start"), 8)
+        check("down at start: the replica answers, and right", got == want)
+        check("down at start: the outage shows in /metrics", late.metrics().get("cedar_kv_tier_up", 1) == 0 and
+              late.tier("outage") == 1)
+        os.makedirs(os.path.join(work, "late"))
+        late_redis = Redis(os.path.join(work, "late"), late_port)
+        check("down at start: the replica joins the tier once Redis is there", wait_up(late, "late"))
+        late.stop()
+        servers.remove(late)
+        late_redis.stop()
+
         # 1. Garbage: every stored value of the conversation is overwritten in the middle.
         first = turn1("garbage")
         written = a.write_count()
