@@ -5,6 +5,7 @@ find_package(nlohmann_json 3.10 REQUIRED)  # nlohmann-json3-dev
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(XXHASH REQUIRED IMPORTED_TARGET libxxhash)
 pkg_check_modules(ZSTD REQUIRED IMPORTED_TARGET libzstd)
+pkg_check_modules(HIREDIS REQUIRED IMPORTED_TARGET hiredis)  # libhiredis-dev: the shared KV tier (kv/redis_tier.h)
 pkg_check_modules(PCRE2 REQUIRED IMPORTED_TARGET libpcre2-8)
 pkg_check_modules(URING REQUIRED IMPORTED_TARGET liburing)  # liburing-dev: streaming reads
 find_path(HTTPLIB_INCLUDE_DIR httplib.h REQUIRED)  # libcpp-httplib-dev (header + shared lib)

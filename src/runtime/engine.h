@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "core/status.h"
+#include "runtime/prefix_levels.h"
 
 namespace cedar::runtime {
 
@@ -190,6 +191,7 @@ struct EngineStats {             // cumulative, for /metrics
   // (TokenConstraint::mask_to_finish_within).
   uint64_t constraint_budget_resamples = 0;
   uint64_t kv_bytes_memory = 0, kv_bytes_disk = 0;  // prefix cache
+  PrefixLevelStats prefix_levels;  // prefix-cache hits by level (memory, disk, shared tier)
   uint64_t sequence_bytes = 0;   // working state reserved by running sequences
   int queue_depth = 0, active_sequences = 0;
 };

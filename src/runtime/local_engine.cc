@@ -113,6 +113,7 @@ class LocalEngine final : public Engine {
     if (store_) {
       s.kv_bytes_memory = store_->memory_stats().pool.blocks_in_use * store_->block_bytes();
       s.kv_bytes_disk = store_->disk_stats().bytes + store_->tail_stats().disk_bytes;
+      s.prefix_levels = store_->level_stats();
     }
     return s;
   }
@@ -455,6 +456,7 @@ Result<std::unique_ptr<Engine>> make_engine(std::unique_ptr<model::Model> model,
     po.disk_dir = options.cache_dir;
     po.disk_budget_bytes = options.cache_budget_bytes;
     po.block_tokens = options.kv_block_tokens;
+    po.tier = options.kv_tier;
     CEDAR_ASSIGN_OR_RETURN(store, PrefixStore::create(*model, po));
   }
   return std::unique_ptr<Engine>(new LocalEngine(std::move(model), std::move(store), options, std::move(model_id)));

@@ -9,6 +9,7 @@
 #include <memory>
 #include <string>
 
+#include "kv/redis_tier.h"
 #include "model/model.h"
 #include "ops/kernel_set.h"
 #include "runtime/engine.h"
@@ -34,6 +35,7 @@ struct EngineOptions {
   std::string cache_dir;
   uint64_t cache_budget_bytes = 8ull << 30;
   uint32_t kv_block_tokens = 64;
+  kv::RedisTierOptions kv_tier;   // --kv-tier: the prefix cache's shared third level (url empty: none)
   bool replay_full = false;       // recompute whole prompts after a hit (exact) instead of bounded replay
   bool decoder_narrowing = false;
   // Constrained decoding: how long past its forward pass a step waits for the token masks. A

@@ -5,18 +5,23 @@
 // to the tail cache (kv/tail_cache.h). A new request restores the longest cached prefix (whole blocks,
 // then the longest tail after them) and rebuilds the windows and the pending compressor groups by
 // bounded replay (spec §8) or, with ReplayMode::kFull, recomputes everything.
+// With a shared tier (kv/redis_tier.h) a local miss asks it for the blocks and the tail after the local
+// prefix, and every save also goes to it, asynchronously: the third level after memory and disk.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 
 #include "core/status.h"
 #include "kv/disk_cache.h"
 #include "kv/kv_cache.h"
+#include "kv/redis_tier.h"
 #include "kv/tail_cache.h"
 #include "model/model.h"
+#include "runtime/prefix_levels.h"
 
 namespace cedar::runtime {
 
@@ -30,6 +35,7 @@ struct PrefixStoreOptions {
   uint64_t disk_budget_bytes = 8ull << 30;
   uint32_t block_tokens = 64;             // a multiple of every compress ratio
   uint32_t memory_blocks = 4096;          // in-memory pool size (blocks)
+  kv::RedisTierOptions tier;              // tier.url empty: no shared tier
 };
 
 struct ResumePlan {
@@ -56,6 +62,8 @@ class PrefixStore {
   uint64_t block_bytes() const { return geometry_.block_bytes; }
   kv::DiskCacheStats disk_stats() const;
   kv::TailCacheStats tail_stats() const;
+  PrefixLevelStats level_stats() const;
+  kv::RedisTier* tier() { return tier_.get(); }
 
  private:
   PrefixStore(const model::Model& m) : model_(m) {}
@@ -65,7 +73,16 @@ class PrefixStore {
   std::unique_ptr<kv::KvCache> cache_;
   std::unique_ptr<kv::TailCache> tails_;
   Status save_tail(const model::SequenceState& seq, int64_t end);
+  // The tail of [0, end) after its last whole block: its first token and its payload (TailCache layout).
+  int64_t tail_payload(const model::SequenceState& seq, int64_t end, std::vector<uint8_t>* payload) const;
+  // Blocks [first, n) of `prompt` from the shared tier, written straight into `seq`.
+  size_t restore_from_tier(std::span<const int32_t> prompt, size_t first, size_t n, model::SequenceState& seq);
+  void save_to_tier(const kv::Sequence* ks, const model::SequenceState& seq, int64_t prompt_tokens);
   std::vector<int> owner_index_;  // kv owner index -> model layer
+  std::unique_ptr<kv::RedisTier> tier_;
+  // Level counters; restore() runs on one thread at a time (the engine's scheduler), stats read them.
+  mutable std::mutex levels_mu_;
+  PrefixLevelStats levels_;
 };
 
 }  // namespace cedar::runtime

@@ -61,6 +61,7 @@ Result<ServingEngine> open_serving_engine(const EngineSetup& setup) {
     options.threads = setup.threads;
     options.prefill_chunk = setup.prefill_chunk;
     options.cache_dir = setup.cache_dir;
+    options.kv_tier = setup.kv_tier;
     options.kv_memory_bytes = setup.kv_memory_bytes;
     if (options.kv_memory_bytes == 0) {
       const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "core/status.h"
+#include "kv/redis_tier.h"
 #include "model/model.h"
 #include "ops/kernel_set.h"
 #include "runtime/engine.h"
@@ -24,6 +25,7 @@ struct EngineSetup {
   int threads = 0;            // compute threads of the real engine; 0 = all cores
   int prefill_chunk = 512;    // prompt tokens prefilled per engine step (runtime::EngineOptions)
   std::string cache_dir;      // durable prefix cache directory (empty: memory only)
+  kv::RedisTierOptions kv_tier;  // --kv-tier: the shared third level of the prefix cache (url empty: none)
   bool replay_full = false;   // after a prefix hit recompute the whole prompt instead of bounded replay
   uint64_t kv_memory_bytes = 0;  // running sequences' working state limit; 0: a quarter of the RAM
   ops::Numerics numerics = ops::Numerics::kFast;  // --numerics: the commands default to fast

@@ -64,6 +64,53 @@ void sample(std::string& out, const char* name, const std::string& labels, doubl
 
 double rate(double tokens, double seconds) { return seconds > 0 ? tokens / seconds : 0; }
 
+// Prefix-cache hits by level and the shared tier's health (runtime/prefix_levels.h, kv/redis_tier.h).
+void render_prefix_levels(std::string& out, const runtime::PrefixLevelStats& p) {
+  metric(out, "cedar_prefix_cache_hits_total", "counter",
+         "Prefix-cache hits by the deepest level that served part of the prefix (memory, disk, redis).");
+  sample(out, "cedar_prefix_cache_hits_total", "level=\"memory\"", static_cast<double>(p.hits_memory));
+  sample(out, "cedar_prefix_cache_hits_total", "level=\"disk\"", static_cast<double>(p.hits_disk));
+  sample(out, "cedar_prefix_cache_hits_total", "level=\"redis\"", static_cast<double>(p.hits_tier));
+  metric(out, "cedar_prefix_cache_tokens_total", "counter", "Prompt tokens restored from the prefix cache, by level.");
+  sample(out, "cedar_prefix_cache_tokens_total", "level=\"memory\"", static_cast<double>(p.tokens_memory));
+  sample(out, "cedar_prefix_cache_tokens_total", "level=\"disk\"", static_cast<double>(p.tokens_disk));
+  sample(out, "cedar_prefix_cache_tokens_total", "level=\"redis\"", static_cast<double>(p.tokens_tier));
+  const kv::RedisTierStats& t = p.tier;
+  if (!t.configured) return;
+  metric(out, "cedar_kv_tier_up", "gauge", "1 while the shared KV tier (Redis) answers, 0 during an outage.");
+  sample(out, "cedar_kv_tier_up", "", t.up ? 1 : 0);
+  metric(out, "cedar_kv_tier_events_total", "counter",
+         "Shared KV tier: lookups, hits, writes, failures (I/O, deadline, error replies), outages and bad values "
+         "(each ignored and deleted).");
+  const std::pair<const char*, uint64_t> events[] = {{"lookup", t.lookups},
+                                                     {"hit_block", t.hit_blocks},
+                                                     {"hit_tail", t.hit_tails},
+                                                     {"written", t.written_records},
+                                                     {"skipped_known", t.skipped_known},
+                                                     {"dropped_write", t.dropped_writes},
+                                                     {"error", t.errors},
+                                                     {"error_reply", t.error_replies},
+                                                     {"outage", t.outages},
+                                                     {"connect", t.connects},
+                                                     {"corrupt", t.corrupt},
+                                                     {"foreign", t.foreign},
+                                                     {"stale", t.stale},
+                                                     {"mismatch", t.mismatch},
+                                                     {"deleted", t.deleted}};
+  for (const auto& [name, value] : events)
+    sample(out, "cedar_kv_tier_events_total", std::string("event=\"") + name + "\"", static_cast<double>(value));
+  metric(out, "cedar_kv_tier_bytes_total", "counter", "Bytes of KV records fetched from and written to the tier.");
+  sample(out, "cedar_kv_tier_bytes_total", "direction=\"fetched\"", static_cast<double>(t.fetched_bytes));
+  sample(out, "cedar_kv_tier_bytes_total", "direction=\"written\"", static_cast<double>(t.written_bytes));
+  metric(out, "cedar_kv_tier_hit_tokens_total", "counter", "Prompt tokens the tier's lookups delivered.");
+  sample(out, "cedar_kv_tier_hit_tokens_total", "", static_cast<double>(t.hit_tokens));
+  metric(out, "cedar_kv_tier_lookup_seconds_total", "counter", "Seconds spent in tier lookups (on the engine thread).");
+  sample(out, "cedar_kv_tier_lookup_seconds_total", "", t.lookup_seconds);
+  metric(out, "cedar_kv_tier_write_queue", "gauge", "Records and bytes waiting for the tier's writer thread.");
+  sample(out, "cedar_kv_tier_write_queue", "unit=\"records\"", static_cast<double>(t.queued_records));
+  sample(out, "cedar_kv_tier_write_queue", "unit=\"bytes\"", static_cast<double>(t.queued_bytes));
+}
+
 }  // namespace
 
 std::string ServerMetrics::render(const runtime::EngineStats& engine) const {
@@ -134,6 +181,7 @@ std::string ServerMetrics::render(const runtime::EngineStats& engine) const {
   sample(out, "cedar_kv_bytes", "tier=\"memory\"", static_cast<double>(engine.kv_bytes_memory));
   sample(out, "cedar_kv_bytes", "tier=\"disk\"", static_cast<double>(engine.kv_bytes_disk));
   sample(out, "cedar_kv_bytes", "tier=\"sequences\"", static_cast<double>(engine.sequence_bytes));
+  render_prefix_levels(out, engine.prefix_levels);
   metric(out, "cedar_queue_depth", "gauge", "Requests waiting in the engine's queue.");
   sample(out, "cedar_queue_depth", "", engine.queue_depth);
   metric(out, "cedar_active_sequences", "gauge", "Sequences the engine is advancing now.");

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "args.h"
+#include "kv_tier_flags.h"
 #include "residency_flags.h"
 #include "command.h"
 #include "core/timer.h"
@@ -122,14 +123,14 @@ int cmd_chat(const std::vector<std::string>& argv) {
   auto args = Args::parse(argv,
                           {"--model", "--scripted", "--tokenizer", "--system", "--thinking", "--effort",
                            "--max-tokens", "--temperature", "--max-context", "--numerics",
-                           "--memory-budget", "--residency-stats"},
+                           "--memory-budget", "--residency-stats", kKvTierFlags[0], kKvTierFlags[1], kKvTierFlags[2]},
                           {"--help"}, {{"-m", "--model"}});
   if (!args.ok()) {
     std::fprintf(stderr, "cedar chat: %s\n%s", args.status().message().c_str(), kUsage);
     return 2;
   }
   if (args->has("--help")) {
-    std::printf("%s", kUsage);
+    std::printf("%s%s", kUsage, kKvTierUsage);
     return 0;
   }
   serve::EngineSetup setup;
@@ -173,6 +174,10 @@ int cmd_chat(const std::vector<std::string>& argv) {
   }
   setup.numerics = *numerics;
   if (Status st = residency_from_flags(*args, setup.model_dir, &setup.residency, &setup.auto_budget); !st.ok()) {
+    std::fprintf(stderr, "cedar chat: %s\n", st.message().c_str());
+    return 2;
+  }
+  if (Status st = kv_tier_from_flags(*args, &setup.kv_tier); !st.ok()) {
     std::fprintf(stderr, "cedar chat: %s\n", st.message().c_str());
     return 2;
   }

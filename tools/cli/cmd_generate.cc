@@ -11,6 +11,7 @@
 #include "core/thread_pool.h"
 #include "model/model.h"
 #include "progress.h"
+#include "kv_tier_flags.h"
 #include "residency_flags.h"
 #include "runtime/local_engine.h"
 #include "tokenizer/tokenizer.h"
@@ -63,7 +64,8 @@ int cmd_generate(const std::vector<std::string>& argv) {
   auto args = Args::parse(argv,
                           {"--model", "--prompt", "--prompt-ids", "--n-predict", "--temperature", "--seed",
                            "--threads", "--numerics", "--index-keys", "--prefill-chunk", "--cache-dir", "--replay",
-                           "--top-logprobs", "--memory-budget", "--residency-stats"},
+                           "--top-logprobs", "--memory-budget", "--residency-stats", kKvTierFlags[0], kKvTierFlags[1],
+                           kKvTierFlags[2]},
                           {"--json", "--ignore-eos", "--decoder-narrowing", "--help"},
                           {{"-m", "--model"}, {"-p", "--prompt"}, {"-n", "--n-predict"}});
   if (!args.ok()) {
@@ -72,7 +74,7 @@ int cmd_generate(const std::vector<std::string>& argv) {
     return 2;
   }
   if (args->has("--help")) {
-    std::printf("%s%s", kUsage, kResidencyUsage);
+    std::printf("%s%s%s", kUsage, kResidencyUsage, kKvTierUsage);
     return 0;
   }
   if (!args->has("--model") || args->has("--prompt") == args->has("--prompt-ids")) {
@@ -158,8 +160,9 @@ int cmd_generate(const std::vector<std::string>& argv) {
   eopts.max_context = static_cast<int>(prompt.size() + *n + 1);
   eopts.threads = static_cast<int>(*threads);
   eopts.prefill_chunk = static_cast<int>(*chunk);
-  eopts.prefix_cache = args->has("--cache-dir");
+  eopts.prefix_cache = args->has("--cache-dir") || args->has("--kv-tier");
   eopts.cache_dir = args->get_or("--cache-dir", "");
+  if (Status st = kv_tier_from_flags(*args, &eopts.kv_tier); !st.ok()) return fail(st);
   eopts.replay_full = replay == "full";
   runtime::GenerationRequest request;
   request.prompt_ids = prompt;

@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "args.h"
+#include "kv_tier_flags.h"
 #include "residency_flags.h"
 #include "command.h"
 #include "core/log.h"
@@ -166,6 +167,7 @@ Result<ServeConfig> read_flags(const Args& args) {
   c.engine.script_path = args.get_or("--scripted", "");
   c.engine.tokenizer_dir = args.get_or("--tokenizer", "");
   c.engine.cache_dir = args.get_or("--cache-dir", "");
+  CEDAR_RETURN_IF_ERROR(kv_tier_from_flags(args, &c.engine.kv_tier));
   const std::string replay = args.get_or("--replay", "bounded");
   if (replay != "bounded" && replay != "full") return invalid_argument("--replay must be 'bounded' or 'full'");
   c.engine.replay_full = replay == "full";
@@ -239,14 +241,14 @@ int cmd_serve(const std::vector<std::string>& argv) {
                            "--max-tokens", "--max-body-bytes", "--max-body-bytes-in-flight", "--max-connections-per-client",
                            "--thinking", "--threads", "--cache-dir", "--replay", "--kv-memory", "--numerics",
                            "--memory-budget", "--residency-stats", "--grammar-cache", "--grammar-compile-timeout",
-                           "--grammar-compile-threads"},
+                           "--grammar-compile-threads", kKvTierFlags[0], kKvTierFlags[1], kKvTierFlags[2]},
                           {"--help", "--allow-remote-origins"}, {{"-m", "--model"}});
   if (!args.ok()) {
     std::fprintf(stderr, "cedar serve: %s\n%s", args.status().message().c_str(), kUsage);
     return 2;
   }
   if (args->has("--help")) {
-    std::printf("%s", kUsage);
+    std::printf("%s%s", kUsage, kKvTierUsage);
     return 0;
   }
   auto config = read_flags(*args);
