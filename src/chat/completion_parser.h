@@ -49,8 +49,8 @@
 #include <string_view>
 #include <vector>
 
-#include "core/status.h"
 #include "chat/chat_encoding.h"
+#include "core/status.h"
 
 namespace cedar::chat {
 

@@ -11,10 +11,10 @@
 #include <variant>
 #include <vector>
 
-#include "serve/api_error.h"
-#include "serve/chat_types.h"
 #include "chat/chat_encoding.h"
 #include "chat/completion_parser.h"
+#include "serve/api_error.h"
+#include "serve/chat_types.h"
 #include "tokenizer/tokenizer.h"
 
 namespace cedar::serve {

@@ -3,9 +3,9 @@
 #include <algorithm>
 #include <utility>
 
+#include "chat/chat_encoding.h"
 #include "core/log.h"
 #include "serve/schema_util.h"
-#include "chat/chat_encoding.h"
 #include "tokenizer/marker_tokens.h"
 
 namespace cedar::serve {

@@ -17,11 +17,11 @@
 #include <unordered_map>
 #include <vector>
 
+#include "chat/completion_parser.h"
 #include "runtime/engine.h"
 #include "serve/api_error.h"
 #include "serve/chat_types.h"
 #include "serve/stream_sink.h"
-#include "chat/completion_parser.h"
 #include "tokenizer/tokenizer.h"
 
 namespace cedar::serve {

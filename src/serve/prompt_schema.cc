@@ -1,8 +1,8 @@
 #include "serve/prompt_schema.h"
 
+#include "chat/chat_encoding.h"
 #include "serve/json_body.h"
 #include "serve/schema_util.h"
-#include "chat/chat_encoding.h"
 
 namespace cedar::serve {
 namespace {

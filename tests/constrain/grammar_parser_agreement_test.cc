@@ -24,9 +24,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "constrain/grammar_engine.h"
 #include "chat/chat_encoding.h"
 #include "chat/completion_parser.h"
+#include "constrain/grammar_engine.h"
 #include "tokenizer/marker_tokens.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_files.h"

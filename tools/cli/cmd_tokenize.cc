@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "args.h"
-#include "command.h"
 #include "chat/chat_encoding.h"
+#include "command.h"
 #include "tokenizer/tokenizer.h"
 
 namespace cedar::cli {
