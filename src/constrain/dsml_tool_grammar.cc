@@ -1,11 +1,11 @@
 // The structural tag of DeepSeek-V4.1's DSML tool calls (grammar_engine.h), written as xgrammar's
 // own builtin "deepseek_v4_1" structural tag writes it (python/xgrammar/builtin_structural_tag.py of
 // the pinned sdist), minus its reasoning prefix: cedar gates the reasoning itself (GrammarConstraint).
-// The markers are the ones tokenizer/completion_parser reads back.
+// The markers are the ones chat/completion_parser reads back.
 #include <nlohmann/json.hpp>
 
 #include "constrain/grammar_engine.h"
-#include "tokenizer/chat_encoding.h"
+#include "tokenizer/marker_tokens.h"
 
 namespace cedar::constrain {
 namespace {
@@ -13,7 +13,7 @@ namespace {
 using json = nlohmann::json;
 
 // The blank line belongs to the block's start, as the chat template writes "\n\n<｜DSML｜ calls>".
-// cedar's parser (tokenizer/completion_parser, deepseek-recipe's rules) would also read the block
+// cedar's parser (chat/completion_parser, deepseek-recipe's rules) would also read the block
 // without it, dropping the newlines before the marker; the grammar keeps the template's spelling.
 constexpr const char* kCallsBeginAfterText = "\n\n<｜DSML｜ calls>\n";
 constexpr const char* kCallsEnd = "</｜DSML｜ calls>";

@@ -13,7 +13,7 @@
 
 #include "constrain/compile_cache.h"
 #include "constrain/constraint_limits.h"
-#include "tokenizer/chat_encoding.h"
+#include "tokenizer/marker_tokens.h"
 
 namespace cedar::constrain {
 namespace {

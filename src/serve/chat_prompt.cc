@@ -4,6 +4,7 @@
 #include <cctype>
 
 #include "serve/prompt_schema.h"
+#include "tokenizer/marker_tokens.h"
 
 namespace cedar::serve {
 namespace {
@@ -20,18 +21,18 @@ bool mentions_json(const std::vector<Message>& messages) {
 // Appends deepseek-recipe's prefill of a forced tool call, "\n\n<｜DSML｜ calls>\n", after the
 // assistant header: the DSML marker is the encoder's own token, the rest text. (After a finished
 // assistant message the encoder has already opened the new turn's header.)
-void append_forced_call_prefill(tokenizer::ChatPrompt* prompt) {
-  auto add = [&](std::string_view s, tokenizer::SpanKind kind) {
+void append_forced_call_prefill(chat::ChatPrompt* prompt) {
+  auto add = [&](std::string_view s, chat::SpanKind kind) {
     const size_t at = prompt->text.size();
     prompt->text += s;
-    if (kind == tokenizer::SpanKind::kText && !prompt->spans.empty() && prompt->spans.back().kind == kind)
+    if (kind == chat::SpanKind::kText && !prompt->spans.empty() && prompt->spans.back().kind == kind)
       prompt->spans.back().end = prompt->text.size();
     else
       prompt->spans.push_back({at, prompt->text.size(), kind});
   };
-  add("\n\n<", tokenizer::SpanKind::kText);
-  add(tokenizer::kDsml, tokenizer::SpanKind::kSpecial);
-  add(" calls>\n", tokenizer::SpanKind::kText);
+  add("\n\n<", chat::SpanKind::kText);
+  add(tokenizer::kDsml, chat::SpanKind::kSpecial);
+  add(" calls>\n", chat::SpanKind::kText);
 }
 
 }  // namespace
@@ -77,16 +78,16 @@ std::variant<RenderedChat, ApiError> render_chat_prompt(const ChatRequest& reque
                            "tool_choice");
   const OrderedJson encoder_input = encoder_messages(messages, request.tools, request.response_format, continued);
 
-  tokenizer::ChatOptions options;
+  chat::ChatOptions options;
   options.format = settings.format;
   options.plain_image_placeholder_text = true;
   options.recipe_turns = true;
-  options.thinking_mode = thinking ? tokenizer::ThinkingMode::kThinking : tokenizer::ThinkingMode::kChat;
-  if (settings.format == tokenizer::PromptFormat::kV41) options.reasoning_effort = request.reasoning.effort.value_or(kDefaultEffort);
-  auto prompt = tokenizer::encode_chat(encoder_input, options);
+  options.thinking_mode = thinking ? chat::ThinkingMode::kThinking : chat::ThinkingMode::kChat;
+  if (settings.format == chat::PromptFormat::kV41) options.reasoning_effort = request.reasoning.effort.value_or(kDefaultEffort);
+  auto prompt = chat::encode_chat(encoder_input, options);
   if (!prompt.ok()) return invalid_request("the conversation cannot be encoded: " + prompt.status().message());
   if (request.tool_call_required) append_forced_call_prefill(&*prompt);
-  auto ids = tokenizer::encode_chat_ids(tokenizer, *prompt, settings.format);
+  auto ids = chat::encode_chat_ids(tokenizer, *prompt, settings.format);
   if (!ids.ok()) {
     if (ids.status().code() == StatusCode::kInvalidArgument)
       return invalid_request("the conversation cannot be tokenized: " + ids.status().message());
@@ -100,9 +101,9 @@ std::variant<RenderedChat, ApiError> render_chat_prompt(const ChatRequest& reque
     // Where the model resumes (deepseek-recipe's ThinkingInitialStage): in the answer once it has
     // begun, else in the reasoning the message carries (none: as a new turn's reasoning).
     const Message& last = messages.back();
-    out.parse_start = !last.content.empty()  ? tokenizer::ParseStart::kContentContinuation
-                      : !last.reasoning.empty() ? tokenizer::ParseStart::kReasoningContinuation
-                                                : tokenizer::ParseStart::kNewTurn;
+    out.parse_start = !last.content.empty()  ? chat::ParseStart::kContentContinuation
+                      : !last.reasoning.empty() ? chat::ParseStart::kReasoningContinuation
+                                                : chat::ParseStart::kNewTurn;
   }
   return out;
 }

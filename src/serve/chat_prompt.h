@@ -11,26 +11,26 @@
 #include <variant>
 #include <vector>
 
+#include "chat/chat_encoding.h"
+#include "chat/completion_parser.h"
 #include "serve/api_error.h"
 #include "serve/chat_types.h"
-#include "tokenizer/chat_encoding.h"
-#include "tokenizer/completion_parser.h"
 #include "tokenizer/tokenizer.h"
 
 namespace cedar::serve {
 
 struct PromptSettings {
   bool default_thinking = true;  // mode when the request says nothing (deepseek-recipe's default)
-  tokenizer::PromptFormat format = tokenizer::PromptFormat::kV41;
+  chat::PromptFormat format = chat::PromptFormat::kV41;
 };
 
 struct RenderedChat {
-  tokenizer::ChatPrompt prompt;
+  chat::ChatPrompt prompt;
   std::vector<int32_t> ids;
   bool thinking = false;
   // Where the completion parser starts: a continued message (Chat `prefix: true`) resumes inside
   // its reasoning or its answer.
-  tokenizer::ParseStart parse_start = tokenizer::ParseStart::kNewTurn;
+  chat::ParseStart parse_start = chat::ParseStart::kNewTurn;
 };
 
 // The V4.1 effort of a thinking turn whose request names none: deepseek-recipe's default "high".

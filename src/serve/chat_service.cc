@@ -9,6 +9,7 @@
 #include "serve/chat_prompt.h"
 #include "serve/output_constraint.h"
 #include "serve/prompt_schema.h"
+#include "tokenizer/marker_tokens.h"
 #include "serve/schema_util.h"
 
 namespace cedar::serve {
@@ -57,7 +58,7 @@ bool ChatService::markers_as_generated(const runtime::GenerationResult& result, 
   for (int32_t id : result.output_ids)
     if (id != eos_id_ && added_ids_.contains(id)) ++generated;
   // Thinking mode: the `</think>` token that ended the reasoning is the encoder's own in the replay.
-  const size_t think_end = output.thinking == tokenizer::ThinkingMode::kThinking ? 1 : 0;
+  const size_t think_end = output.thinking == chat::ThinkingMode::kThinking ? 1 : 0;
   const std::optional<size_t> in_reasoning = added_in(reasoning), in_raw = added_in(raw),
                               in_prefix = added_in(output.output_prefix);
   return in_reasoning && in_raw && in_prefix && *in_reasoning + think_end + *in_raw == generated + *in_prefix;
@@ -121,7 +122,7 @@ std::variant<PreparedGeneration, ApiError> ChatService::prepare_chat(const ChatR
   RenderedChat& chat = std::get<RenderedChat>(rendered);
   OutputSettings output;
   output.mode = OutputMode::kChat;
-  output.thinking = chat.thinking ? tokenizer::ThinkingMode::kThinking : tokenizer::ThinkingMode::kChat;
+  output.thinking = chat.thinking ? chat::ThinkingMode::kThinking : chat::ThinkingMode::kChat;
   output.stop = request.sampling.stop;
   output.tool_id_prefix = std::string(tool_id_prefix);
   output.parse_tool_calls = !request.tools.empty();

@@ -1,5 +1,5 @@
 // ChatService: the API-independent middle of the server (and of `cedar chat`). It
-//   1. renders a neutral request into a V4.1 prompt (tokenizer/chat_encoding) and token ids,
+//   1. renders a neutral request into a V4.1 prompt (chat/chat_encoding) and token ids,
 //      replaying earlier tool-call turns byte for byte (ReplayStore) so the prompt's prefix is
 //      the very token sequence the engine generated, and the prefix cache hits;
 //   2. checks the per-request limits (prompt length, output budget) and submits to the engine,
@@ -31,7 +31,7 @@
 #include "serve/output_assembler.h"
 #include "serve/stream_sink.h"
 #include "serve/replay_store.h"
-#include "tokenizer/chat_encoding.h"
+#include "chat/chat_encoding.h"
 #include "tokenizer/tokenizer.h"
 
 namespace cedar::serve {
@@ -44,7 +44,7 @@ struct ServiceConfig {
   int default_max_tokens = 4096;    // output budget when the request names none, and the most one may ask
                                     // (a larger max_tokens is clamped to it)
   int max_prompt_tokens = 0;        // longest prompt accepted; 0 = the engine's context
-  tokenizer::PromptFormat format = tokenizer::PromptFormat::kV41;
+  chat::PromptFormat format = chat::PromptFormat::kV41;
   constrain::GrammarEngineOptions grammar;  // compile threads, deadline, grammar cache budget
 };
 

@@ -3,9 +3,10 @@
 #include <algorithm>
 #include <utility>
 
+#include "chat/chat_encoding.h"
 #include "core/log.h"
 #include "serve/schema_util.h"
-#include "tokenizer/chat_encoding.h"
+#include "tokenizer/marker_tokens.h"
 
 namespace cedar::serve {
 namespace {
@@ -61,7 +62,7 @@ void OutputAssembler::feed_output_prefix() {
   if (settings_.output_prefix.empty() || settings_.mode == OutputMode::kRaw) return;
   decoded_ += settings_.output_prefix;
   // The prefix is the prompt's own markup: its markers are the special tokens they spell.
-  for (const tokenizer::ParseEvent& e : parser_.feed(settings_.output_prefix, tokenizer::ChunkKind::kText)) handle(e);
+  for (const chat::ParseEvent& e : parser_.feed(settings_.output_prefix, chat::ChunkKind::kText)) handle(e);
 }
 
 void OutputAssembler::push(int32_t token) {
@@ -97,34 +98,34 @@ void OutputAssembler::feed_parser(int32_t token, std::string_view text) {
   // character of plain bytes it cut short; those bytes are plain text.
   const auto added = added_.find(token);
   if (added == added_.end() || !text.ends_with(added->second)) {
-    for (const tokenizer::ParseEvent& e : parser_.feed(text, tokenizer::ChunkKind::kPlainTokens)) handle(e);
+    for (const chat::ParseEvent& e : parser_.feed(text, chat::ChunkKind::kPlainTokens)) handle(e);
     return;
   }
   const std::string_view plain = text.substr(0, text.size() - added->second.size());
-  for (const tokenizer::ParseEvent& e : parser_.feed(plain, tokenizer::ChunkKind::kPlainTokens)) handle(e);
-  for (const tokenizer::ParseEvent& e : parser_.feed(added->second, tokenizer::ChunkKind::kSpecialToken)) handle(e);
+  for (const chat::ParseEvent& e : parser_.feed(plain, chat::ChunkKind::kPlainTokens)) handle(e);
+  for (const chat::ParseEvent& e : parser_.feed(added->second, chat::ChunkKind::kSpecialToken)) handle(e);
 }
 
-void OutputAssembler::handle(const tokenizer::ParseEvent& event) {
+void OutputAssembler::handle(const chat::ParseEvent& event) {
   if (stop_matched_) return;
   switch (event.type) {
-    case tokenizer::ParseEvent::Type::kReasoningDelta:
+    case chat::ParseEvent::Type::kReasoningDelta:
       turn_.reasoning += event.text;
       if (sink_) sink_->on_reasoning(event.text);
       break;
-    case tokenizer::ParseEvent::Type::kContentDelta: emit_content(event.text, &event); break;
-    case tokenizer::ParseEvent::Type::kToolCall: {
+    case chat::ParseEvent::Type::kContentDelta: emit_content(event.text, &event); break;
+    case chat::ParseEvent::Type::kToolCall: {
       flush_held_content();  // a stop string cannot span a tool call
       ToolCall call{random_id(settings_.tool_id_prefix), event.tool_call.name, event.tool_call.arguments};
       if (sink_) sink_->on_tool_call(turn_.tool_calls.size(), call);
       turn_.tool_calls.push_back(std::move(call));
       break;
     }
-    case tokenizer::ParseEvent::Type::kStop:
+    case chat::ParseEvent::Type::kStop:
       turn_.matched_stop = event.text;
       stop_matched_ = true;
       break;
-    case tokenizer::ParseEvent::Type::kDone: parser_done_ = true; break;
+    case chat::ParseEvent::Type::kDone: parser_done_ = true; break;
   }
 }
 
@@ -155,7 +156,7 @@ void OutputAssembler::content_text(std::string_view text) {
   held_content_.erase(0, release);
 }
 
-void OutputAssembler::emit_content(std::string_view text, const tokenizer::ParseEvent* event) {
+void OutputAssembler::emit_content(std::string_view text, const chat::ParseEvent* event) {
   if (text.empty()) return;
   const size_t reported = turn_.logprobs.size();
   if (settings_.logprobs && event) {
@@ -214,7 +215,7 @@ std::optional<ApiError> OutputAssembler::finish(const runtime::GenerationResult&
       content_text(tail);
     }
     if (settings_.mode == OutputMode::kChat && !wants_stop())
-      for (const tokenizer::ParseEvent& e : parser_.finish()) handle(e);
+      for (const chat::ParseEvent& e : parser_.finish()) handle(e);
   }
   if (!stop_matched_) flush_held_content();
 
@@ -227,7 +228,7 @@ std::optional<ApiError> OutputAssembler::finish(const runtime::GenerationResult&
   turn->usage.prompt_tokens = result.prompt_tokens;
   turn->usage.completion_tokens = static_cast<int>(result.output_ids.size());
   turn->usage.cached_tokens = result.cached_tokens;
-  if (settings_.mode == OutputMode::kChat && settings_.thinking == tokenizer::ThinkingMode::kThinking) {
+  if (settings_.mode == OutputMode::kChat && settings_.thinking == chat::ThinkingMode::kThinking) {
     // deepseek-recipe's count: the tokens the reasoning text encodes to (without BOS/EOS), whatever
     // ended it (the </think> token, tool calls opened inside it, the budget).
     const auto ids = tokenizer_.encode(turn->reasoning, /*add_special=*/false);
@@ -252,7 +253,7 @@ std::optional<ApiError> OutputAssembler::finish(const runtime::GenerationResult&
 
 std::optional<std::string> OutputAssembler::raw_after_reasoning() const {
   std::string_view text = decoded_;  // the parser was fed exactly decoded_
-  if (settings_.thinking == tokenizer::ThinkingMode::kThinking) {
+  if (settings_.thinking == chat::ThinkingMode::kThinking) {
     // Where the parser read the `</think>` token (a spelled one inside the reasoning is text). A turn
     // whose calls opened inside the reasoning has no answer part to replay.
     const std::optional<size_t> end = parser_.reasoning_end();

@@ -17,11 +17,11 @@
 #include <unordered_map>
 #include <vector>
 
+#include "chat/completion_parser.h"
 #include "runtime/engine.h"
 #include "serve/api_error.h"
 #include "serve/chat_types.h"
 #include "serve/stream_sink.h"
-#include "tokenizer/completion_parser.h"
 #include "tokenizer/tokenizer.h"
 
 namespace cedar::serve {
@@ -30,7 +30,7 @@ enum class OutputMode { kChat, kRaw };
 
 struct OutputSettings {
   OutputMode mode = OutputMode::kChat;
-  tokenizer::ThinkingMode thinking = tokenizer::ThinkingMode::kChat;
+  chat::ThinkingMode thinking = chat::ThinkingMode::kChat;
   std::vector<std::string> stop;       // stop strings on the content
   std::string tool_id_prefix = "call_";  // ids of the tool calls this turn makes
   // False when the request declared no tools or chose "none": DSML the model writes anyway stays
@@ -45,7 +45,7 @@ struct OutputSettings {
   // chat_prompt.h): parsed before the first generated token, so the turn reads as the model's.
   std::string output_prefix;
   // Where the parser starts: a continued assistant message resumes inside its reasoning or answer.
-  tokenizer::ParseStart parse_start = tokenizer::ParseStart::kNewTurn;
+  chat::ParseStart parse_start = chat::ParseStart::kNewTurn;
 };
 
 class OutputAssembler {
@@ -72,14 +72,14 @@ class OutputAssembler {
   std::optional<std::string> raw_after_reasoning() const;
 
  private:
-  void handle(const tokenizer::ParseEvent& event);
+  void handle(const chat::ParseEvent& event);
   // Feeds the text `token` completed to the parser with its kind (token -1: plain bytes).
   void feed_parser(int32_t token, std::string_view text);
   void feed_output_prefix();
   void content_text(std::string_view text);
   // `event`: the parser's delta, which says what text it shows (raw mode: none, the text is looked
   // up in decoded_).
-  void emit_content(std::string_view text, const tokenizer::ParseEvent* event = nullptr);
+  void emit_content(std::string_view text, const chat::ParseEvent* event = nullptr);
   void flush_held_content();
   // The not yet reported tokens whose text overlaps decoded_[from, to), appended to turn_.logprobs.
   // `collapsed`: the delta is one space standing for that text, so every token of it starts at the
@@ -90,7 +90,7 @@ class OutputAssembler {
   const OutputSettings settings_;
   StreamSink* sink_;
   tokenizer::StreamDecoder decoder_;
-  tokenizer::CompletionParser parser_;
+  chat::CompletionParser parser_;
   std::optional<int32_t> eos_id_;        // ends the turn
   std::unordered_map<int32_t, std::string> added_;  // the added (special) tokens and their text
 

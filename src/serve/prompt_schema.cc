@@ -1,8 +1,8 @@
 #include "serve/prompt_schema.h"
 
+#include "chat/chat_encoding.h"
 #include "serve/json_body.h"
 #include "serve/schema_util.h"
-#include "tokenizer/chat_encoding.h"
 
 namespace cedar::serve {
 namespace {
@@ -42,7 +42,7 @@ OrderedJson encoder_messages(const std::vector<Message>& messages, const std::ve
     msg["role"] = role_name(m.role);
     msg["content"] = m.content;
     if (m.role == Role::kAssistant) {
-      if (m.model_text) msg[tokenizer::kModelTextKey] = true;
+      if (m.model_text) msg[chat::kModelTextKey] = true;
       if (!m.reasoning.empty()) msg["reasoning_content"] = m.reasoning;
       if (!m.tool_calls.empty()) {
         OrderedJson calls = OrderedJson::array();

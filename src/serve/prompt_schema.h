@@ -1,4 +1,4 @@
-// The V4.1 prompt encoder's input (tokenizer/chat_encoding.h reads OpenAI-style messages JSON),
+// The V4.1 prompt encoder's input (chat/chat_encoding.h reads OpenAI-style messages JSON),
 // built from a neutral request. Tool definitions and the response format ride on the first
 // message, which must be a system message for the encoder to print them: when the conversation
 // has none, an empty one is put first (the official encoder ignores tools on other roles).

@@ -5,8 +5,6 @@
 #include <set>
 #include <nlohmann/json.hpp>
 
-#include "tokenizer/chat_encoding.h"
-
 namespace cedar::tokenizer {
 namespace {
 

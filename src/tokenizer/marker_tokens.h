@@ -18,6 +18,19 @@
 
 namespace cedar::tokenizer {
 
+// The control markers of the V4.1 vocabulary, as the tokenizer spells them (the chat protocol of
+// chat/ writes and parses them; each is one added token of a V4.1 tokenizer.json).
+inline constexpr std::string_view kBos = "<｜begin▁of▁sentence｜>";
+inline constexpr std::string_view kEos = "<｜end▁of▁sentence｜>";
+inline constexpr std::string_view kThinkStart = "<think>";
+inline constexpr std::string_view kThinkEnd = "</think>";
+inline constexpr std::string_view kDsml = "｜DSML｜";
+inline constexpr std::string_view kSystemMarker = "<｜System｜>";
+inline constexpr std::string_view kUserMarker = "<｜User｜>";
+inline constexpr std::string_view kAssistantMarker = "<｜Assistant｜>";
+inline constexpr std::string_view kLatestReminderMarker = "<｜latest_reminder｜>";
+inline constexpr std::string_view kImagePlaceholder = "<｜deepseek_image｜>";
+
 // The markers the V4.1 prompt format needs as single tokens (the encoder checks them).
 std::vector<std::string_view> v41_marker_tokens();
 

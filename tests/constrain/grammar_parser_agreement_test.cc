@@ -4,7 +4,7 @@
 // Random walks through the grammar stand in for a model with random weights: at every step one
 // token is drawn uniformly from those the grammar's mask allows (the end-of-sentence token, when
 // allowed, with a fixed probability so that walks end). The ids go through the same pipeline the
-// server uses: tokenizer::StreamDecoder to text, then tokenizer::CompletionParser, fed the forced
+// server uses: tokenizer::StreamDecoder to text, then chat::CompletionParser, fed the forced
 // call's prefill first when the call is required, each token's text with its kind (special or
 // ordinary: the parser matches the DSML marker only against its token, so the grammar must reach
 // the marker only through it, GrammarEngine's SpelledMarkerTokens), and without the
@@ -24,9 +24,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "chat/chat_encoding.h"
+#include "chat/completion_parser.h"
 #include "constrain/grammar_engine.h"
-#include "tokenizer/chat_encoding.h"
-#include "tokenizer/completion_parser.h"
+#include "tokenizer/marker_tokens.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/tokenizer_files.h"
 #include "constrain_test_util.h"
@@ -61,15 +62,15 @@ struct Walk {
   std::string text;          // the decoded output
   bool ended = false;        // the grammar took the end-of-sentence token
   std::string content;       // what the parser reported as content and reasoning
-  std::vector<tokenizer::ToolCall> calls;
+  std::vector<chat::ToolCall> calls;
 };
 
 // Collects a parser's events into `content` and `calls`.
-void take_events(const std::vector<tokenizer::ParseEvent>& events, std::string* content,
-                 std::vector<tokenizer::ToolCall>* calls) {
+void take_events(const std::vector<chat::ParseEvent>& events, std::string* content,
+                 std::vector<chat::ToolCall>* calls) {
   for (const auto& e : events) {
-    if (e.type == tokenizer::ParseEvent::Type::kToolCall) calls->push_back(e.tool_call);
-    if (e.type == tokenizer::ParseEvent::Type::kContentDelta || e.type == tokenizer::ParseEvent::Type::kReasoningDelta)
+    if (e.type == chat::ParseEvent::Type::kToolCall) calls->push_back(e.tool_call);
+    if (e.type == chat::ParseEvent::Type::kContentDelta || e.type == chat::ParseEvent::Type::kReasoningDelta)
       *content += e.text;
   }
 }
@@ -83,7 +84,7 @@ size_t count_of(const std::string& text, const std::string& what) {
 // Where the parser's reading of an ended walk disagrees with what the grammar let it write ("" when
 // it agrees): markup shown as content, or an invoke that is no call.
 std::string disagreement(const std::string& text, const std::string& content,
-                         const std::vector<tokenizer::ToolCall>& calls) {
+                         const std::vector<chat::ToolCall>& calls) {
   if (content.find(tokenizer::kDsml) != std::string::npos) return "DSML markup in the content: " + content;
   const size_t invokes = count_of(text, "<" + std::string(tokenizer::kDsml) + " invoke name=\"");
   if (invokes != calls.size())
@@ -92,10 +93,10 @@ std::string disagreement(const std::string& text, const std::string& content,
 }
 
 // The kind of the text `id` decoded to, as the output assembler tells the parser.
-tokenizer::ChunkKind kind_of(int32_t id) {
+chat::ChunkKind kind_of(int32_t id) {
   for (const tokenizer::AddedToken& t : tok().added_tokens())
-    if (t.id == id) return tokenizer::ChunkKind::kSpecialToken;
-  return tokenizer::ChunkKind::kPlainTokens;
+    if (t.id == id) return chat::ChunkKind::kSpecialToken;
+  return chat::ChunkKind::kPlainTokens;
 }
 
 // One walk of at most `max_steps` tokens, parsed as the server's output assembler parses it.
@@ -108,12 +109,12 @@ Walk walk(ConstraintKind kind, uint32_t seed, int max_steps, const char* tools =
   GrammarConstraint& c = **started;
   std::mt19937 rng(seed);
   tokenizer::StreamDecoder decoder(tok());
-  tokenizer::CompletionParser parser(tokenizer::ThinkingMode::kChat);
+  chat::CompletionParser parser(chat::ThinkingMode::kChat);
   Walk w;
-  auto take = [&](const std::vector<tokenizer::ParseEvent>& events) { take_events(events, &w.content, &w.calls); };
+  auto take = [&](const std::vector<chat::ParseEvent>& events) { take_events(events, &w.content, &w.calls); };
   // The required call's prefill is prompt text the parser reads first (serve/chat_prompt.h).
   if (kind == ConstraintKind::kToolCallRequired)
-    take(parser.feed("\n\n<" + std::string(tokenizer::kDsml) + " calls>\n", tokenizer::ChunkKind::kText));
+    take(parser.feed("\n\n<" + std::string(tokenizer::kDsml) + " calls>\n", chat::ChunkKind::kText));
   const int32_t eos = engine().eos_id();
   // Auto calls: uniform draws would almost never open a calls block, so the walk opens one with
   // the tokenizer's own encoding of a short answer and the block's start, then goes on at random.
@@ -152,7 +153,7 @@ Walk walk(ConstraintKind kind, uint32_t seed, int max_steps, const char* tools =
   }
   const std::string tail = decoder.finish();
   w.text += tail;
-  take(parser.feed(tail, tokenizer::ChunkKind::kPlainTokens));
+  take(parser.feed(tail, chat::ChunkKind::kPlainTokens));
   if (w.ended) take(parser.finish());
   return w;
 }
@@ -270,11 +271,11 @@ TEST(GrammarParserAgreement, FreeTextNeverHoldsAStrayDsmlMarker) {
     GrammarConstraint& c = **started;
     std::mt19937 rng(seed);
     tokenizer::StreamDecoder decoder(tok());
-    tokenizer::CompletionParser parser(tokenizer::ThinkingMode::kChat);
+    chat::CompletionParser parser(chat::ThinkingMode::kChat);
     std::string text, content;
-    std::vector<tokenizer::ToolCall> walk_calls;
+    std::vector<chat::ToolCall> walk_calls;
     bool done = false, saw_marker = false;
-    const auto take = [&](const std::vector<tokenizer::ParseEvent>& events) {
+    const auto take = [&](const std::vector<chat::ParseEvent>& events) {
       take_events(events, &content, &walk_calls);
     };
     for (int step = 0; step < 120 && !done; ++step) {

@@ -64,7 +64,7 @@ TEST(OutputAssembler, ReproducesTheOfficialParserTokenByToken) {
     const bool has_eos = completion.find(test::kEos) != std::string::npos;
     OutputSettings settings;
     settings.thinking =
-        c["thinking_mode"] == "thinking" ? tokenizer::ThinkingMode::kThinking : tokenizer::ThinkingMode::kChat;
+        c["thinking_mode"] == "thinking" ? chat::ThinkingMode::kThinking : chat::ThinkingMode::kChat;
     RecordingSink sink;
     OutputAssembler assembler(test::test_tokenizer(), settings, &sink);
     for (int32_t id : ids) assembler.push(id);
@@ -111,7 +111,7 @@ TEST(OutputAssembler, ReproducesTheOfficialParserTokenByToken) {
 
 TEST(OutputAssembler, ReasoningTokensCountUpToThinkEnd) {
   OutputSettings settings;
-  settings.thinking = tokenizer::ThinkingMode::kThinking;
+  settings.thinking = chat::ThinkingMode::kThinking;
   OutputAssembler assembler(test::test_tokenizer(), settings, nullptr);
   // Byte tokens: "abc" = 3 tokens of reasoning, then </think> (one token), then the answer.
   const auto ids = test::ids_of(std::string("abc</think>Yes") + test::kEos);
@@ -126,7 +126,7 @@ TEST(OutputAssembler, ReasoningTokensCountUpToThinkEnd) {
 
 TEST(OutputAssembler, ReplayTextStartsAtTheThinkEndToken) {
   OutputSettings settings;
-  settings.thinking = tokenizer::ThinkingMode::kThinking;
+  settings.thinking = chat::ThinkingMode::kThinking;
   settings.parse_tool_calls = true;
   {
     // A `</think>` spelled with ordinary tokens is reasoning text; the answer starts after the token.
@@ -286,7 +286,7 @@ TEST(OutputAssembler, ACharacterCutShortAtTheEndIsDropped) {
   ASSERT_TRUE(lead_byte.has_value());
   for (const bool thinking : {false, true}) {
     OutputSettings settings;
-    settings.thinking = thinking ? tokenizer::ThinkingMode::kThinking : tokenizer::ThinkingMode::kChat;
+    settings.thinking = thinking ? chat::ThinkingMode::kThinking : chat::ThinkingMode::kChat;
     RecordingSink sink;
     OutputAssembler assembler(test::test_tokenizer(), settings, &sink);
     auto ids = test::ids_of(thinking ? "r</think>Hi" : "Hi");

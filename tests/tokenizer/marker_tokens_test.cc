@@ -12,12 +12,18 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tokenizer/chat_encoding.h"
+#include "chat/chat_encoding.h"
 #include "tokenizer/engram_token_map.h"
 #include "tokenizer_test_util.h"
 
 namespace cedar::tokenizer {
 namespace {
+
+using chat::ChatOptions;
+using chat::ChatPrompt;
+using chat::encode_chat;
+using chat::encode_chat_ids;
+using chat::PromptFormat;
 
 std::string v4_json() { return read_zst_file(v4_tokenizer_dir() + "/tokenizer.json.zst"); }
 std::string v4_config() { return read_test_file(v4_tokenizer_dir() + "/tokenizer_config.json"); }

@@ -10,7 +10,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tokenizer/chat_encoding.h"
+#include "chat/chat_encoding.h"
 #include "tokenizer/engram_token_map.h"
 #include "tokenizer/marker_tokens.h"
 #include "tokenizer/tokenizer_files.h"
@@ -18,6 +18,14 @@
 
 namespace cedar::tokenizer {
 namespace {
+
+using chat::ChatOptions;
+using chat::encode_chat;
+using chat::encode_chat_ids;
+using chat::kModelTextKey;
+using chat::PromptFormat;
+using chat::special_ranges;
+using chat::ThinkingMode;
 
 using ojson = nlohmann::ordered_json;
 

@@ -96,7 +96,7 @@ nlohmann::ordered_json to_json(const serve::RenderedChat& chat) {
   nlohmann::ordered_json out;
   out["prompt"] = chat.prompt.text;
   nlohmann::ordered_json list = nlohmann::ordered_json::array();
-  for (const auto& [b, e] : tokenizer::special_ranges(chat.prompt))
+  for (const auto& [b, e] : chat::special_ranges(chat.prompt))
     list.push_back({code_points_before(chat.prompt.text, b), code_points_before(chat.prompt.text, e)});
   out["special_ranges"] = std::move(list);
   out["token_ids"] = chat.ids;
@@ -183,7 +183,7 @@ int cmd_render(const std::vector<std::string>& argv) {
     return 0;
   }
   std::string s = r.chat.prompt.text + "\n\nspecial ranges (code points):";
-  for (const auto& [b, e] : tokenizer::special_ranges(r.chat.prompt))
+  for (const auto& [b, e] : chat::special_ranges(r.chat.prompt))
     s += " [" + std::to_string(code_points_before(r.chat.prompt.text, b)) + "," +
          std::to_string(code_points_before(r.chat.prompt.text, e)) + ")";
   s += "\ntoken ids (" + std::to_string(r.chat.ids.size()) + "): [";

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "args.h"
+#include "chat/chat_encoding.h"
 #include "command.h"
-#include "tokenizer/chat_encoding.h"
 #include "tokenizer/tokenizer.h"
 
 namespace cedar::cli {
@@ -147,27 +147,27 @@ int cmd_encode_chat(const std::vector<std::string>& argv) {
     std::fprintf(stderr, "cedar encode-chat: needs --messages (and --tokenizer with --ids)\n");
     return 2;
   }
-  tokenizer::ChatOptions options;
+  chat::ChatOptions options;
   const std::string format = args->get_or("--format", "v41");
   if (format == "v41") {
-    options.format = tokenizer::PromptFormat::kV41;
+    options.format = chat::PromptFormat::kV41;
   } else if (format == "v4") {
-    options.format = tokenizer::PromptFormat::kV4;
+    options.format = chat::PromptFormat::kV4;
   } else {
     std::fprintf(stderr, "cedar encode-chat: --format must be v41 or v4\n");
     return 2;
   }
-  options.thinking_mode = args->has("--thinking") ? tokenizer::ThinkingMode::kThinking : tokenizer::ThinkingMode::kChat;
+  options.thinking_mode = args->has("--thinking") ? chat::ThinkingMode::kThinking : chat::ThinkingMode::kChat;
   options.drop_thinking = !args->has("--keep-thinking");
   if (args->has("--effort")) {
-    options.reasoning_effort = tokenizer::reasoning_effort_from_flag(*args->get("--effort"));
-    if (Status s = tokenizer::validate_reasoning_effort(options.reasoning_effort, options.format); !s.ok()) {
+    options.reasoning_effort = chat::reasoning_effort_from_flag(*args->get("--effort"));
+    if (Status s = chat::validate_reasoning_effort(options.reasoning_effort, options.format); !s.ok()) {
       return fail(s, true);
     }
   }
   auto json = read_all(*args->get("--messages"));
   if (!json.ok()) return fail(json.status());
-  auto prompt = tokenizer::encode_chat_json(*json, options);
+  auto prompt = chat::encode_chat_json(*json, options);
   if (!prompt.ok()) return fail(prompt.status());
   if (!args->has("--ids")) {
     std::fwrite(prompt->text.data(), 1, prompt->text.size(), stdout);
@@ -176,7 +176,7 @@ int cmd_encode_chat(const std::vector<std::string>& argv) {
   }
   auto tok = load_tokenizer(*args->get("--tokenizer"));
   if (!tok.ok()) return fail(tok.status());
-  auto ids = tokenizer::encode_chat_ids(**tok, *prompt, options.format);
+  auto ids = chat::encode_chat_ids(**tok, *prompt, options.format);
   if (!ids.ok()) return fail(ids.status());
   print_ids(*ids);
   return 0;

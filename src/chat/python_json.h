@@ -9,7 +9,7 @@
 
 #include "core/status.h"
 
-namespace cedar::tokenizer {
+namespace cedar::chat {
 
 // json.dumps(value, ensure_ascii=False): ", " and ": " separators, keys in insertion order (use
 // ordered_json), floats as Python's repr (1.0, 1e-05, 1e+16), NaN/Infinity spelled as Python does,
@@ -27,4 +27,4 @@ Result<std::string> python_str(const nlohmann::ordered_json& value, const std::s
 // Python truthiness of a JSON value: null, false, 0, 0.0, "", [] and {} are false.
 bool python_truthy(const nlohmann::ordered_json& value);
 
-}  // namespace cedar::tokenizer
+}  // namespace cedar::chat

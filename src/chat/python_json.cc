@@ -1,4 +1,4 @@
-#include "tokenizer/python_json.h"
+#include "chat/python_json.h"
 
 #include <algorithm>
 #include <charconv>
@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-namespace cedar::tokenizer {
+namespace cedar::chat {
 namespace {
 
 using ojson = nlohmann::ordered_json;
@@ -155,4 +155,4 @@ bool python_truthy(const ojson& v) {
   }
 }
 
-}  // namespace cedar::tokenizer
+}  // namespace cedar::chat

@@ -1,11 +1,26 @@
-#include "tokenizer/chat_encoding.h"
+#include "chat/chat_encoding.h"
 
 #include <algorithm>
 #include <utility>
 
-#include "tokenizer/python_json.h"
+#include "chat/python_json.h"
+#include "tokenizer/marker_tokens.h"
 
-namespace cedar::tokenizer {
+namespace cedar::chat {
+
+using tokenizer::kAssistantMarker;
+using tokenizer::kBos;
+using tokenizer::kDsml;
+using tokenizer::kEos;
+using tokenizer::kImagePlaceholder;
+using tokenizer::kLatestReminderMarker;
+using tokenizer::kSystemMarker;
+using tokenizer::kThinkEnd;
+using tokenizer::kThinkStart;
+using tokenizer::kUserMarker;
+using tokenizer::TokenId;
+using tokenizer::Tokenizer;
+
 namespace {
 
 using ojson = nlohmann::ordered_json;
@@ -780,4 +795,4 @@ nlohmann::ordered_json reasoning_effort_from_flag(const std::string& flag) {
   return flag;
 }
 
-}  // namespace cedar::tokenizer
+}  // namespace cedar::chat

@@ -49,10 +49,10 @@
 #include <string_view>
 #include <vector>
 
+#include "chat/chat_encoding.h"
 #include "core/status.h"
-#include "tokenizer/chat_encoding.h"
 
-namespace cedar::tokenizer {
+namespace cedar::chat {
 
 // Where a piece of completion text comes from, which decides whether a marker's special-token part
 // (`｜DSML｜`, `</think>`) can match it (deepseek-recipe's ChunkKind).
@@ -199,4 +199,4 @@ struct ParsedCompletion {
 };
 ParsedCompletion parse_completion(std::string_view text, ThinkingMode mode, bool parse_tool_calls = true);
 
-}  // namespace cedar::tokenizer
+}  // namespace cedar::chat

@@ -31,7 +31,7 @@
 #include "core/status.h"
 #include "tokenizer/tokenizer.h"
 
-namespace cedar::tokenizer {
+namespace cedar::chat {
 
 enum class PromptFormat {
   kV41,  // DeepSeek-V4.1 (the default): <｜System｜>, numeric effort, spaced DSML
@@ -103,8 +103,8 @@ std::vector<std::pair<size_t, size_t>> special_ranges(const ChatPrompt& prompt);
 // them. BOS is part of the text, so no special tokens are added. A special span that is not a single
 // token of `tokenizer` (e.g. <｜System｜> with V4's tokenizer, where id 128799 is a placeholder) is a
 // FailedPrecondition error naming the missing marker.
-Result<std::vector<TokenId>> encode_chat_ids(const Tokenizer& tokenizer, const ChatPrompt& prompt,
-                                             PromptFormat format);
+Result<std::vector<tokenizer::TokenId>> encode_chat_ids(const tokenizer::Tokenizer& tokenizer, const ChatPrompt& prompt,
+                                                        PromptFormat format);
 
 // Checks a reasoning effort for `format` alone (what encode_chat reports for a bad one).
 Status validate_reasoning_effort(const nlohmann::ordered_json& effort, PromptFormat format);
@@ -112,27 +112,15 @@ Status validate_reasoning_effort(const nlohmann::ordered_json& effort, PromptFor
 // Parses a reasoning-effort flag value: digits -> integer, anything else -> string alias.
 nlohmann::ordered_json reasoning_effort_from_flag(const std::string& flag);
 
-// Control markers (shared with the completion parser).
-inline constexpr std::string_view kBos = "<｜begin▁of▁sentence｜>";
-inline constexpr std::string_view kEos = "<｜end▁of▁sentence｜>";
-inline constexpr std::string_view kThinkStart = "<think>";
-inline constexpr std::string_view kThinkEnd = "</think>";
-inline constexpr std::string_view kDsml = "｜DSML｜";
-inline constexpr std::string_view kSystemMarker = "<｜System｜>";
-inline constexpr std::string_view kUserMarker = "<｜User｜>";
-inline constexpr std::string_view kAssistantMarker = "<｜Assistant｜>";
-inline constexpr std::string_view kLatestReminderMarker = "<｜latest_reminder｜>";
-inline constexpr std::string_view kImagePlaceholder = "<｜deepseek_image｜>";
-
 // An assistant message with this key set to true carries content and reasoning_content that this
 // server's model generated (a replayed turn): they become SpanKind::kModelText rather than text.
 inline constexpr const char* kModelTextKey = "cedar_model_text";
 
 // DSML tag names of a format: V4.1 " calls"/" invoke"/" parameter", V4 "tool_calls"/"invoke"/
-// "parameter" (the tags are "<" + kDsml + name ...).
+// "parameter" (the tags are "<" + tokenizer::kDsml + name ...).
 struct DsmlNames {
   std::string_view calls, invoke, parameter;
 };
 DsmlNames dsml_names(PromptFormat format);
 
-}  // namespace cedar::tokenizer
+}  // namespace cedar::chat

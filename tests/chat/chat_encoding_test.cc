@@ -1,7 +1,7 @@
 // The V4.1 prompt encoder against the golden prompts the official encoding.py produced
 // (tests/tokenizer/data/official/v41-encode-public.jsonl), plus hand-worked cases from spec §6.2/§6.3 and the
 // official encoder's documented behaviour.
-#include "tokenizer/chat_encoding.h"
+#include "chat/chat_encoding.h"
 
 #include <gtest/gtest.h>
 
@@ -10,11 +10,20 @@
 
 #include <nlohmann/json.hpp>
 
-#include "tokenizer/python_json.h"
-#include "tokenizer_test_util.h"
+#include "chat/python_json.h"
+#include "../tokenizer/tokenizer_test_util.h"
 
-namespace cedar::tokenizer {
+namespace cedar::chat {
 namespace {
+
+using tokenizer::have_shared_file;
+using tokenizer::kV3TokenizerFile;
+using tokenizer::official_dir;
+using tokenizer::read_test_file;
+using tokenizer::shared_dir;
+using tokenizer::TokenId;
+using tokenizer::v3_tokenizer;
+using tokenizer::v4_tokenizer;
 
 using ojson = nlohmann::ordered_json;
 
@@ -224,4 +233,4 @@ TEST(PythonJson, MatchesPythonJsonDumps) {
 }
 
 }  // namespace
-}  // namespace cedar::tokenizer
+}  // namespace cedar::chat

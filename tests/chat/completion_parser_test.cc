@@ -3,7 +3,7 @@
 // random pieces and token by token; deepseek-recipe 0.2.0's readings of malformed output (the
 // expected values below are what recipe's StreamProcessor answers for the same text, probed with
 // tests/serve/recipe's venv, Chat Completions with tools declared); and what streaming adds.
-#include "tokenizer/completion_parser.h"
+#include "chat/completion_parser.h"
 
 #include <gtest/gtest.h>
 
@@ -15,11 +15,21 @@
 
 #include <nlohmann/json.hpp>
 
+#include "tokenizer/marker_tokens.h"
 #include "tokenizer/tokenizer.h"
-#include "tokenizer_test_util.h"
+#include "../tokenizer/tokenizer_test_util.h"
 
-namespace cedar::tokenizer {
+namespace cedar::chat {
 namespace {
+
+using tokenizer::AddedToken;
+using tokenizer::kDsml;
+using tokenizer::kEos;
+using tokenizer::kThinkEnd;
+using tokenizer::official_dir;
+using tokenizer::StreamDecoder;
+using tokenizer::TokenId;
+using tokenizer::v4_tokenizer;
 
 using ojson = nlohmann::ordered_json;
 
@@ -564,4 +574,4 @@ TEST(CompletionParser, ContinuationsResumeInTheirStage) {
 }
 
 }  // namespace
-}  // namespace cedar::tokenizer
+}  // namespace cedar::chat

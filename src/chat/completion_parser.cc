@@ -1,10 +1,17 @@
-#include "tokenizer/completion_parser.h"
+#include "chat/completion_parser.h"
 
 #include <algorithm>
 #include <cstdio>
 #include <utility>
 
-namespace cedar::tokenizer {
+#include "tokenizer/marker_tokens.h"
+
+namespace cedar::chat {
+
+using tokenizer::kDsml;
+using tokenizer::kEos;
+using tokenizer::kThinkEnd;
+
 namespace {
 
 using Action = CompletionParser::Action;
@@ -443,4 +450,4 @@ ParsedCompletion parse_completion(std::string_view text, ThinkingMode mode, bool
   return out;
 }
 
-}  // namespace cedar::tokenizer
+}  // namespace cedar::chat
