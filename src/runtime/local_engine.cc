@@ -57,6 +57,7 @@ class LocalEngine final : public Engine {
     info_.eos_id = model_->config().eos_token_id;
     info_.max_context = options.max_context;
     info_.max_batch = options.max_batch;
+    if (store_) store_thread_ = std::thread([this] { store_loop(); });
     thread_ = std::thread([this] { scheduler_loop(); });
   }
 
@@ -67,6 +68,16 @@ class LocalEngine final : public Engine {
     }
     cv_.notify_all();
     thread_.join();
+    // The saves still queued reach the cache (the next process resumes from them), then the store
+    // thread leaves.
+    if (store_thread_.joinable()) {
+      {
+        std::lock_guard<std::mutex> lock(store_mu_);
+        store_stop_ = true;
+      }
+      store_cv_.notify_all();
+      store_thread_.join();
+    }
     // Routing statistics for a warm restart; a failure to write them must not fail the shutdown.
     if (Status st = model_->save_residency_stats(); !st.ok()) CEDAR_LOG_WARN("%s", st.message().c_str());
   }
@@ -178,18 +189,25 @@ class LocalEngine final : public Engine {
 
   void finish(Job& job, FinishReason reason, Status st = {}) {
     job.result.finish_reason = reason;
-    // Keep the conversation's global KV for the next turn (memory, then disk).
-    if (store_ && job.seq && job.request.cache_prefix && reason != FinishReason::kError && !job.prefilling()) {
-      Status saved = store_->save(*job.seq, static_cast<int64_t>(job.request.prompt_ids.size()));
-      if (!saved.ok()) CEDAR_LOG_WARN("prefix cache: %s", saved.to_string().c_str());
-    }
     job.result.decode_seconds = job.timer.seconds() - job.result.prefill_seconds - job.result.queue_seconds;
+    // Keep the conversation's global KV for the next turn (memory, then disk, then the shared
+    // tier): the store thread saves it, so the step does not wait for the caches' I/O.
+    const bool save =
+        store_ && job.seq && job.request.cache_prefix && reason != FinishReason::kError && !job.prefilling();
     {
       std::lock_guard<std::mutex> lock(mu_);
       stats_.requests++;
       stats_.output_tokens += job.result.output_ids.size();
       stats_.sequence_bytes -= job.state_bytes;
+      if (save) saving_bytes_ += job.state_bytes;  // still held until saved (the memory limit counts it)
       stats_.active_sequences--;
+    }
+    if (save) {
+      StoreTask task;
+      task.save = std::move(job.seq);
+      task.prompt_tokens = static_cast<int64_t>(job.request.prompt_ids.size());
+      task.state_bytes = job.state_bytes;
+      post_store(std::move(task));
     }
     job.seq.reset();
     if (st.ok()) job.stream->finish(std::move(job.result));
@@ -226,23 +244,73 @@ class LocalEngine final : public Engine {
     (cached > 0 ? stats_.prefix_hits : stats_.prefix_misses)++;
   }
 
+  // The prefix store's own thread runs every restore (at admission) and save (at a request's end),
+  // in order, so a save reaches the cache before a later request looks for it, and the scheduler
+  // never waits for the disk cache or the shared tier: a slow Redis or disk delays only the request
+  // being admitted, never the running batch.
+  struct StoreTask {
+    Job* restore = nullptr;                       // a job to start (owned by preparing_)
+    std::unique_ptr<model::SequenceState> save;   // or a finished sequence to save
+    int64_t prompt_tokens = 0;
+    uint64_t state_bytes = 0;
+  };
+
+  void post_store(StoreTask task) {
+    {
+      std::lock_guard<std::mutex> lock(store_mu_);
+      store_tasks_.push_back(std::move(task));
+    }
+    store_cv_.notify_one();
+  }
+
+  void store_loop() {
+    for (;;) {
+      StoreTask task;
+      {
+        std::unique_lock<std::mutex> lock(store_mu_);
+        store_cv_.wait(lock, [&] { return store_stop_ || !store_tasks_.empty(); });
+        if (store_tasks_.empty()) return;  // stopping, and every save is done
+        task = std::move(store_tasks_.front());
+        store_tasks_.pop_front();
+      }
+      if (task.restore) {
+        start(*task.restore);
+        {
+          std::lock_guard<std::mutex> lock(mu_);
+          prepared_.push_back(task.restore);
+        }
+        cv_.notify_all();
+        continue;
+      }
+      Status saved = store_->save(*task.save, task.prompt_tokens);
+      if (!saved.ok()) CEDAR_LOG_WARN("prefix cache: %s", saved.to_string().c_str());
+      task.save.reset();
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        saving_bytes_ -= task.state_bytes;  // room for a waiting request
+      }
+      cv_.notify_all();
+    }
+  }
+
   // Under mu_: whether the head of the queue may join the running batch now (first come, first
   // served: the head waits, and blocks the others, until the running sequences leave it room).
   bool can_admit() const {
     return !waiting_.empty() && stats_.active_sequences < options_.max_batch &&
            (options_.kv_memory_bytes == 0 ||
-            stats_.sequence_bytes + waiting_.front()->state_bytes <= options_.kv_memory_bytes);
+            stats_.sequence_bytes + saving_bytes_ + waiting_.front()->state_bytes <= options_.kv_memory_bytes);
   }
 
   // Waits for work, then admits what fits. false: the engine stops (everything is finished).
   bool admit() {
     std::vector<std::unique_ptr<Job>> dropped, admitted;
+    std::vector<Job*> ready;
     bool stopping = false;
     {
       std::unique_lock<std::mutex> lock(mu_);
       const bool any_stepping = std::any_of(active_.begin(), active_.end(), [](const auto& j) { return !j->parked; });
       cv_.wait(lock, [&] {
-        return stop_ || any_stepping || can_admit() || mask_events_ != mask_events_seen_ ||
+        return stop_ || any_stepping || can_admit() || !prepared_.empty() || mask_events_ != mask_events_seen_ ||
                cancel_events_ != cancel_events_seen_;
       });
       mask_events_seen_ = mask_events_;
@@ -260,19 +328,46 @@ class LocalEngine final : public Engine {
         waiting_.pop_front();
       }
       stats_.queue_depth = static_cast<int>(waiting_.size());
+      ready.swap(prepared_);
+    }
+    for (Job* j : ready) {  // back from the store thread, its cached prefix restored
+      auto it = std::find_if(preparing_.begin(), preparing_.end(), [&](const auto& p) { return p.get() == j; });
+      active_.push_back(std::move(*it));
+      preparing_.erase(it);
     }
     for (auto& j : dropped)
       finish_unstarted(*j, FinishReason::kCancelled,
                        stopping && !j->stream->cancelled() ? failed_precondition("the engine is shutting down")
                                                            : Status{});
     if (stopping) {
+      // Jobs the store thread is restoring come back first (it owns them until then).
+      while (!preparing_.empty()) {
+        std::vector<Job*> back;
+        {
+          std::unique_lock<std::mutex> lock(mu_);
+          cv_.wait(lock, [&] { return !prepared_.empty(); });
+          back.swap(prepared_);
+        }
+        for (Job* j : back) {
+          auto it = std::find_if(preparing_.begin(), preparing_.end(), [&](const auto& p) { return p.get() == j; });
+          active_.push_back(std::move(*it));
+          preparing_.erase(it);
+        }
+      }
       for (auto& j : active_) finish(*j, FinishReason::kError, failed_precondition("the engine is shutting down"));
       active_.clear();
       return false;
     }
     for (auto& j : admitted) {
-      start(*j);
-      active_.push_back(std::move(j));
+      if (!store_) {  // nothing to restore: no I/O, the job starts at once
+        start(*j);
+        active_.push_back(std::move(j));
+        continue;
+      }
+      StoreTask task;
+      task.restore = j.get();
+      preparing_.push_back(std::move(j));
+      post_store(std::move(task));
     }
     // Cancelled running sequences end at this step boundary.
     retire([&](Job& j) {
@@ -422,7 +517,7 @@ class LocalEngine final : public Engine {
   }
 
   std::unique_ptr<model::Model> model_;
-  std::unique_ptr<PrefixStore> store_;  // used by the scheduler thread only (stats() reads counters)
+  std::unique_ptr<PrefixStore> store_;  // used by the store thread only (stats() reads counters)
   EngineOptions options_;
   ThreadPool pool_;
   EngineInfo info_;
@@ -432,11 +527,19 @@ class LocalEngine final : public Engine {
   EngineStats stats_;
   bool stop_ = false;
   uint64_t mask_events_ = 0, cancel_events_ = 0;  // under mu_
+  uint64_t saving_bytes_ = 0;      // under mu_: states of finished sequences waiting to be saved
+  std::vector<Job*> prepared_;     // under mu_: jobs the store thread has started, for the scheduler
   // Scheduler thread only.
   std::vector<std::unique_ptr<Job>> active_;
+  std::vector<std::unique_ptr<Job>> preparing_;  // admitted, being restored by the store thread
   uint64_t mask_events_seen_ = 0, cancel_events_seen_ = 0;
   // After mu_ and cv_, which its threads' on_ready uses: destroyed (its threads joined) first.
   MaskPrefetcher prefetch_;  // submitted to and read by the scheduler thread only
+  std::mutex store_mu_;
+  std::condition_variable store_cv_;
+  std::deque<StoreTask> store_tasks_;
+  bool store_stop_ = false;
+  std::thread store_thread_;
   std::thread thread_;
 };
 
