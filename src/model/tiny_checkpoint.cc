@@ -130,6 +130,35 @@ ModelConfig tiny_config(TinyPreset preset) {
     c.dspark_markov_rank = 64;
     c.dspark_n_routed_experts = 16;
     c.dspark_n_activated_experts = 3;
+  } else if (preset == TinyPreset::kAttention) {
+    // Long-context test bed: the released attention, compressor, indexer, candidate pool and layer plan
+    // (compress_ratios, KV / index / candidate sources as above), so what depth adds per token is
+    // measured on the released shapes. What does not grow with depth shrinks: the projections' input
+    // and output width (dim: no attention shape depends on it, and the 129,280-row embedding and head
+    // are 2 x vocab x dim bf16) and the query / output LoRA ranks (wq_b and wo_a are 64 x 512 x rank:
+    // 42 + 34 MB per layer at the released 1280 / 1024); experts, Engram and DSpark stay small.
+    c.dim = 256;
+    c.moe_inter_dim = 128;
+    c.n_heads = 64;
+    c.head_dim = 512;
+    c.rope_head_dim = 64;
+    c.q_lora_rank = 64;
+    c.o_groups = 8;
+    c.o_lora_rank = 64;
+    c.n_routed_experts = 16;
+    c.n_activated_experts = 6;
+    c.window_size = 128;
+    c.index_n_heads = 32;
+    c.index_head_dim = 128;
+    c.index_topk = 512;
+    c.candidate_topk_blocks = 2048;
+    c.candidate_block_size = 8;
+    c.engram_n_heads = 4;
+    c.engram_head_dim = 64;
+    c.engram_vocab_size = 5000;
+    c.dspark_markov_rank = 16;
+    c.dspark_n_routed_experts = 8;
+    c.dspark_n_activated_experts = 3;
   } else {
     // Streaming test bed: released expert shapes, few layers, many experts, big Engram tables; the
     // attention is as small as the layer plan allows (dim stays 5120 because the experts need it).
@@ -387,10 +416,11 @@ Status write_tiny_checkpoint(const ModelConfig& c, const TinyOptions& opt) {
   if (ec) return io_error("make-tiny: cannot create " + opt.out_dir, ec.value());
 
   const std::vector<WeightSpec> inventory = weight_inventory(c);
-  const int n_shards = opt.n_shards > 1 ? opt.n_shards
-                       : opt.preset == TinyPreset::kTiny ? 4
-                       : opt.preset == TinyPreset::kSmall ? 8
-                                                          : 13;  // kStream: about one layer per two shards
+  const int n_shards = opt.n_shards > 1                       ? opt.n_shards
+                       : opt.preset == TinyPreset::kTiny      ? 4
+                       : opt.preset == TinyPreset::kSmall     ? 8
+                       : opt.preset == TinyPreset::kAttention ? 6
+                                                              : 13;  // kStream: about one layer per two shards
   std::map<std::string, std::string> weight_map;
   uint64_t total = 0;
   for (int s = 0; s < n_shards; ++s) {

@@ -19,7 +19,10 @@ namespace cedar::model {
 // tables of 2.5 GB each, ~18 GB in all: for measuring SSD streaming (bench/stream_bench.sh). Its
 // experts and Engram tables are drawn from bytes directly (random E2M1 codes with a fixed
 // power-of-two scale per row), not quantised from floats, so that it writes in minutes.
-enum class TinyPreset { kTiny, kSmall, kStream };
+// kAttention: the released attention, compressor, indexer, candidate pool and 40-layer plan (64 heads
+// x 512, index 32 x 128, top-512, pool 2048 x 8, window 128) with dim 256, query / output LoRA ranks of
+// 64, small experts and Engram, ~380 MB: for measuring what context depth costs on the released shapes.
+enum class TinyPreset { kTiny, kSmall, kStream, kAttention };
 
 // The preset's config. `engram_compressed_vocab_size` is filled by the caller from the tokenizer
 // that ships with the checkpoint (its class count under the Engram normaliser chain).

@@ -316,7 +316,7 @@ TEST(DsparkLoad, WithoutStagesTheModelLoadsWithoutADraftHead) {
 
 // make-tiny writes the released stage layout for every preset; --no-dspark (remove_dspark) none.
 TEST(DsparkLoad, EveryPresetHasStagesUnlessRemoved) {
-  for (TinyPreset p : {TinyPreset::kTiny, TinyPreset::kSmall, TinyPreset::kStream}) {
+  for (TinyPreset p : {TinyPreset::kTiny, TinyPreset::kSmall, TinyPreset::kStream, TinyPreset::kAttention}) {
     ModelConfig c = tiny_config(p);
     c.engram_compressed_vocab_size = 99092;  // the repository tokenizer's (make-tiny fills it from the tokenizer)
     ASSERT_TRUE(validate_config(c).ok()) << validate_config(c).to_string();

@@ -12,13 +12,15 @@ namespace cedar::cli {
 namespace {
 
 constexpr const char* kUsage =
-    "usage: cedar make-tiny --out DIR [--seed N] [--preset tiny|small|stream] [--no-dspark] [--vision]\n"
+    "usage: cedar make-tiny --out DIR [--seed N] [--preset tiny|small|stream|attention] [--no-dspark] [--vision]\n"
     "       [--tokenizer DIR]\n"
     "  --out DIR         output directory (created; existing files are replaced)\n"
     "  --seed N          weight seed (default 0)\n"
-    "  --preset P        tiny (~40 MB, the default), small (~1.6 GB, for benchmarks) or stream (~18 GB:\n"
+    "  --preset P        tiny (~40 MB, the default), small (~1.6 GB, for benchmarks), stream (~18 GB:\n"
     "                    released expert shapes, 6 layers x 96 experts, 2.5 GB Engram tables; for SSD\n"
-    "                    streaming benchmarks)\n"
+    "                    streaming benchmarks) or attention (~380 MB: the released attention, indexer,\n"
+    "                    candidate pool and 40-layer plan, 64 heads x 512, with dim 256, LoRA ranks 64\n"
+    "                    and small experts; for long-context benchmarks)\n"
     "  --vision          add a small vision tower in the released layout (vision.*, aligner.*,\n"
     "                    image_start/end/newline, the gates' bias_vl; 2 blocks, 64 wide); off by\n"
     "                    default so the text goldens' checkpoints stay byte-identical\n"
@@ -48,17 +50,18 @@ int cmd_make_tiny(const std::vector<std::string>& argv) {
     return 2;
   }
   const std::string preset_name = args->get_or("--preset", "tiny");
-  if (preset_name != "tiny" && preset_name != "small" && preset_name != "stream") {
-    std::fprintf(stderr, "cedar make-tiny: --preset must be 'tiny', 'small' or 'stream', got '%s'\n",
+  if (preset_name != "tiny" && preset_name != "small" && preset_name != "stream" && preset_name != "attention") {
+    std::fprintf(stderr, "cedar make-tiny: --preset must be 'tiny', 'small', 'stream' or 'attention', got '%s'\n",
                  preset_name.c_str());
     return 2;
   }
   model::TinyOptions opt;
   opt.out_dir = *args->get("--out");
   opt.seed = static_cast<uint64_t>(*seed);
-  opt.preset = preset_name == "tiny"    ? model::TinyPreset::kTiny
-               : preset_name == "small" ? model::TinyPreset::kSmall
-                                        : model::TinyPreset::kStream;
+  opt.preset = preset_name == "tiny"        ? model::TinyPreset::kTiny
+               : preset_name == "small"     ? model::TinyPreset::kSmall
+               : preset_name == "attention" ? model::TinyPreset::kAttention
+                                            : model::TinyPreset::kStream;
   const std::string tokenizer_dir = args->get_or("--tokenizer", bundled_tokenizer_dir());
   // The checkpoint ships the tokenizer with V4.1's chat markers as single tokens, so the chat
   // encoder, `cedar chat` and `cedar serve` work on it.
