@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "kv/byte_fields.h"
 
 namespace cedar::kv {
 
@@ -37,16 +38,6 @@ constexpr BlockFileField kFields[] = {
     {"header_checksum", 120, 8},
 };
 
-template <typename T>
-void put(uint8_t* p, size_t off, T v) {
-  std::memcpy(p + off, &v, sizeof(T));
-}
-template <typename T>
-T get(const uint8_t* p, size_t off) {
-  T v;
-  std::memcpy(&v, p + off, sizeof(T));
-  return v;
-}
 
 BlockFileCheck fail(BlockFileStatus s, std::string reason) { return {s, std::move(reason)}; }
 
@@ -93,20 +84,20 @@ std::vector<uint8_t> encode_block_file(BlockFileHeader h, std::span<const int32_
 
   uint8_t* p = out.data();
   std::memcpy(p, kMagic, 8);
-  put<uint32_t>(p, 8, h.format_version);
-  put<uint32_t>(p, 12, static_cast<uint32_t>(kBlockFileHeaderBytes));
-  put<uint64_t>(p, 16, h.layout_fingerprint);
-  put<uint64_t>(p, 24, h.chain_hash);
-  put<uint64_t>(p, 32, h.uid);
-  put<uint64_t>(p, 40, h.parent_uid);
-  put<uint32_t>(p, 48, h.depth);
-  put<uint32_t>(p, 52, h.block_tokens);
-  put<uint64_t>(p, 56, h.boundary_state_bytes);
-  put<uint32_t>(p, 64, h.flags);
-  put<uint64_t>(p, 72, h.raw_payload_bytes);
-  put<uint64_t>(p, 80, h.stored_payload_bytes);
-  put<uint64_t>(p, 88, h.body_checksum);
-  put<uint64_t>(p, kHeaderChecksumOffset, XXH3_64bits(p, kHeaderChecksumOffset));
+  put_field<uint32_t>(p, 8, h.format_version);
+  put_field<uint32_t>(p, 12, static_cast<uint32_t>(kBlockFileHeaderBytes));
+  put_field<uint64_t>(p, 16, h.layout_fingerprint);
+  put_field<uint64_t>(p, 24, h.chain_hash);
+  put_field<uint64_t>(p, 32, h.uid);
+  put_field<uint64_t>(p, 40, h.parent_uid);
+  put_field<uint32_t>(p, 48, h.depth);
+  put_field<uint32_t>(p, 52, h.block_tokens);
+  put_field<uint64_t>(p, 56, h.boundary_state_bytes);
+  put_field<uint32_t>(p, 64, h.flags);
+  put_field<uint64_t>(p, 72, h.raw_payload_bytes);
+  put_field<uint64_t>(p, 80, h.stored_payload_bytes);
+  put_field<uint64_t>(p, 88, h.body_checksum);
+  put_field<uint64_t>(p, kHeaderChecksumOffset, XXH3_64bits(p, kHeaderChecksumOffset));
   return out;
 }
 
@@ -117,30 +108,30 @@ BlockFileCheck parse_block_header(std::span<const uint8_t> bytes, uint64_t file_
   const uint8_t* p = bytes.data();
   // The version is checked before anything else is interpreted: another version may lay out the
   // header differently.
-  const uint32_t version = get<uint32_t>(p, 8);
+  const uint32_t version = get_field<uint32_t>(p, 8);
   if (version != kBlockFileVersion)
     return fail(BlockFileStatus::kStale,
                 "format version " + std::to_string(version) + ", this build reads " + std::to_string(kBlockFileVersion));
   if (bytes.size() < kBlockFileHeaderBytes) return fail(BlockFileStatus::kTruncated, "shorter than its header");
-  if (get<uint64_t>(p, kHeaderChecksumOffset) != XXH3_64bits(p, kHeaderChecksumOffset))
+  if (get_field<uint64_t>(p, kHeaderChecksumOffset) != XXH3_64bits(p, kHeaderChecksumOffset))
     return fail(BlockFileStatus::kCorrupt, "header checksum mismatch");
   BlockFileHeader h;
   h.format_version = version;
-  h.layout_fingerprint = get<uint64_t>(p, 16);
-  h.chain_hash = get<uint64_t>(p, 24);
-  h.uid = get<uint64_t>(p, 32);
-  h.parent_uid = get<uint64_t>(p, 40);
-  h.depth = get<uint32_t>(p, 48);
-  h.block_tokens = get<uint32_t>(p, 52);
-  h.boundary_state_bytes = get<uint64_t>(p, 56);
-  h.flags = get<uint32_t>(p, 64);
-  h.raw_payload_bytes = get<uint64_t>(p, 72);
-  h.stored_payload_bytes = get<uint64_t>(p, 80);
-  h.body_checksum = get<uint64_t>(p, 88);
+  h.layout_fingerprint = get_field<uint64_t>(p, 16);
+  h.chain_hash = get_field<uint64_t>(p, 24);
+  h.uid = get_field<uint64_t>(p, 32);
+  h.parent_uid = get_field<uint64_t>(p, 40);
+  h.depth = get_field<uint32_t>(p, 48);
+  h.block_tokens = get_field<uint32_t>(p, 52);
+  h.boundary_state_bytes = get_field<uint64_t>(p, 56);
+  h.flags = get_field<uint32_t>(p, 64);
+  h.raw_payload_bytes = get_field<uint64_t>(p, 72);
+  h.stored_payload_bytes = get_field<uint64_t>(p, 80);
+  h.body_checksum = get_field<uint64_t>(p, 88);
   if (h.layout_fingerprint != g.layout_fingerprint())
     return fail(BlockFileStatus::kForeign, "written for another model or cache layout (fingerprint mismatch)");
   // The fingerprint covers the geometry, so from here on a disagreement means damage.
-  if (get<uint32_t>(p, 12) != kBlockFileHeaderBytes) return fail(BlockFileStatus::kCorrupt, "bad header_bytes");
+  if (get_field<uint32_t>(p, 12) != kBlockFileHeaderBytes) return fail(BlockFileStatus::kCorrupt, "bad header_bytes");
   if (h.uid == 0) return fail(BlockFileStatus::kCorrupt, "uid is 0");
   if ((h.depth == 0) != (h.parent_uid == 0)) return fail(BlockFileStatus::kCorrupt, "depth and parent disagree");
   if (h.block_tokens != g.block_tokens || h.boundary_state_bytes != g.boundary_state_bytes ||

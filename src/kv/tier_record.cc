@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "core/check.h"
+#include "kv/byte_fields.h"
 #include "kv/tail_cache.h"
 
 namespace cedar::kv {
@@ -18,16 +19,6 @@ namespace {
 constexpr char kMagic[8] = {'C', 'E', 'D', 'A', 'R', 'K', 'V', 'R'};
 constexpr size_t kHeaderChecksumOffset = 88;
 
-template <typename T>
-void put(uint8_t* p, size_t off, T v) {
-  std::memcpy(p + off, &v, sizeof(T));
-}
-template <typename T>
-T get(const uint8_t* p, size_t off) {
-  T v;
-  std::memcpy(&v, p + off, sizeof(T));
-  return v;
-}
 
 std::string hex64(uint64_t v) {
   char buf[17];
@@ -108,18 +99,18 @@ std::vector<uint8_t> encode_tier_record(const CacheGeometry& g, const TierRecord
   if (!payload.empty()) std::memcpy(body + boundary.size(), payload.data(), payload.size());
   uint8_t* p = out.data();
   std::memcpy(p, kMagic, 8);
-  put<uint32_t>(p, 8, kTierRecordVersion);
-  put<uint32_t>(p, 12, static_cast<uint32_t>(id.kind));
-  put<uint64_t>(p, 16, g.layout_fingerprint());
-  put<uint64_t>(p, 24, id.kind == TierRecordKind::kBlock ? id.chain_hash : 0);
-  put<uint64_t>(p, 32, id.digest.lo);
-  put<uint64_t>(p, 40, id.digest.hi);
-  put<uint64_t>(p, 48, static_cast<uint64_t>(id.start));
-  put<uint32_t>(p, 56, static_cast<uint32_t>(id.tokens.size()));
-  put<uint64_t>(p, 64, boundary.size());
-  put<uint64_t>(p, 72, payload.size());
-  put<uint64_t>(p, 80, XXH3_64bits(body, out.size() - kTierRecordHeaderBytes));
-  put<uint64_t>(p, kHeaderChecksumOffset, XXH3_64bits(p, kHeaderChecksumOffset));
+  put_field<uint32_t>(p, 8, kTierRecordVersion);
+  put_field<uint32_t>(p, 12, static_cast<uint32_t>(id.kind));
+  put_field<uint64_t>(p, 16, g.layout_fingerprint());
+  put_field<uint64_t>(p, 24, id.kind == TierRecordKind::kBlock ? id.chain_hash : 0);
+  put_field<uint64_t>(p, 32, id.digest.lo);
+  put_field<uint64_t>(p, 40, id.digest.hi);
+  put_field<uint64_t>(p, 48, static_cast<uint64_t>(id.start));
+  put_field<uint32_t>(p, 56, static_cast<uint32_t>(id.tokens.size()));
+  put_field<uint64_t>(p, 64, boundary.size());
+  put_field<uint64_t>(p, 72, payload.size());
+  put_field<uint64_t>(p, 80, XXH3_64bits(body, out.size() - kTierRecordHeaderBytes));
+  put_field<uint64_t>(p, kHeaderChecksumOffset, XXH3_64bits(p, kHeaderChecksumOffset));
   return out;
 }
 
@@ -130,20 +121,20 @@ TierRecordCheck decode_tier_record(std::span<const uint8_t> value, const CacheGe
     return fail(TierRecordStatus::kForeign, "not a cedar KV record (bad magic)");
   const uint8_t* p = value.data();
   // The version first: another version may lay the header out differently.
-  const uint32_t version = get<uint32_t>(p, 8);
+  const uint32_t version = get_field<uint32_t>(p, 8);
   if (version != kTierRecordVersion)
     return fail(TierRecordStatus::kStale, "format version " + std::to_string(version) + ", this build reads " +
                                               std::to_string(kTierRecordVersion));
   if (value.size() < kTierRecordHeaderBytes) return fail(TierRecordStatus::kCorrupt, "shorter than its header");
-  if (get<uint64_t>(p, kHeaderChecksumOffset) != XXH3_64bits(p, kHeaderChecksumOffset))
+  if (get_field<uint64_t>(p, kHeaderChecksumOffset) != XXH3_64bits(p, kHeaderChecksumOffset))
     return fail(TierRecordStatus::kCorrupt, "header checksum mismatch");
-  if (get<uint64_t>(p, 16) != g.layout_fingerprint())
+  if (get_field<uint64_t>(p, 16) != g.layout_fingerprint())
     return fail(TierRecordStatus::kForeign, "written for another model or cache layout (fingerprint mismatch)");
   uint64_t want_boundary = 0, want_payload = 0;
   expected_sizes(g, expect, &want_boundary, &want_payload);
-  const uint64_t n_tokens = get<uint32_t>(p, 56);
-  const uint64_t boundary_bytes = get<uint64_t>(p, 64), payload_bytes = get<uint64_t>(p, 72);
-  if (get<uint32_t>(p, 12) != static_cast<uint32_t>(expect.kind) || get<uint32_t>(p, 60) != 0)
+  const uint64_t n_tokens = get_field<uint32_t>(p, 56);
+  const uint64_t boundary_bytes = get_field<uint64_t>(p, 64), payload_bytes = get_field<uint64_t>(p, 72);
+  if (get_field<uint32_t>(p, 12) != static_cast<uint32_t>(expect.kind) || get_field<uint32_t>(p, 60) != 0)
     return fail(TierRecordStatus::kCorrupt, "kind or reserved field disagrees with the key");
   if (n_tokens != expect.tokens.size() || boundary_bytes != want_boundary || payload_bytes != want_payload)
     return fail(TierRecordStatus::kCorrupt, "sizes disagree with the cache layout");
@@ -152,11 +143,11 @@ TierRecordCheck decode_tier_record(std::span<const uint8_t> value, const CacheGe
                 std::to_string(value.size()) + " bytes, the header says " +
                     std::to_string(kTierRecordHeaderBytes + boundary_bytes + payload_bytes));
   const uint8_t* body = p + kTierRecordHeaderBytes;
-  if (XXH3_64bits(body, value.size() - kTierRecordHeaderBytes) != get<uint64_t>(p, 80))
+  if (XXH3_64bits(body, value.size() - kTierRecordHeaderBytes) != get_field<uint64_t>(p, 80))
     return fail(TierRecordStatus::kCorrupt, "body checksum mismatch");
   const uint64_t chain = expect.kind == TierRecordKind::kBlock ? expect.chain_hash : 0;
-  if (get<uint64_t>(p, 24) != chain || get<uint64_t>(p, 32) != expect.digest.lo ||
-      get<uint64_t>(p, 40) != expect.digest.hi || get<uint64_t>(p, 48) != static_cast<uint64_t>(expect.start))
+  if (get_field<uint64_t>(p, 24) != chain || get_field<uint64_t>(p, 32) != expect.digest.lo ||
+      get_field<uint64_t>(p, 40) != expect.digest.hi || get_field<uint64_t>(p, 48) != static_cast<uint64_t>(expect.start))
     return fail(TierRecordStatus::kMismatch, "a sound record of another prefix");
   if (boundary) *boundary = std::span(body, boundary_bytes);
   if (payload) *payload = std::span(body + boundary_bytes, payload_bytes);

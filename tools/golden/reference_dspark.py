@@ -27,8 +27,8 @@ import numpy as np
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import numerics as nx  # noqa: E402
-from checkpoint import CheckpointError, dequant_fp8_to_bf16, load_linear  # noqa: E402
-from reference_forward import (ReferenceModel, boundary_tie, config_digest, j32, linear,  # noqa: E402
+from checkpoint import CheckpointError, load_linear  # noqa: E402
+from reference_forward import (ReferenceModel, config_digest, j32, linear,  # noqa: E402
                                logits_summary)
 
 F32 = np.float32
@@ -111,30 +111,9 @@ class DSparkReference:
 
     def moe(self, s: int, x: np.ndarray) -> np.ndarray:
         """MoE with the stages' expert count (ModelArgs.get_moe_config); same router as the backbone."""
-        c, lw, m = self.m.cfg, self.stages[s], self.m
-        logits = (nx.linear_f32(x, lw["gate_w"]) / F32(c.gate_temp)).astype(F32)
-        if c.score_func == "softmax":
-            e = nx.exp32(logits - logits.max(-1, keepdims=True))
-            scores = (e / nx.f32(e.astype(F64).sum(-1, keepdims=True))).astype(F32)
-        elif c.score_func == "sigmoid":
-            scores = nx.sigmoid(logits)
-        else:
-            scores = np.sqrt(nx.softplus(logits)).astype(F32)
-        biased = (scores + lw["gate_b"]).astype(F32)
-        k = self.top_k
-        self.router_ties += boundary_tie(biased, k)
-        chosen, _ = nx.topk_lowest_index(biased, k)
-        weights = np.take_along_axis(scores, chosen, axis=1)
-        if c.norm_topk_prob and k > 1:
-            weights = (weights / (nx.f32(weights.astype(F64).sum(-1, keepdims=True)) + F32(1e-20))).astype(F32)
-        weights = (weights * F32(c.route_scale)).astype(F32)
-        y = np.zeros(x.shape, F32)
-        for e in range(self.n_experts):
-            rows, slots = np.nonzero(chosen == e)
-            if rows.size:
-                y[rows] = (y[rows] + m._expert(lw["experts"][e], x[rows], weights[rows, slots])).astype(F32)
-        y = (y + m._expert(lw["shared"], x, None)).astype(F32)
-        return nx.bf16(y)
+        y, ties = self.m.moe_of(self.stages[s], x, self.n_experts, self.top_k)
+        self.router_ties += ties
+        return y
 
     def block(self, s: int, streams: np.ndarray, pre_mix: np.ndarray, main_x: np.ndarray, p0: int):
         """Block.forward around DSparkAttention (decode only)."""

@@ -385,7 +385,14 @@ class ReferenceModel:
         return linear(nx.bf16(h), ex["w2"])
 
     def moe(self, L: int, x: np.ndarray) -> np.ndarray:
-        c, lw = self.cfg, self.layers[L]
+        y, ties = self.moe_of(self.layers[L], x, self.cfg.n_routed_experts, self.cfg.n_activated_experts)
+        self.ties.router_topk += ties
+        return y
+
+    def moe_of(self, lw: dict, x: np.ndarray, n_experts: int, k: int) -> tuple[np.ndarray, int]:
+        """MoE.forward with Gate.forward (score function, bias for selection only, top-k, weights from
+        the unbiased scores), for the weights `lw` (load_moe); also the router's top-k boundary ties."""
+        c = self.cfg
         logits = (nx.linear_f32(x, lw["gate_w"]) / F32(c.gate_temp)).astype(F32)  # [S, E]
         if c.score_func == "softmax":
             e = nx.exp32(logits - logits.max(-1, keepdims=True))
@@ -395,20 +402,19 @@ class ReferenceModel:
         else:
             scores = np.sqrt(nx.softplus(logits)).astype(F32)
         biased = (scores + lw["gate_b"]).astype(F32)
-        k = c.n_activated_experts
-        self.ties.router_topk += boundary_tie(biased, k)
+        ties = boundary_tie(biased, k)
         chosen, _ = nx.topk_lowest_index(biased, k)  # [S, k], descending biased score
         weights = np.take_along_axis(scores, chosen, axis=1)
         if c.norm_topk_prob and k > 1:
             weights = (weights / (nx.f32(weights.astype(F64).sum(-1, keepdims=True)) + F32(1e-20))).astype(F32)
         weights = (weights * F32(c.route_scale)).astype(F32)
         y = np.zeros(x.shape, F32)
-        for e in range(c.n_routed_experts):
+        for e in range(n_experts):
             rows, slots = np.nonzero(chosen == e)
             if rows.size:
                 y[rows] = (y[rows] + self._expert(lw["experts"][e], x[rows], weights[rows, slots])).astype(F32)
         y = (y + self._expert(lw["shared"], x, None)).astype(F32)
-        return nx.bf16(y)
+        return nx.bf16(y), ties
 
     def engram(self, L: int, streams: np.ndarray, hash_ids: np.ndarray) -> np.ndarray:
         c, lw = self.cfg, self.layers[L]
