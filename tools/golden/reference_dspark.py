@@ -117,18 +117,8 @@ class DSparkReference:
 
     def block(self, s: int, streams: np.ndarray, pre_mix: np.ndarray, main_x: np.ndarray, p0: int):
         """Block.forward around DSparkAttention (decode only)."""
-        c, lw = self.m.cfg, self.stages[s]
-        hc_args = (c.norm_eps, c.hc_mult, c.hc_sinkhorn_iters, c.hc_eps)
-        residual = streams
-        a_attn, p_attn, c_attn = nx.hc_mixes(streams, lw["hc_attn_fn"], lw["hc_attn_scale"], lw["hc_attn_base"],
-                                             *hc_args)
-        x = nx.rms_norm(nx.hc_pre(streams, pre_mix), lw["attn_norm"], c.norm_eps)
-        streams = nx.hc_post(self.attention(s, x, main_x, p0), residual, p_attn, c_attn)
-        residual = streams
-        a_ffn, p_ffn, c_ffn = nx.hc_mixes(streams, lw["hc_ffn_fn"], lw["hc_ffn_scale"], lw["hc_ffn_base"], *hc_args)
-        x = nx.rms_norm(nx.hc_pre(streams, a_attn), lw["ffn_norm"], c.norm_eps)
-        streams = nx.hc_post(self.moe(s, x), residual, p_ffn, c_ffn)
-        return streams, a_ffn
+        return self.m.block_of(self.stages[s], streams, pre_mix, lambda x: self.attention(s, x, main_x, p0),
+                               lambda x: self.moe(s, x))
 
     def forward_spec(self, token: int, main_hidden: np.ndarray, p0: int):
         """Transformer.forward_spec for one sequence. main_hidden [S, n_targets * dim] is the backbone

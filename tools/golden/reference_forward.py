@@ -434,17 +434,24 @@ class ReferenceModel:
         return nx.bf16((streams + gate[..., None] * value[:, None, :]).astype(F32))
 
     def block(self, L: int, streams: np.ndarray, p0: int, pre_mix: np.ndarray, trace: dict):
-        c, lw = self.cfg, self.layers[L]
+        return self.block_of(self.layers[L], streams, pre_mix, lambda x: self.attention(L, x, p0, trace),
+                             lambda x: self.moe(L, x))
+
+    def block_of(self, lw: dict, streams: np.ndarray, pre_mix: np.ndarray, attention, moe):
+        """Block.forward: single-pass mHC around `attention` and `moe` (x -> output callables), for the
+        block weights `lw`; the attention reads the previous FFN's pre-mix. Returns the streams and
+        this block's FFN pre-mix."""
+        c = self.cfg
         hc_args = (c.norm_eps, c.hc_mult, c.hc_sinkhorn_iters, c.hc_eps)
         residual = streams
         a_attn, p_attn, c_attn = nx.hc_mixes(streams, lw["hc_attn_fn"], lw["hc_attn_scale"], lw["hc_attn_base"],
                                              *hc_args)
         x = nx.rms_norm(nx.hc_pre(streams, pre_mix), lw["attn_norm"], c.norm_eps)
-        streams = nx.hc_post(self.attention(L, x, p0, trace), residual, p_attn, c_attn)
+        streams = nx.hc_post(attention(x), residual, p_attn, c_attn)
         residual = streams
         a_ffn, p_ffn, c_ffn = nx.hc_mixes(streams, lw["hc_ffn_fn"], lw["hc_ffn_scale"], lw["hc_ffn_base"], *hc_args)
         x = nx.rms_norm(nx.hc_pre(streams, a_attn), lw["ffn_norm"], c.norm_eps)
-        streams = nx.hc_post(self.moe(L, x), residual, p_ffn, c_ffn)
+        streams = nx.hc_post(moe(x), residual, p_ffn, c_ffn)
         return streams, a_ffn
 
     def forward(self, ids: list[int], p0: int) -> tuple[np.ndarray, dict]:
