@@ -301,6 +301,15 @@ class LocalEngine final : public Engine {
             stats_.sequence_bytes + saving_bytes_ + waiting_.front()->state_bytes <= options_.kv_memory_bytes);
   }
 
+  // Moves jobs back from the store thread, their cached prefix restored, into the running batch.
+  void adopt_prepared(const std::vector<Job*>& jobs) {
+    for (Job* j : jobs) {
+      auto it = std::find_if(preparing_.begin(), preparing_.end(), [&](const auto& p) { return p.get() == j; });
+      active_.push_back(std::move(*it));
+      preparing_.erase(it);
+    }
+  }
+
   // Waits for work, then admits what fits. false: the engine stops (everything is finished).
   bool admit() {
     std::vector<std::unique_ptr<Job>> dropped, admitted;
@@ -330,11 +339,7 @@ class LocalEngine final : public Engine {
       stats_.queue_depth = static_cast<int>(waiting_.size());
       ready.swap(prepared_);
     }
-    for (Job* j : ready) {  // back from the store thread, its cached prefix restored
-      auto it = std::find_if(preparing_.begin(), preparing_.end(), [&](const auto& p) { return p.get() == j; });
-      active_.push_back(std::move(*it));
-      preparing_.erase(it);
-    }
+    adopt_prepared(ready);
     for (auto& j : dropped)
       finish_unstarted(*j, FinishReason::kCancelled,
                        stopping && !j->stream->cancelled() ? failed_precondition("the engine is shutting down")
@@ -348,11 +353,7 @@ class LocalEngine final : public Engine {
           cv_.wait(lock, [&] { return !prepared_.empty(); });
           back.swap(prepared_);
         }
-        for (Job* j : back) {
-          auto it = std::find_if(preparing_.begin(), preparing_.end(), [&](const auto& p) { return p.get() == j; });
-          active_.push_back(std::move(*it));
-          preparing_.erase(it);
-        }
+        adopt_prepared(back);
       }
       for (auto& j : active_) finish(*j, FinishReason::kError, failed_precondition("the engine is shutting down"));
       active_.clear();
