@@ -15,6 +15,7 @@ namespace {
 
 using namespace std::chrono_literals;
 using runtime::GenerationStream;
+using runtime::ScriptedEngine;
 using runtime::ScriptedEngineOptions;
 
 runtime::GenerationRequest request_for(const std::string& prompt, int max_tokens = 100) {
@@ -50,17 +51,24 @@ TEST(EngineStream, TokensArriveInOrderAndMatchTheResult) {
   EXPECT_EQ((*stream)->result()->finish_reason, runtime::FinishReason::kStop);
 }
 
-TEST(EngineStream, RefusesWhenTheBatchAndTheQueueAreFull) {
+// A slow engine with one running place and one queue place, the first taken by `running`.
+std::unique_ptr<ScriptedEngine> one_place_left(Result<std::shared_ptr<GenerationStream>>* running) {
   ScriptedEngineOptions slow;
   slow.token_delay = 20ms;
   slow.max_batch = 1;
   slow.max_queue = 1;
   auto engine = test::make_engine({{"", std::string(200, 'x') + test::kEos}}, slow);
-  auto running = engine->submit(request_for("a"));
+  *running = engine->submit(request_for("a"));
+  EXPECT_TRUE(running->ok());
+  wait_running(*engine, 1);  // the scheduler took it: exactly one place (the queue) is left
+  EXPECT_EQ(engine->stats().active_sequences, 1);
+  return engine;
+}
+
+TEST(EngineStream, RefusesWhenTheBatchAndTheQueueAreFull) {
+  Result<std::shared_ptr<GenerationStream>> running = std::shared_ptr<GenerationStream>();
+  auto engine = one_place_left(&running);
   ASSERT_TRUE(running.ok());
-  // Wait until the scheduler took it, so exactly one place (the queue) is left.
-  wait_running(*engine, 1);
-  ASSERT_EQ(engine->stats().active_sequences, 1);
   auto waiting = engine->submit(request_for("b"));
   ASSERT_TRUE(waiting.ok());
   auto refused = engine->submit(request_for("c"));
@@ -73,14 +81,9 @@ TEST(EngineStream, RefusesWhenTheBatchAndTheQueueAreFull) {
 }
 
 TEST(EngineStream, CancelledWaitingRequestsFreeTheirPlace) {
-  ScriptedEngineOptions slow;
-  slow.token_delay = 20ms;
-  slow.max_batch = 1;
-  slow.max_queue = 1;
-  auto engine = test::make_engine({{"", std::string(200, 'x') + test::kEos}}, slow);
-  auto running = engine->submit(request_for("a"));
+  Result<std::shared_ptr<GenerationStream>> running = std::shared_ptr<GenerationStream>();
+  auto engine = one_place_left(&running);
   ASSERT_TRUE(running.ok());
-  wait_running(*engine, 1);
   auto waiting = engine->submit(request_for("b"));
   ASSERT_TRUE(waiting.ok());
   (*waiting)->cancel();  // its client left
