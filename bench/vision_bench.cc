@@ -19,7 +19,7 @@
 #include "core/thread_pool.h"
 #include "io/checkpoint.h"
 #include "model/config.h"
-#include "model/tiny_checkpoint.h"
+#include "tiny/tiny_checkpoint.h"
 #include "model/vision_aligner.h"
 #include "model/vision_tower.h"
 #include "model/weight_inventory.h"

@@ -13,7 +13,7 @@
 #include "core/thread_pool.h"
 #include "model/layer_plan.h"
 #include "model/model.h"
-#include "model/tiny_checkpoint.h"
+#include "tiny/tiny_checkpoint.h"
 #include "model/weight_inventory.h"
 #include "model_test_util.h"
 #include "tiny_model_util.h"

@@ -12,7 +12,7 @@
 #include <utility>
 
 #include "model/model.h"
-#include "model/tiny_checkpoint.h"
+#include "tiny/tiny_checkpoint.h"
 
 namespace cedar::model::testing {
 

@@ -21,7 +21,7 @@
 #include "core/thread_pool.h"
 #include "core/timer.h"
 #include "model/model.h"
-#include "model/model_summary.h"
+#include "model_summary.h"
 #include "model/weight_inventory.h"
 #include "ops/bf16_coded.h"
 #include "ops/formats.h"

@@ -8,7 +8,7 @@
 #include "io/checkpoint.h"
 #include "model/config.h"
 #include "model/layer_plan.h"
-#include "model/model_summary.h"
+#include "model_summary.h"
 #include "model/residency_plan.h"
 #include "model/weight_inventory.h"
 #include "model/weight_map.h"

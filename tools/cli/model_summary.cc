@@ -1,4 +1,4 @@
-#include "model/model_summary.h"
+#include "model_summary.h"
 
 #include <cstdio>
 

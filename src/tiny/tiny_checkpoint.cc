@@ -1,6 +1,6 @@
 // Tiny / small checkpoint writer. Values are drawn per tensor from WeightRng seeded by
 // (seed, tensor name), so a tensor's contents do not depend on the order or sharding of writes.
-#include "model/tiny_checkpoint.h"
+#include "tiny/tiny_checkpoint.h"
 
 #include <sys/stat.h>
 
