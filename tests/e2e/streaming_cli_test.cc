@@ -40,6 +40,28 @@ TEST(StreamingCli, InspectPlansTheReleasedConfig) {
   EXPECT_NE(small.output.find("raise --memory-budget to at least"), std::string::npos) << small.output;
 }
 
+// The released vision_config (issue 38: 32 layers, 1024 wide, 16 heads, inter 2816, patch 14, downsample
+// 3, at most 1024 image tokens, min_pixels 295936) and the tower's weight bytes in the inspection.
+TEST(StreamingCli, InspectShowsTheReleasedVisionTower) {
+  RunResult r = run_cedar_stdout("inspect --config " + kReleased + " --json");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const json v = last_json(r.output)["config"]["vision"];
+  ASSERT_TRUE(v.is_object()) << r.output;
+  EXPECT_EQ(v["n_layers"], 32);
+  EXPECT_EQ(v["dim"], 1024);
+  EXPECT_EQ(v["n_heads"], 16);
+  EXPECT_EQ(v["inter_dim"], 2816);
+  EXPECT_EQ(v["patch_size"], 14);
+  EXPECT_EQ(v["downsample"], 3);
+  EXPECT_EQ(v["max_n_token"], 1024);
+  EXPECT_EQ(v["min_pixels"], 295936);
+  // 0.5 B parameters in bf16 (the aligner's 9216x5120 + 5120x5120 alone are 0.07 B): about 1 GB.
+  EXPECT_GT(v["weight_bytes"].get<int64_t>(), int64_t{800} << 20);
+  EXPECT_LT(v["weight_bytes"].get<int64_t>(), int64_t{1400} << 20);
+  RunResult text = run_cedar("inspect --config " + kReleased);
+  EXPECT_NE(text.output.find("vision tower: 32 layers x 1024, 16 heads"), std::string::npos) << text.output;
+}
+
 TEST(StreamingCli, GenerateStreamedGivesTheResidentIds) {
   const std::string& dir = shared_tiny_checkpoint();
   const std::string stats = test_dir("streaming_cli") + "/expert-stats";

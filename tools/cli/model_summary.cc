@@ -108,7 +108,14 @@ nlohmann::json summary_json(const ModelConfig& c, const LayerPlan& plan, const P
         {"index_n_heads", c.index_n_heads}, {"index_head_dim", c.index_head_dim},
         {"candidate_topk_blocks", c.candidate_topk_blocks}, {"candidate_block_size", c.candidate_block_size},
         {"hc_mult", c.hc_mult}, {"norm_eps", c.norm_eps}, {"weight_block_size", c.weight_block_size},
-        {"engram_layer_ids", c.engram_layer_ids}, {"engram_num_embeddings", c.engram_num_embeddings}}},
+        {"engram_layer_ids", c.engram_layer_ids}, {"engram_num_embeddings", c.engram_num_embeddings},
+        {"vision",
+         c.vision.present ? nlohmann::json{{"n_layers", c.vision.n_layers}, {"dim", c.vision.dim},
+                                           {"n_heads", c.vision.n_heads}, {"inter_dim", c.vision.inter_dim},
+                                           {"patch_size", c.vision.patch_size}, {"downsample", c.vision.downsample},
+                                           {"max_n_token", c.vision.max_n_token}, {"min_pixels", c.vision.min_pixels},
+                                           {"weight_bytes", counts.vision_bytes}}
+                          : nlohmann::json(nullptr)}}},
       {"layers", layers},
       {"params",
        {{"backbone", counts.backbone}, {"engram", counts.engram}, {"dspark", counts.dspark},
@@ -139,6 +146,12 @@ std::string summary_text(const ModelConfig& c, const LayerPlan& plan, const Para
   add("  window %d, indexer %d heads x %d top-%d, candidate pool %d blocks x %d, hc_mult %d, eps %g\n",
       c.window_size, c.index_n_heads, c.index_head_dim, c.index_topk, c.candidate_topk_blocks,
       c.candidate_block_size, c.hc_mult, c.norm_eps);
+  if (c.vision.present)
+    add("  vision tower: %d layers x %d, %d heads, inter %d, %dx%d patches merged %dx%d, at most %d image tokens; "
+        "%s of bf16 weights, read only when a prompt has images\n",
+        c.vision.n_layers, c.vision.dim, c.vision.n_heads, c.vision.inter_dim, c.vision.patch_size,
+        c.vision.patch_size, c.vision.downsample, c.vision.downsample, c.vision.max_n_token,
+        human_bytes(static_cast<double>(counts.vision_bytes)).c_str());
   out += "\nlayer plan:\n";
   add("  %-6s %-5s %-7s %-7s %-9s %-6s %-12s %-9s %-4s %-7s %s\n", "layer", "ratio", "mode", "kv_from",
       "idx_keys", "topk", "candidates", "rope", "yarn", "experts", "notes");
