@@ -179,6 +179,9 @@ TEST(TokenConstraint, BatchedRequestsGetTheirOwnMasks) {
   // Request 0's first mask waits for the others to arrive: not a costly mask to park (that is
   // ACostlyMaskDoesNotStallTheBatch), so the budget is out of the way.
   options.mask_budget_seconds = 3600;
+  // No prefix cache: requests start in the step that admits them (with a cache, the store thread
+  // restores each first, and one may join a step later), so both constrained ones share every step.
+  options.prefix_cache = false;
   auto engine = make_engine(model::testing::tiny_checkpoint(2), options);
   ASSERT_TRUE(engine.ok()) << engine.status().to_string();
   const int vocab = (*engine)->info().vocab_size;
