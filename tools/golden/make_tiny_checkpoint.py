@@ -153,9 +153,9 @@ def make(out_dir: str, seed: int, tokenizer_dir: str) -> None:
     g.bf16("head.weight", (text["vocab_size"], d), 1 / np.sqrt(d))
     g.norm("norm.weight", d)
     mix = (2 + hc) * hc
-    for L in range(text["num_hidden_layers"]):
-        p = f"layers.{L}."
-        ratio = text["compress_ratios"][L]
+
+    def block_core(p):
+        """A Block's norms, hyper-connection mixes and attention projections, drawn in this order."""
         g.norm(p + "attn_norm.weight", d)
         g.norm(p + "ffn_norm.weight", d)
         for site in ("attn", "ffn"):
@@ -171,6 +171,24 @@ def make(out_dir: str, seed: int, tokenizer_dir: str) -> None:
         g.norm(a + "kv_norm.weight", hd)
         g.fp8(a + "wo_a", groups * o_lora, heads * hd // groups)
         g.fp8(a + "wo_b", d, groups * o_lora)
+
+    def moe(f, n_experts):
+        """A MoE's gate, routed experts and shared expert, drawn in this order."""
+        g.bf16(f + "gate.weight", (n_experts, d), 1 / np.sqrt(d))
+        g.f32(f + "gate.bias", (n_experts,), 0.05)
+        for e in range(n_experts):
+            g.fp4(f + f"experts.{e}.w1", inter, d)
+            g.fp4(f + f"experts.{e}.w3", inter, d)
+            g.fp4(f + f"experts.{e}.w2", d, inter)
+        g.fp8(f + "shared_experts.w1", inter, d)
+        g.fp8(f + "shared_experts.w3", inter, d)
+        g.fp8(f + "shared_experts.w2", d, inter)
+
+    for L in range(text["num_hidden_layers"]):
+        p = f"layers.{L}."
+        ratio = text["compress_ratios"][L]
+        block_core(p)
+        a = p + "attn."
         if L in text["kv_source_layer_ids"]:
             g.bf16(a + "compressor.wkv.weight", (hd, d), 1 / np.sqrt(d))
             if ratio > 1:
@@ -181,16 +199,7 @@ def make(out_dir: str, seed: int, tokenizer_dir: str) -> None:
         if L in text["index_source_layer_ids"]:
             g.fp8(a + "indexer.wq_b", ih * idim, q_lora)
             g.bf16(a + "indexer.weights_proj.weight", (ih, d), 1 / np.sqrt(d))
-        f = p + "ffn."
-        g.bf16(f + "gate.weight", (text["n_routed_experts"], d), 1 / np.sqrt(d))
-        g.f32(f + "gate.bias", (text["n_routed_experts"],), 0.05)
-        for e in range(text["n_routed_experts"]):
-            g.fp4(f + f"experts.{e}.w1", inter, d)
-            g.fp4(f + f"experts.{e}.w3", inter, d)
-            g.fp4(f + f"experts.{e}.w2", d, inter)
-        g.fp8(f + "shared_experts.w1", inter, d)
-        g.fp8(f + "shared_experts.w3", inter, d)
-        g.fp8(f + "shared_experts.w2", d, inter)
+        moe(p + "ffn.", text["n_routed_experts"])
         if L in text["engram_layer_ids"]:
             i = text["engram_layer_ids"].index(L)
             rows, ehd = text["engram_num_embeddings"][i], text["engram_head_dim"]
@@ -204,31 +213,8 @@ def make(out_dir: str, seed: int, tokenizer_dir: str) -> None:
     # DSpark stages (docs/DSPARK.md) after every backbone tensor, so the backbone's draws do not move
     for S in range(text["num_nextn_predict_layers"]):
         p = f"mtp.{S}."
-        g.norm(p + "attn_norm.weight", d)
-        g.norm(p + "ffn_norm.weight", d)
-        for site in ("attn", "ffn"):
-            g.f32(p + f"hc_{site}_fn", (mix, hc * d), 0.5 / np.sqrt(hc * d))
-            g.f32(p + f"hc_{site}_base", (mix,), 0.3)
-            g.f32(p + f"hc_{site}_scale", (3,), 0.5, positive=True)
-        a = p + "attn."
-        g.f32(a + "attn_sink", (heads,), 1.0)
-        g.fp8(a + "wq_a", q_lora, d)
-        g.norm(a + "q_norm.weight", q_lora)
-        g.fp8(a + "wq_b", heads * hd, q_lora)
-        g.fp8(a + "wkv", hd, d)
-        g.norm(a + "kv_norm.weight", hd)
-        g.fp8(a + "wo_a", groups * o_lora, heads * hd // groups)
-        g.fp8(a + "wo_b", d, groups * o_lora)
-        f, n_exp = p + "ffn.", text["dspark_n_routed_experts"]
-        g.bf16(f + "gate.weight", (n_exp, d), 1 / np.sqrt(d))
-        g.f32(f + "gate.bias", (n_exp,), 0.05)
-        for e in range(n_exp):
-            g.fp4(f + f"experts.{e}.w1", inter, d)
-            g.fp4(f + f"experts.{e}.w3", inter, d)
-            g.fp4(f + f"experts.{e}.w2", d, inter)
-        g.fp8(f + "shared_experts.w1", inter, d)
-        g.fp8(f + "shared_experts.w3", inter, d)
-        g.fp8(f + "shared_experts.w2", d, inter)
+        block_core(p)  # a stage is a Block with window-only attention
+        moe(p + "ffn.", text["dspark_n_routed_experts"])
         if S == 0:
             n_t = len(text["dspark_target_layer_ids"])
             g.fp8(p + "main_proj", d, n_t * d)
