@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "model/mhc_mixes.h"
 #include "model/model.h"
 #include "ops/attention.h"
 #include "ops/formats.h"
@@ -122,7 +123,7 @@ class DSparkBlock {
   void forward(const ops::KernelSet& k, size_t B, int64_t p, const float* window, size_t n_window, DraftScratch& s,
                ThreadPool* pool) const {
     const size_t dim = c_.dim, hc = c_.hc_mult, hc_dim = hc * dim, n_mix = (2 + hc) * hc;
-    const float eps = static_cast<float>(c_.norm_eps), hc_eps = static_cast<float>(c_.hc_eps);
+    const float eps = static_cast<float>(c_.norm_eps);
     float* mixes = grow(s.mixes, B * n_mix);
     float* attn_pre = grow(s.attn_pre, B * hc);
     float* post = grow(s.post, B * hc);
@@ -134,10 +135,7 @@ class DSparkBlock {
     std::swap(s.streams, s.residual);
     const float* R = s.residual.data();
     float* X = grow(s.streams, B * hc_dim);
-    k.hc_mixes(R, B, hc_dim, w_.hc_attn_fn, n_mix, eps, mixes, pool);
-    for (size_t t = 0; t < B; ++t)
-      ops::hc_split_sinkhorn(mixes + t * n_mix, w_.hc_attn_scale, w_.hc_attn_base, c_.hc_mult, c_.hc_sinkhorn_iters,
-                             hc_eps, attn_pre + t * hc, post + t * hc, comb + t * hc * hc);
+    mhc_mixes(k, c_, R, B, w_.hc_attn_fn, w_.hc_attn_scale, w_.hc_attn_base, mixes, attn_pre, post, comb, pool);
     ops::hc_pre(R, s.pre_mix.data(), B, c_.hc_mult, dim, x);
     ops::rms_norm(x, B, dim, w_.attn_norm, eps, x);
     attn_.forward(k, x, B, p, window, n_window, y, s, pool);
@@ -147,10 +145,7 @@ class DSparkBlock {
     R = s.residual.data();
     X = s.streams.data();
     float* ffn_pre = s.pre_mix.data();
-    k.hc_mixes(R, B, hc_dim, w_.hc_ffn_fn, n_mix, eps, mixes, pool);
-    for (size_t t = 0; t < B; ++t)
-      ops::hc_split_sinkhorn(mixes + t * n_mix, w_.hc_ffn_scale, w_.hc_ffn_base, c_.hc_mult, c_.hc_sinkhorn_iters,
-                             hc_eps, ffn_pre + t * hc, post + t * hc, comb + t * hc * hc);
+    mhc_mixes(k, c_, R, B, w_.hc_ffn_fn, w_.hc_ffn_scale, w_.hc_ffn_base, mixes, ffn_pre, post, comb, pool);
     ops::hc_pre(R, attn_pre, B, c_.hc_mult, dim, x);
     ops::rms_norm(x, B, dim, w_.ffn_norm, eps, x);
     moe(k, x, B, y, s, pool);

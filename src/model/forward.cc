@@ -5,6 +5,7 @@
 
 #include "core/check.h"
 #include "model/forward_internal.h"
+#include "model/mhc_mixes.h"
 #include "ops/formats.h"
 #include "ops/hc.h"
 #include "ops/linear.h"
@@ -262,7 +263,7 @@ void ForwardPass::embed() {
 void ForwardPass::block(int l) {
   const BlockWeights& bw = w_.blocks[l];
   const size_t dim = c_.dim, hc = c_.hc_mult, n_mix = (2 + hc) * hc;
-  const float eps = static_cast<float>(c_.norm_eps), hc_eps = static_cast<float>(c_.hc_eps);
+  const float eps = static_cast<float>(c_.norm_eps);
   scratch(ws_.residual, T_ * hc_dim_);
   float* mixes = scratch(ws_.mixes, T_ * n_mix);    // [T, 24]
   float* attn_pre = scratch(ws_.attn_pre, T_ * hc); // [T, hc]
@@ -275,10 +276,7 @@ void ForwardPass::block(int l) {
   std::swap(ws_.streams, ws_.residual);
   const float* R = ws_.residual.data();              // [T, hc, dim]
   float* X = scratch(ws_.streams, T_ * hc_dim_);
-  k_.hc_mixes(R, T_, hc_dim_, bw.hc_attn_fn, n_mix, eps, mixes, pool_);
-  for (size_t t = 0; t < T_; ++t)
-    ops::hc_split_sinkhorn(mixes + t * n_mix, bw.hc_attn_scale, bw.hc_attn_base, c_.hc_mult, c_.hc_sinkhorn_iters,
-                           hc_eps, attn_pre + t * hc, post + t * hc, comb + t * hc * hc);
+  mhc_mixes(k_, c_, R, T_, bw.hc_attn_fn, bw.hc_attn_scale, bw.hc_attn_base, mixes, attn_pre, post, comb, pool_);
   ops::hc_pre(R, ws_.pre_mix.data(), T_, c_.hc_mult, dim, x);
   ops::rms_norm(x, T_, dim, bw.attn_norm, eps, x);
   attention(l, x, y);
@@ -289,10 +287,7 @@ void ForwardPass::block(int l) {
   R = ws_.residual.data();
   X = ws_.streams.data();
   float* ffn_pre = ws_.pre_mix.data();  // becomes the next block's attention pre-mix
-  k_.hc_mixes(R, T_, hc_dim_, bw.hc_ffn_fn, n_mix, eps, mixes, pool_);
-  for (size_t t = 0; t < T_; ++t)
-    ops::hc_split_sinkhorn(mixes + t * n_mix, bw.hc_ffn_scale, bw.hc_ffn_base, c_.hc_mult, c_.hc_sinkhorn_iters,
-                           hc_eps, ffn_pre + t * hc, post + t * hc, comb + t * hc * hc);
+  mhc_mixes(k_, c_, R, T_, bw.hc_ffn_fn, bw.hc_ffn_scale, bw.hc_ffn_base, mixes, ffn_pre, post, comb, pool_);
   ops::hc_pre(R, attn_pre, T_, c_.hc_mult, dim, x);
   ops::rms_norm(x, T_, dim, bw.ffn_norm, eps, x);
   moe(l, x, y);

@@ -28,7 +28,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import numerics as nx  # noqa: E402
 from checkpoint import CheckpointError, load_linear  # noqa: E402
-from reference_forward import (ReferenceModel, config_digest, j32, linear,  # noqa: E402
+from reference_forward import (ReferenceModel, config_digest, j32, linear, write_report,  # noqa: E402
                                logits_summary)
 
 F32 = np.float32
@@ -220,12 +220,7 @@ def main(argv=None) -> int:
         print(f"reference_dspark: {e}", file=sys.stderr)
         return 1
     body = ",\n".join(f"{json.dumps(k)}: {json.dumps(v, separators=(',', ':'))}" for k, v in out.items())
-    text = "{\n" + body + "\n}"
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
-    else:
-        print(text)
+    write_report("{\n" + body + "\n}", args.out)
     return 0
 
 

@@ -607,6 +607,15 @@ def run(args) -> dict:
     }
 
 
+def write_report(text: str, path: str | None) -> None:
+    """A script's JSON report: to `path` with a final newline, or to standard output."""
+    if path:
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+    else:
+        print(text)
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--checkpoint", required=True, help="checkpoint directory (HF layout)")
@@ -626,12 +635,8 @@ def main(argv=None) -> int:
     except (CheckpointError, ValueError) as e:
         print(f"reference_forward: {e}", file=sys.stderr)
         return 1
-    text = "{\n" + ",\n".join(f"{json.dumps(k)}: {json.dumps(v, separators=(',', ':'))}" for k, v in out.items()) + "\n}"
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
-    else:
-        print(text)
+    write_report("{\n" + ",\n".join(f"{json.dumps(k)}: {json.dumps(v, separators=(',', ':'))}"
+                                       for k, v in out.items()) + "\n}", args.out)
     return 0
 
 

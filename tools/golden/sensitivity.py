@@ -98,12 +98,7 @@ def main(argv=None) -> int:
     except (rf.CheckpointError, ValueError) as e:
         print(f"sensitivity: {e}", file=sys.stderr)
         return 1
-    text = json.dumps(report, separators=(",", ":"))
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
-    else:
-        print(text)
+    rf.write_report(json.dumps(report, separators=(",", ":")), args.out)
     return 0
 
 
