@@ -17,7 +17,7 @@ const char* kv_family_name(KvFamily f) {
 uint32_t main_entry_bytes(const ModelKvSpec& s) {
   switch (s.family) {
     case KvFamily::kV41:
-      return static_cast<uint32_t>(s.head_dim / 2 + s.head_dim / 16);
+      return static_cast<uint32_t>(s.bf16_entries ? s.head_dim * 2 : s.head_dim / 2 + s.head_dim / 16);
     case KvFamily::kV4: {
       const int nope = s.head_dim - s.rope_head_dim;
       const uint32_t raw = static_cast<uint32_t>(nope + 2 * s.rope_head_dim + nope / 64);
@@ -36,7 +36,7 @@ uint32_t index_entry_bytes(const ModelKvSpec& s) {
 
 uint32_t window_entry_bytes(const ModelKvSpec& s) {
   switch (s.family) {
-    case KvFamily::kV41: return static_cast<uint32_t>(s.head_dim + s.head_dim / 32);
+    case KvFamily::kV41: return static_cast<uint32_t>(s.bf16_entries ? s.head_dim * 2 : s.head_dim + s.head_dim / 32);
     case KvFamily::kV4: return main_entry_bytes(s);  // same MODEL1 record as the compressed KV
     case KvFamily::kDenseGqa: return 0;
   }
@@ -153,7 +153,8 @@ Result<CacheGeometry> make_cache_geometry(const ModelKvSpec& spec, uint32_t bloc
   }
   g.block_bytes = offset;
   g.boundary_state_bytes += g.engram_history_bytes();
-  if (g.owners.empty()) return invalid_argument("kv: model '" + spec.name + "' has no KV-owner layer");
+  // A model with no compressed layer (window attention only) has blocks of zero bytes: its sequences
+  // still keep their windows and tails here.
   return g;
 }
 

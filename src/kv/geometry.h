@@ -50,6 +50,9 @@ struct ModelKvSpec {
   int window_size = 128;
   int n_kv_heads = 1;             // dense GQA only
   int engram_history = 0;         // compressed ids kept for Engram (max_ngram_size - 1), 0 = none
+  // V4.1 only: main and window entries kept as bf16 (head_dim * 2 bytes) instead of FP4 / FP8, the
+  // `cedar eval` KV experiment (model/sequence_state.h KvDtype::kBf16). Index keys stay FP4.
+  bool bf16_entries = false;
   std::vector<LayerKvSpec> layers;
   // Identity of the weights the cache was computed with (a hash of config + checkpoint, chosen by the
   // caller). Disk files and prefix hashes of a different model never match.
@@ -116,6 +119,7 @@ struct CacheGeometry {
 //       window = head_dim E4M3 + head_dim/32 E8M0 (512 -> 528).
 // V4:   main = window = nope E4M3 + rope bf16 + nope/64 E8M0, padded to 8 (448+128+7+1 = 584);
 //       index as V4.1.
+// V4.1 with bf16_entries: main = window = head_dim * 2.
 // Dense: main = K and V, bf16, every KV head: 2 * n_kv_heads * head_dim * 2 (8 x 128 -> 4096).
 uint32_t main_entry_bytes(const ModelKvSpec& spec);
 uint32_t index_entry_bytes(const ModelKvSpec& spec);

@@ -114,7 +114,7 @@ void KvCache::restore_boundary_state(Sequence& s) {
 }
 
 Result<int64_t> KvCache::attach_prefix(Sequence& seq, std::span<const int32_t> prompt, int64_t max_tokens) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_lock<std::mutex> lock(mu_);
   if (seq.n_tokens() != 0) return failed_precondition("kv: attach_prefix needs an empty sequence");
   const uint32_t bt = g_.block_tokens;
   const int64_t limit = std::clamp<int64_t>(max_tokens, 0, static_cast<int64_t>(prompt.size()));
@@ -127,8 +127,12 @@ Result<int64_t> KvCache::attach_prefix(Sequence& seq, std::span<const int32_t> p
   for (BlockId b : m.blocks) pool_->retain(b);
   const size_t from_memory = m.blocks.size();
   if (opt_.disk && m.blocks.size() < n_full) {
+    // The disk reads run without the lock (other sequences keep appending meanwhile); each block read
+    // takes it to allocate and index its copy. `seq` is not yet visible to anyone else.
+    lock.unlock();
     opt_.disk->load(prompt, hashes, from_memory,
                     [&](size_t k, std::span<const uint8_t> kv, std::span<const uint8_t> boundary) {
+                      std::lock_guard<std::mutex> block_lock(mu_);
                       const auto b = allocate_block();
                       if (!b) return false;
                       std::memcpy(pool_->block_data(*b), kv.data(), kv.size());
@@ -138,6 +142,7 @@ Result<int64_t> KvCache::attach_prefix(Sequence& seq, std::span<const int32_t> p
                       m.blocks.push_back(*b);
                       return true;
                     });
+    lock.lock();
   }
   const size_t n = m.blocks.size();
   seq.tokens_.assign(prompt.begin(), prompt.begin() + static_cast<ptrdiff_t>(n * bt));
@@ -150,6 +155,11 @@ Result<int64_t> KvCache::attach_prefix(Sequence& seq, std::span<const int32_t> p
   stats_.reused_tokens_memory += from_memory * bt;
   stats_.reused_tokens_disk += (n - from_memory) * bt;
   return seq.reused_tokens_;
+}
+
+void KvCache::reserve(Sequence& seq, int64_t n_tokens) {
+  seq.tokens_.reserve(static_cast<size_t>(n_tokens));
+  seq.blocks_.reserve(blocks_for_tokens(n_tokens, g_.block_tokens));
 }
 
 Status KvCache::append(Sequence& seq, std::span<const int32_t> tokens) {
@@ -165,28 +175,37 @@ Status KvCache::append(Sequence& seq, std::span<const int32_t> tokens) {
                               " tokens needed, the " + std::to_string(pool_->capacity_blocks()) +
                               " blocks are held by live sequences; raise the KV capacity or shorten the request");
   };
-  std::vector<BlockId> fresh;
-  for (size_t k = seq.blocks_.size(); k <= last; ++k) {
+  // Fresh blocks go straight to the table (no allocation in a decode step once reserve() sized it);
+  // a failure gives them back, so nothing changes.
+  const size_t had = seq.blocks_.size();
+  auto undo = [&] {
+    while (seq.blocks_.size() > had) {
+      pool_->release(seq.blocks_.back());
+      seq.blocks_.pop_back();
+    }
+  };
+  for (size_t k = had; k <= last; ++k) {
     const auto b = allocate_block();
     if (!b) {
-      for (BlockId f : fresh) pool_->release(f);
-      return full_error(last + 1 - seq.blocks_.size());
+      const size_t needed = last + 1 - had;
+      undo();
+      return full_error(needed);
     }
-    fresh.push_back(*b);
+    seq.blocks_.push_back(*b);
   }
   // The new tokens' first block is a partial block this sequence already lists: if anyone else holds
   // it (a fork, the index after a truncate), copy it now, before its first divergent write.
-  if (first < seq.blocks_.size() && pool_->refcount(seq.blocks_[first]) > 1) {
+  if (first < had && pool_->refcount(seq.blocks_[first]) > 1) {
     const auto copy = copy_block(seq.blocks_[first]);
     if (!copy) {
-      for (BlockId f : fresh) pool_->release(f);
-      return full_error(fresh.size() + 1);
+      const size_t needed = seq.blocks_.size() - had + 1;
+      undo();
+      return full_error(needed);
     }
     pool_->release(seq.blocks_[first]);
     seq.blocks_[first] = *copy;
     if (first < seq.nodes_.size()) seq.nodes_.resize(first);
   }
-  seq.blocks_.insert(seq.blocks_.end(), fresh.begin(), fresh.end());
   seq.tokens_.insert(seq.tokens_.end(), tokens.begin(), tokens.end());
   return {};
 }

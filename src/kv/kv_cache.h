@@ -10,7 +10,7 @@
 //   cache.release(s);
 // Structural calls (everything on this class) are serialised by one mutex; entry reads/writes through a
 // Sequence after append() need no lock; one sequence is used by one thread at a time. attach_prefix
-// reads the disk under the cache mutex; commit writes it outside. When the pool runs out, index-only blocks are evicted (least
+// and commit read and write the disk outside the cache mutex. When the pool runs out, index-only blocks are evicted (least
 // recently used leaf first); a request that still cannot fit gets ResourceExhausted.
 #pragma once
 
@@ -76,6 +76,8 @@ class KvCache {
   // Appends tokens and reserves the blocks their entries go to. A shared partial last block is copied
   // first (copy on write at the first divergent block). On ResourceExhausted nothing changed.
   Status append(Sequence& seq, std::span<const int32_t> tokens);
+  // Sizes the sequence's token and block tables for n_tokens, so appends up to it do not allocate.
+  void reserve(Sequence& seq, int64_t n_tokens);
   // Shortens the sequence to n_tokens (e.g. rejected draft tokens). Entries of the dropped tokens are
   // rewritten by the forward pass after the next append.
   Status truncate(Sequence& seq, int64_t n_tokens);

@@ -13,44 +13,10 @@
 
 namespace cedar::model {
 
-SequenceState Model::new_sequence(int64_t capacity) const {
-  return make_sequence_state(config_, plan_, capacity, options_.kv_dtype);
-}
-
-Status Model::prepare_resume(SequenceState& seq, std::span<const int32_t> tokens, int64_t restored,
-                             int64_t replay_from) const {
-  if (restored < 0 || replay_from < 0 || replay_from > restored || static_cast<int64_t>(tokens.size()) < restored)
-    return invalid_argument("resume: inconsistent positions");
-  if (replay_from == 0) return invalid_argument("resume: a replay from position 0 is a cold prefill");
-  // The Engram history of [0, replay_from): compressed ids only (the row ids are discarded).
-  if (engram_hasher_) {
-    const size_t per_token = static_cast<size_t>(engram_hasher_->n_layers()) * engram_hasher_->n_columns();
-    std::vector<int64_t> rows(static_cast<size_t>(replay_from) * per_token);
-    seq.engram.clear();
-    CEDAR_RETURN_IF_ERROR(engram_hasher_->hash(seq.engram, 0, tokens.first(replay_from), {}, rows));
-  }
-  seq.tokens.assign(tokens.begin(), tokens.begin() + replay_from);
-  seq.n_tokens = replay_from;
-  seq.replay_until = restored;
-  seq.window_floor = replay_from;
-  // The index-key slot as token restored - 1's forward left it (replayed positions publish no
-  // keys): the last owner, in layer order, whose group completed at the latest position q < restored
-  // where any group completed.
-  seq.index_key_slot = -1;
-  for (int64_t q = restored - 1; q >= 0 && seq.index_key_slot < 0; --q)
-    for (auto it = plan_.kv_owner_layers.rbegin(); it != plan_.kv_owner_layers.rend(); ++it)
-      if ((q + 1) % plan_.layers[*it].compress_ratio == 0) {
-        seq.index_key_slot = *it;
-        break;
-      }
-  for (KvOwnerState& o : seq.owners) o.n_entries = restored / o.ratio;
-  return {};
-}
-
 Status Model::check_chunks(std::span<const SeqChunk> chunks) const {
   if (chunks.empty()) return invalid_argument("forward: no sequences");
   for (const SeqChunk& ch : chunks) {
-    if (!ch.seq) return invalid_argument("forward: null sequence");
+    if (!ch.seq || !ch.seq->valid()) return invalid_argument("forward: null sequence");
     if (ch.seq->kv_dtype != options_.kv_dtype)
       return invalid_argument("forward: the sequence's KV format differs from the model's (made before set_kv_dtype)");
     if (ch.tokens.empty()) return invalid_argument("forward: a sequence has no tokens to process");
@@ -138,15 +104,24 @@ Status Model::forward_round(std::span<const SeqChunk> chunks, float* logits, con
     // Row ids depend on token ids only: their reads start now, before the first layer runs.
     source_->will_need_rows({rows, T * per_token}, per_token, engram_hasher_->n_columns());
   }
+  // Room in the KV home for the new positions (a replay re-runs positions the home already holds:
+  // their ids must be the same).
+  for (const ChunkSpan& s : spans) {
+    kv::Sequence& kv = s.seq->kv();
+    const int64_t held = std::min<int64_t>(kv.n_tokens() - s.p0, static_cast<int64_t>(s.n));
+    for (int64_t i = 0; i < held; ++i)
+      if (kv.tokens()[s.p0 + i] != s.tokens[i])
+        return invalid_argument("forward: position " + std::to_string(s.p0 + i) +
+                                " differs from the id the sequence's restored prefix holds");
+    if (held < static_cast<int64_t>(s.n))
+      CEDAR_RETURN_IF_ERROR(s.seq->home().append(kv, {s.tokens + std::max<int64_t>(held, 0), s.n - std::max<int64_t>(held, 0)}));
+  }
   std::vector<ChunkSpan> original = spans;
   ForwardPass pass(*this, spans, T, pool);
   pass.run(logits, sink, sink_base);
   // A streaming read that failed left zeros in its slot: the step's output is void.
   CEDAR_RETURN_IF_ERROR(source_->error());
-  for (const ChunkSpan& s : original) {
-    s.seq->tokens.insert(s.seq->tokens.end(), s.tokens, s.tokens + s.n);
-    s.seq->n_tokens += static_cast<int64_t>(s.n);
-  }
+  for (const ChunkSpan& s : original) s.seq->n_tokens += static_cast<int64_t>(s.n);
   return {};
 }
 

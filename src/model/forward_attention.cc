@@ -1,7 +1,7 @@
 // CSA2 attention (spec §4.4; model.py Attention / Compressor / Indexer / select_candidate_blocks):
 // the query, the FP8 window ring, the compressor of KV owners, the indexer with the layer-20
 // candidate pool, sparse attention over [window ; selected compressed entries] and the grouped
-// output projection. Caches are stored packed (sequence_state.h).
+// output projection. Caches are stored packed in the sequence's KV home (sequence_state.h).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -25,21 +25,38 @@ constexpr float kPosInf = std::numeric_limits<float>::infinity();
 // KV entries per chunk when a pool dequantises them (kMinParallelDequantFloats: when it does).
 constexpr size_t kDequantGrain = 8;
 
+// Entry sizes of a sequence's KV home (its kv::CacheGeometry) and their format.
+struct EntryFormat {
+  size_t head_dim = 0, window_bytes = 0, main_bytes = 0, index_bytes = 0;
+  bool is_bf16 = false;
+  bool bf16() const { return is_bf16; }
+};
+EntryFormat entry_format(const SequenceState& s, size_t head_dim) {
+  const kv::CacheGeometry& g = s.geometry();
+  EntryFormat f;
+  f.head_dim = head_dim;
+  f.is_bf16 = s.kv_dtype == KvDtype::kBf16;
+  f.window_bytes = g.window_entry_bytes;
+  f.main_bytes = g.owners.empty() ? 0 : g.owners[0].main_entry_bytes;
+  f.index_bytes = g.owners.empty() ? 0 : g.owners[0].index_entry_bytes;
+  return f;
+}
+
 // Window entries: E4M3 + E8M0 (reference) or bf16 (the KvDtype::kBf16 experiment).
-void store_window_entry(const KvEntryFormat& f, const float* x, uint8_t* slot) {
+void store_window_entry(const EntryFormat& f, const float* x, uint8_t* slot) {
   if (f.bf16()) ops::f32_to_bf16_bytes(x, slot, f.head_dim);
   else ops::act_quant_fp8(x, f.head_dim, slot, slot + f.head_dim);
 }
-void load_window_entry(const KvEntryFormat& f, const uint8_t* slot, float* x) {
+void load_window_entry(const EntryFormat& f, const uint8_t* slot, float* x) {
   if (f.bf16()) ops::bf16_bytes_to_f32(slot, x, f.head_dim);
   else ops::fp8_dequant_e8m0(slot, slot + f.head_dim, f.head_dim, x);
 }
 // Main (compressed) entries: E2M1 + E4M3 scales (reference) or bf16.
-void store_main_entry(const KvEntryFormat& f, const float* x, uint8_t* entry) {
+void store_main_entry(const EntryFormat& f, const float* x, uint8_t* entry) {
   if (f.bf16()) ops::f32_to_bf16_bytes(x, entry, f.head_dim);
   else ops::fp4_quant_e4m3(x, f.head_dim, entry, entry + f.head_dim / 2);
 }
-void load_main_entry(const KvEntryFormat& f, const uint8_t* entry, float* x) {
+void load_main_entry(const EntryFormat& f, const uint8_t* entry, float* x) {
   if (f.bf16()) ops::bf16_bytes_to_f32(entry, x, f.head_dim);
   else ops::fp4_dequant_e4m3(entry, entry + f.head_dim / 2, f.head_dim, x);
 }
@@ -144,7 +161,7 @@ void ForwardPass::attention(int l, const float* x, float* out) {
 
 void ForwardPass::attention_chunk(int l, const ChunkSpan& ch) {
   const size_t hd = c_.head_dim, win = c_.window_size;
-  const KvEntryFormat fmt{c_.head_dim, c_.index_head_dim, ch.seq->kv_dtype};
+  const EntryFormat fmt = entry_format(*ch.seq, c_.head_dim);
   if (!ch.prefill) {
     for (size_t t = 0; t < ch.n; ++t) decode_token(l, ch, t);
     return;
@@ -152,9 +169,9 @@ void ForwardPass::attention_chunk(int l, const ChunkSpan& ch) {
   // Prefill (the reference's start_pos 0 path; with decoder narrowing, the chunk's tail): the window
   // operand is this chunk's own K; its last `win` positions seed the ring (position p in slot p % win).
   const float* kv = ws_.kv.data() + ch.offset * hd;
-  uint8_t* ring = ch.seq->window[l].data();
+  uint8_t* ring = ch.seq->window_ring(l);
   for (size_t p = ch.n > win ? ch.n - win : 0; p < ch.n; ++p) {
-    store_window_entry(fmt, kv + p * hd, ring + ((ch.p0 + p) % win) * fmt.window_bytes());
+    store_window_entry(fmt, kv + p * hd, ring + ((ch.p0 + p) % win) * fmt.window_bytes);
   }
   if (plan_.layers[l].compress_ratio > 0) compress_and_index_prefill(l, ch);
   // Row i sees rows max(0, i-win+1)..i, listed ascending and padded with -1 at the end
@@ -196,13 +213,13 @@ void ForwardPass::produce_latent(int l, const ChunkSpan& ch, size_t row, int64_t
   const ops::RopeTable& rope = rope_for(l);
   const size_t hd = c_.head_dim, ihd = c_.index_head_dim;
   const float eps = static_cast<float>(c_.norm_eps);
-  const KvEntryFormat fmt{c_.head_dim, c_.index_head_dim, ch.seq->kv_dtype};
-  KvOwnerState& owner = ch.seq->owner(l);
+  const EntryFormat fmt = entry_format(*ch.seq, c_.head_dim);
+  const int o = ch.seq->owner_of_layer(l);
   if (e.compress_ratio > 1) {
     // Per channel: softmax over the group's scores, weighted sum of its kv rows, in fp32 with the
     // group members added left to right; exp under the numerics contract (double, rounded once).
-    const float* kvs = owner.kv_state.data();    // [ratio, head_dim]
-    const float* sc = owner.score_state.data();  // [ratio, head_dim]
+    const float* kvs = ch.seq->compressor_kv(o);    // [ratio, head_dim]
+    const float* sc = ch.seq->compressor_score(o);  // [ratio, head_dim]
     for (size_t d = 0; d < hd; ++d) {
       float mx = sc[d];
       for (int r = 1; r < e.compress_ratio; ++r) mx = std::max(mx, sc[r * hd + d]);
@@ -222,12 +239,12 @@ void ForwardPass::produce_latent(int l, const ChunkSpan& ch, size_t row, int64_t
   k_.linear_bf16(latent, 1, a.idx_wk, key, ops::LinearOut::kBf16, nullptr);
   ops::rms_norm(key, 1, ihd, a.idx_k_norm, eps, key);
   ops::apply_rope(rope, key, 1, 1, ihd, pos);
-  uint8_t* ik = owner.index_keys.data() + group * fmt.index_bytes();
+  uint8_t* ik = ch.seq->kv().index_key_mut(o, group);
   ops::fp4_quant_e8m0(key, ihd, ik, ik + ihd / 2);
   // Main entry: RoPE, FP4 (E4M3 scale per 16).
   ops::apply_rope(rope, latent, 1, 1, hd, pos);
-  store_main_entry(fmt, latent, owner.main.data() + group * fmt.main_bytes());
-  owner.n_entries = group + 1;
+  store_main_entry(fmt, latent, ch.seq->kv().main_entry_mut(o, group));
+  ch.seq->owner_entries[o] = group + 1;
   ch.seq->index_key_slot = l;  // shared_attn.index_k = self.k_cache
 }
 
@@ -238,20 +255,22 @@ void ForwardPass::compress_and_index_prefill(int l, const ChunkSpan& ch) {
   const int64_t n_groups = static_cast<int64_t>(ch.n) / r;
   if (e.mode == AttnMode::kFull) {
     CEDAR_CHECK(ch.p0 == 0, "layer %d: a KV owner's prefill must start at position 0", l);
-    KvOwnerState& owner = ch.seq->owner(l);
+    const int o = ch.seq->owner_of_layer(l);
+    float* state_kv = r > 1 ? ch.seq->compressor_kv(o) : nullptr;       // [ratio, head_dim]
+    float* state_score = r > 1 ? ch.seq->compressor_score(o) : nullptr; // [ratio, head_dim]
     float* latent = scratch(ws_.gathered_rows, hd);
     for (int64_t j = 0; j < n_groups; ++j) {
       if (r > 1)
         for (int s = 0; s < r; ++s) {
-          std::memcpy(&owner.kv_state[s * hd], &ws_.c_kv[(ch.offset + j * r + s) * hd], hd * sizeof(float));
-          std::memcpy(&owner.score_state[s * hd], &ws_.c_score[(ch.offset + j * r + s) * hd], hd * sizeof(float));
+          std::memcpy(&state_kv[s * hd], &ws_.c_kv[(ch.offset + j * r + s) * hd], hd * sizeof(float));
+          std::memcpy(&state_score[s * hd], &ws_.c_score[(ch.offset + j * r + s) * hd], hd * sizeof(float));
         }
       produce_latent(l, ch, ch.offset + j * r, j, latent);
     }
     // The trailing partial group waits in the state for decode.
     for (size_t s = 0; r > 1 && s < ch.n % r; ++s) {
-      std::memcpy(&owner.kv_state[s * hd], &ws_.c_kv[(ch.offset + n_groups * r + s) * hd], hd * sizeof(float));
-      std::memcpy(&owner.score_state[s * hd], &ws_.c_score[(ch.offset + n_groups * r + s) * hd], hd * sizeof(float));
+      std::memcpy(&state_kv[s * hd], &ws_.c_kv[(ch.offset + n_groups * r + s) * hd], hd * sizeof(float));
+      std::memcpy(&state_score[s * hd], &ws_.c_score[(ch.offset + n_groups * r + s) * hd], hd * sizeof(float));
     }
   }
   if (e.mode != AttnMode::kFull && e.mode != AttnMode::kReindex) return;
@@ -267,12 +286,12 @@ void ForwardPass::compress_and_index_prefill(int l, const ChunkSpan& ch) {
 void ForwardPass::decode_token(int l, const ChunkSpan& ch, size_t t) {
   const LayerPlanEntry& e = plan_.layers[l];
   const size_t hd = c_.head_dim, win = c_.window_size;
-  const KvEntryFormat fmt{c_.head_dim, c_.index_head_dim, ch.seq->kv_dtype};
+  const EntryFormat fmt = entry_format(*ch.seq, c_.head_dim);
   const int64_t i = ch.p0 + static_cast<int64_t>(t);
   const size_t row = ch.offset + t;
   // The token enters the ring before attending (slot i % win).
-  uint8_t* ring = ch.seq->window[l].data();
-  store_window_entry(fmt, ws_.kv.data() + row * hd, ring + (i % win) * fmt.window_bytes());
+  uint8_t* ring = ch.seq->window_ring(l);
+  store_window_entry(fmt, ws_.kv.data() + row * hd, ring + (i % win) * fmt.window_bytes);
 
   if (e.compress_ratio > 0) {
     const int r = e.compress_ratio;
@@ -280,12 +299,12 @@ void ForwardPass::decode_token(int l, const ChunkSpan& ch, size_t t) {
     // group still pending at replay_until (a resume inside a group) refill the compressor state.
     const int64_t pending_from = ch.seq->replay_until / r * r;
     if (e.mode == AttnMode::kFull && i >= pending_from) {
-      KvOwnerState& owner = ch.seq->owner(l);
+      const int o = ch.seq->owner_of_layer(l);
       float* latent = scratch(ws_.gathered_rows, hd);
       if (r > 1) {
         const int s = static_cast<int>(i % r);
-        std::memcpy(&owner.kv_state[s * hd], &ws_.c_kv[row * hd], hd * sizeof(float));
-        std::memcpy(&owner.score_state[s * hd], &ws_.c_score[row * hd], hd * sizeof(float));
+        std::memcpy(ch.seq->compressor_kv(o) + s * hd, &ws_.c_kv[row * hd], hd * sizeof(float));
+        std::memcpy(ch.seq->compressor_score(o) + s * hd, &ws_.c_score[row * hd], hd * sizeof(float));
         if ((i + 1) % r == 0 && i >= ch.seq->replay_until) produce_latent(l, ch, row, i / r, latent);
       } else if (i >= ch.seq->replay_until) {
         produce_latent(l, ch, row, i, latent);
@@ -307,7 +326,7 @@ void ForwardPass::decode_token(int l, const ChunkSpan& ch, size_t t) {
   const float* rows = scratch(ws_.window_rows, win * hd);
   const size_t written = std::min<size_t>(win, static_cast<size_t>(i) + 1);
   const auto load_slots = [&](size_t s0, size_t s1, int) {
-    for (size_t s = s0; s < s1; ++s) load_window_entry(fmt, ring + s * fmt.window_bytes(), ws_.window_rows.data() + s * hd);
+    for (size_t s = s0; s < s1; ++s) load_window_entry(fmt, ring + s * fmt.window_bytes, ws_.window_rows.data() + s * hd);
   };
   if (pool_ && written * hd >= kMinParallelDequantFloats) pool_->parallel_for(written, kDequantGrain, load_slots);
   else load_slots(0, written, 0);
@@ -332,8 +351,18 @@ void ForwardPass::decode_token(int l, const ChunkSpan& ch, size_t t) {
 const Workspace::KeyCache& ForwardPass::dequantized_index_keys(const ChunkSpan& ch, int owner_layer,
                                                                int64_t n_keys) {
   const size_t ihd = c_.index_head_dim;
-  const KvEntryFormat fmt{c_.head_dim, c_.index_head_dim};
-  const size_t entry_bytes = fmt.index_bytes();
+  const int o = ch.seq->owner_of_layer(owner_layer);
+  const kv::Sequence& home = ch.seq->kv();
+  const size_t entry_bytes = home.geometry().owners[o].index_entry_bytes;
+  const int64_t per_block = home.geometry().owners[o].entries_per_block;
+  // Entries [j0, j1) as runs that are contiguous in the KV home (one run per block).
+  const auto for_runs = [&](int64_t j0, int64_t j1, auto&& fn) {
+    for (int64_t j = j0; j < j1;) {
+      const int64_t end = std::min(j1, (j / per_block + 1) * per_block);
+      if (!fn(j, home.index_key(o, j), static_cast<size_t>(end - j))) return;
+      j = end;
+    }
+  };
   Workspace::KeyCache* kc = nullptr;
   for (auto& k : ws_.key_caches)
     if (k.seq == ch.seq && k.owner == owner_layer) kc = &k;
@@ -347,31 +376,36 @@ const Workspace::KeyCache& ForwardPass::dequantized_index_keys(const ChunkSpan& 
     if (kc->keys.head_dim() != ihd) kc->keys = ops::IndexKeyStore(ihd);
     kc->keys.truncate(0);
   }
-  const KvOwnerState& owner = ch.seq->owner(owner_layer);
   if (kc->pass != ws_.pass) {
     kc->pass = ws_.pass;
-    const int64_t held = std::min<int64_t>(static_cast<int64_t>(kc->keys.size()),
-                                           static_cast<int64_t>(owner.index_keys.size() / entry_bytes));
-    const uint8_t* now = owner.index_keys.data();
+    // Rows past the owner's written entries may be rewritten: they are never kept.
+    const int64_t held = std::min<int64_t>(static_cast<int64_t>(kc->keys.size()), ch.seq->owner_entries[o]);
     int64_t same = 0;
-    if (held > 0 && std::memcmp(kc->packed.data(), now, static_cast<size_t>(held) * entry_bytes) == 0) {
-      same = held;
-    } else {
-      while (same < held && std::memcmp(kc->packed.data() + same * entry_bytes, now + same * entry_bytes,
-                                        entry_bytes) == 0)
+    for_runs(0, held, [&](int64_t j, const uint8_t* now, size_t n) {
+      const uint8_t* was = kc->packed.data() + j * entry_bytes;
+      if (std::memcmp(was, now, n * entry_bytes) == 0) {
+        same += static_cast<int64_t>(n);
+        return true;
+      }
+      while (std::memcmp(was, now, entry_bytes) == 0) {
         ++same;
-    }
+        was += entry_bytes;
+        now += entry_bytes;
+      }
+      return false;
+    });
     kc->keys.truncate(static_cast<size_t>(same));
   }
   const size_t held = kc->keys.size();
   if (held < static_cast<size_t>(n_keys)) {
     CEDAR_CHECK(kc->keys.entry_bytes() == entry_bytes, "index entries of %zu bytes, the kernel reads %zu", entry_bytes,
                 kc->keys.entry_bytes());
-    const uint8_t* src = owner.index_keys.data() + held * entry_bytes;
-    const size_t added = static_cast<size_t>(n_keys) - held;
     scratch(kc->packed, static_cast<size_t>(n_keys) * entry_bytes);
-    std::memcpy(kc->packed.data() + held * entry_bytes, src, added * entry_bytes);
-    kc->keys.append(src, added);
+    for_runs(static_cast<int64_t>(held), n_keys, [&](int64_t j, const uint8_t* src, size_t n) {
+      std::memcpy(kc->packed.data() + j * entry_bytes, src, n * entry_bytes);
+      kc->keys.append(src, n);
+      return true;
+    });
   }
   return *kc;
 }
@@ -399,9 +433,9 @@ const Workspace::KeyCache& ForwardPass::prepare_index_keys(int l, const ChunkSpa
                                                            int64_t n_keys) {
   const int keys_layer = index_keys_layer(l, ch, query_pos);
   CEDAR_CHECK(keys_layer >= 0, "layer %d: no index keys were published before its indexer ran", l);
-  const KvOwnerState& owner = ch.seq->owner(keys_layer);
-  CEDAR_CHECK(owner.n_entries >= n_keys, "layer %d: index-key source %d holds %lld entries, %lld needed", l,
-              keys_layer, static_cast<long long>(owner.n_entries), static_cast<long long>(n_keys));
+  const int64_t entries = ch.seq->owner_entries[ch.seq->owner_of_layer(keys_layer)];
+  CEDAR_CHECK(entries >= n_keys, "layer %d: index-key source %d holds %lld entries, %lld needed", l, keys_layer,
+              static_cast<long long>(entries), static_cast<long long>(n_keys));
   return dequantized_index_keys(ch, keys_layer, n_keys);
 }
 
@@ -539,7 +573,7 @@ void ForwardPass::attend(int l, const ChunkSpan& ch, size_t row, const float* wi
                          ThreadPool* inner) {
   const LayerPlanEntry& e = plan_.layers[l];
   const size_t H = c_.n_heads, hd = c_.head_dim;
-  const KvEntryFormat fmt{c_.head_dim, c_.index_head_dim, ch.seq->kv_dtype};
+  const EntryFormat fmt = entry_format(*ch.seq, c_.head_dim);
   size_t n_comp = 0;
   const int32_t* comp = nullptr;
   if (e.compress_ratio > 0) {
@@ -554,7 +588,9 @@ void ForwardPass::attend(int l, const ChunkSpan& ch, size_t row, const float* wi
   float* gathered = scratch(qs.gathered, std::max<size_t>(n_comp, 1) * hd);
   size_t n_gathered = 0;
   if (n_comp) {
-    const KvOwnerState& owner = ch.seq->owner(e.kv_from);
+    const int o = ch.seq->owner_of_layer(e.kv_from);
+    const int64_t n_entries = ch.seq->owner_entries[o];
+    const kv::Sequence& home = ch.seq->kv();
     // First the compact order (which selected entry lands in which gathered row), then the
     // dequantisation, on all threads where the caller has them (a decode step; a prefill runs its
     // queries in parallel instead and passes no pool).
@@ -565,7 +601,7 @@ void ForwardPass::attend(int l, const ChunkSpan& ch, size_t row, const float* wi
         continue;
       }
       const int64_t entry = comp[j] - static_cast<int64_t>(n_window_rows);
-      CEDAR_CHECK(entry >= 0 && entry < owner.n_entries, "layer %d: compressed index %lld out of range", l,
+      CEDAR_CHECK(entry >= 0 && entry < n_entries, "layer %d: compressed index %lld out of range", l,
                   static_cast<long long>(entry));
       entry_of[n_gathered] = static_cast<int32_t>(entry);
       idx[n_window_idx + j] = static_cast<int32_t>(n_window_rows + n_gathered);
@@ -573,7 +609,7 @@ void ForwardPass::attend(int l, const ChunkSpan& ch, size_t row, const float* wi
     }
     const auto load_entries = [&](size_t g0, size_t g1, int) {
       for (size_t g = g0; g < g1; ++g)
-        load_main_entry(fmt, owner.main.data() + static_cast<size_t>(entry_of[g]) * fmt.main_bytes(), gathered + g * hd);
+        load_main_entry(fmt, home.main_entry(o, entry_of[g]), gathered + g * hd);
     };
     if (inner && n_gathered * hd >= kMinParallelDequantFloats) inner->parallel_for(n_gathered, kDequantGrain, load_entries);
     else load_entries(0, n_gathered, 0);

@@ -109,11 +109,20 @@ class Model {
   // memory budget only when the model was loaded fast, as the residency plan holds it). Not while a
   // forward pass runs: it writes the shared weights.
   void set_numerics(ops::Numerics n);
-  void set_kv_dtype(KvDtype d) { options_.kv_dtype = d; }  // for sequences made afterwards
+  void set_kv_dtype(KvDtype d);  // for sequences made afterwards
   const ops::KernelSet& kernels() const { return ops::kernel_set(options_.numerics); }
   void set_layer_observer(LayerObserver obs) { observer_ = std::move(obs); }
 
+  // The byte layout of this model's KV cache with `block_tokens` tokens a block (a multiple of every
+  // compress ratio), in the entry format of options().kv_dtype: what a kv::KvCache home is made with.
+  Result<kv::CacheGeometry> kv_geometry(uint32_t block_tokens = kDefaultKvBlockTokens) const;
+  // Identity of these weights for cache keys (kv_layout.h model_fingerprint).
+  uint64_t fingerprint() const { return fingerprint_; }
+  // A state for up to `capacity` positions whose global KV lives in `home` (made with kv_geometry()).
+  Result<SequenceState> new_sequence(int64_t capacity, kv::KvCache& home) const;
+  // The same with a KV home of its own, sized for `capacity` (tests, eval, benchmarks).
   SequenceState new_sequence(int64_t capacity) const;
+  static constexpr uint32_t kDefaultKvBlockTokens = 64;
   const io::Checkpoint& checkpoint() const { return checkpoint_; }
   // Ids a sampler may emit: the Engram hash maps only the tokenizer's ids, so a checkpoint whose
   // vocab_size exceeds its tokenizer (the tiny test checkpoints) must not produce the extra ids
@@ -173,6 +182,8 @@ class Model {
                        ThreadPool* pool);
 
   std::string dir_;
+  uint64_t fingerprint_ = 0;
+  kv::CacheGeometry own_geometry_;  // kv_geometry() of the homes new_sequence(capacity) makes
   ModelConfig config_;
   LayerPlan plan_;
   ModelOptions options_;

@@ -3,9 +3,12 @@
 // the numerics mode's kernel set and re-coded head, the RoPE tables and the Engram hash. The forward
 // pass itself is forward*.cc.
 #include <algorithm>
+#include <fstream>
+#include <sstream>
 
 #include "core/log.h"
 #include "model/forward_internal.h"
+#include "model/kv_layout.h"
 #include "model/streaming_source.h"
 #include "model/weight_inventory.h"
 #include "ops/formats.h"
@@ -33,6 +36,13 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const ModelOp
   copts.read_all_data = options.verify_data;
   if (m->stream_) copts.map_filter = [](std::string_view name) { return !is_streamed_tensor(name); };
   CEDAR_ASSIGN_OR_RETURN(m->checkpoint_, io::Checkpoint::open(dir, copts));
+  {
+    std::ifstream in(dir + "/config.json", std::ios::binary);
+    std::stringstream text;
+    text << in.rdbuf();
+    m->fingerprint_ = model_fingerprint(text.str(), m->checkpoint_);
+  }
+  CEDAR_ASSIGN_OR_RETURN(m->own_geometry_, m->kv_geometry());
   // DSpark stages are optional: a checkpoint stripped of every mtp.* tensor loads without its draft;
   // one that has some must have them all, in the released shapes (WeightMap::bind says which not).
   std::vector<WeightSpec> inventory = weight_inventory(c);

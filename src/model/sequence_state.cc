@@ -1,55 +1,67 @@
 #include "model/sequence_state.h"
 
+#include <algorithm>
 #include <limits>
 
 namespace cedar::model {
 
-SequenceState make_sequence_state(const ModelConfig& c, const LayerPlan& plan, int64_t capacity, KvDtype dtype) {
+SequenceState& SequenceState::operator=(SequenceState&& o) noexcept {
+  if (this == &o) return *this;
+  release();
+  n_tokens = o.n_tokens;
+  capacity = o.capacity;
+  owner_entries = std::move(o.owner_entries);
+  index_key_slot = o.index_key_slot;
+  engram = std::move(o.engram);
+  window_floor = o.window_floor;
+  replay_until = o.replay_until;
+  kv_dtype = o.kv_dtype;
+  home_ = o.home_;
+  own_home_ = std::move(o.own_home_);
+  kv_ = o.kv_;
+  o.home_ = nullptr;
+  o.kv_ = nullptr;
+  return *this;
+}
+
+void SequenceState::release() {
+  if (kv_) home_->release(kv_);
+  kv_ = nullptr;
+  home_ = nullptr;
+  own_home_.reset();  // after the sequence: it may be the last reference to the cache
+}
+
+Result<SequenceState> SequenceState::create(kv::KvCache& home, std::shared_ptr<kv::KvCache> own_home,
+                                            int64_t capacity, KvDtype dtype) {
   SequenceState s;
+  CEDAR_ASSIGN_OR_RETURN(s.kv_, home.new_sequence());
+  s.home_ = &home;
+  s.own_home_ = std::move(own_home);
   s.capacity = capacity;
   s.kv_dtype = dtype;
-  s.tokens.reserve(capacity);
-  s.engram.compressed.reserve(capacity);
-  const KvEntryFormat f{c.head_dim, c.index_head_dim, dtype};
-  s.window.resize(c.n_layers);
-  for (auto& w : s.window) w.assign(static_cast<size_t>(c.window_size) * f.window_bytes(), 0);
-  s.owner_of_layer.assign(c.n_total_layers(), -1);
-  for (int l : plan.kv_owner_layers) {
-    KvOwnerState o;
-    o.layer = l;
-    o.ratio = plan.layers[l].compress_ratio;
-    const int64_t entries = capacity / o.ratio + 1;
-    o.main.assign(entries * f.main_bytes(), 0);
-    o.index_keys.assign(entries * f.index_bytes(), 0);
-    if (o.ratio > 1) {
-      o.kv_state.assign(static_cast<size_t>(o.ratio) * c.head_dim, 0.0f);
-      o.score_state.assign(static_cast<size_t>(o.ratio) * c.head_dim, -std::numeric_limits<float>::infinity());
+  s.engram.compressed.reserve(static_cast<size_t>(capacity));
+  const kv::CacheGeometry& g = home.geometry();
+  s.owner_entries.assign(g.owners.size(), 0);
+  // The reference's score buffers start at -inf (an empty group member never wins the softmax).
+  for (size_t o = 0; o < g.owners.size(); ++o)
+    if (g.owners[o].live_tail_bytes) {
+      float* score = s.compressor_score(static_cast<int>(o));
+      std::fill(score, score + g.owners[o].live_tail_bytes / 2 / sizeof(float),
+                -std::numeric_limits<float>::infinity());
     }
-    s.owner_of_layer[l] = static_cast<int>(s.owners.size());
-    s.owners.push_back(std::move(o));
-  }
   return s;
 }
 
-uint64_t sequence_state_bytes(const ModelConfig& c, const LayerPlan& plan, int64_t capacity, KvDtype dtype) {
-  const KvEntryFormat f{c.head_dim, c.index_head_dim, dtype};
+uint64_t sequence_state_bytes(const kv::CacheGeometry& g, int64_t capacity) {
   const uint64_t cap = static_cast<uint64_t>(capacity);
-  uint64_t b = cap * sizeof(int32_t) * 2;  // tokens, Engram history
-  b += static_cast<uint64_t>(c.n_layers) * static_cast<uint64_t>(c.window_size) * f.window_bytes();
-  for (int l : plan.kv_owner_layers) {
-    const int ratio = plan.layers[l].compress_ratio;
-    b += (cap / static_cast<uint64_t>(ratio) + 1) * (f.main_bytes() + f.index_bytes());
-    if (ratio > 1) b += 2ull * static_cast<uint64_t>(ratio) * static_cast<uint64_t>(c.head_dim) * sizeof(float);
-  }
-  return b;
+  return uint64_t{kv::blocks_for_tokens(capacity, g.block_tokens)} * g.block_bytes + g.window_bytes_per_sequence() +
+         g.live_tail_bytes_per_sequence() + g.engram_history_bytes() + cap * sizeof(int32_t) * 2;  // tokens, Engram
 }
 
 uint64_t held_bytes(const SequenceState& s) {
-  uint64_t b = s.tokens.capacity() * sizeof(int32_t) + s.engram.compressed.capacity() * sizeof(int32_t);
-  for (const auto& w : s.window) b += w.capacity();
-  for (const KvOwnerState& o : s.owners)
-    b += o.main.capacity() + o.index_keys.capacity() + (o.kv_state.capacity() + o.score_state.capacity()) * sizeof(float);
-  return b;
+  const kv::CacheGeometry& g = s.geometry();
+  return s.kv().block_table().size() * g.block_bytes + s.kv().private_bytes() +
+         s.kv().tokens().size() * sizeof(int32_t) + s.engram.compressed.capacity() * sizeof(int32_t);
 }
 
 }  // namespace cedar::model

@@ -1,19 +1,26 @@
 // Per-sequence inference state: the caches the V4.1 reference keeps in module buffers, stored packed
 // as the KV economy intends (spec §5.1). Dequantising an entry gives exactly the bf16 values the
-// reference attends to:
-//   window ring   every backbone layer, window_size slots of head_dim E4M3 + head_dim/32 E8M0
+// reference attends to.
+//
+// The KV cache has one home, a kv::KvCache (kv/kv_cache.h): a sequence's global KV is blocks of its
+// pool, listed by the sequence's kv::Sequence, which the forward pass reads and writes in place:
 //   main KV       every KV owner, one entry per group: head_dim E2M1 + head_dim/16 E4M3 scales
 //   index keys    every KV owner, one per group: index_head_dim E2M1 + index_head_dim/32 E8M0
+// A prefix-cache hit attaches cached blocks (a reference-count bump, no copy), and a finished sequence
+// publishes its blocks in the same pool. What is private to one sequence lives beside the blocks in the
+// kv::Sequence (one named place, sized by the same kv::CacheGeometry):
+//   window ring   every backbone layer, window_size slots of head_dim E4M3 + head_dim/32 E8M0
 //   compressor    ratio-2 owners: the pending group's (kv, score) rows in fp32
-//   Engram        compressed ids of every position
+// and here: the Engram history (compressed ids of every position) and the replay bounds.
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <span>
 #include <vector>
 
-#include "model/config.h"
+#include "kv/kv_cache.h"
 #include "model/engram_hash.h"
-#include "model/layer_plan.h"
 
 namespace cedar::model {
 
@@ -23,33 +30,26 @@ namespace cedar::model {
 // The prefix cache stores only the reference format.
 enum class KvDtype { kReference, kBf16 };
 
-struct KvEntryFormat {
-  int head_dim = 0, index_head_dim = 0;
-  KvDtype dtype = KvDtype::kReference;
-  bool bf16() const { return dtype == KvDtype::kBf16; }
-  size_t window_bytes() const { return bf16() ? head_dim * 2 : head_dim + head_dim / 32; }
-  size_t main_bytes() const { return bf16() ? head_dim * 2 : head_dim / 2 + head_dim / 16; }
-  size_t index_bytes() const { return index_head_dim / 2 + index_head_dim / 32; }
-};
+class SequenceState {
+ public:
+  SequenceState() = default;  // holds nothing; Model::new_sequence makes usable ones
+  SequenceState(SequenceState&& o) noexcept { *this = std::move(o); }
+  SequenceState& operator=(SequenceState&& o) noexcept;
+  SequenceState(const SequenceState&) = delete;
+  SequenceState& operator=(const SequenceState&) = delete;
+  ~SequenceState() { release(); }
 
-struct KvOwnerState {
-  int layer = -1;
-  int ratio = 0;
-  int64_t n_entries = 0;
-  std::vector<uint8_t> main;        // [capacity, main_bytes]
-  std::vector<uint8_t> index_keys;  // [capacity, index_bytes]
-  std::vector<float> kv_state;      // [ratio, head_dim] pending group (ratio > 1)
-  std::vector<float> score_state;   // [ratio, head_dim], -inf where empty
-};
+  // A state for up to `capacity` positions whose global KV goes to `home`'s pool. `own_home` is set
+  // when the state has a cache of its own (Model::new_sequence without a home); it outlives the state.
+  static Result<SequenceState> create(kv::KvCache& home, std::shared_ptr<kv::KvCache> own_home, int64_t capacity,
+                                      KvDtype dtype);
 
-struct SequenceState {
-  int64_t n_tokens = 0;                      // positions processed so far
-  int64_t capacity = 0;                      // most positions this state can hold
-  std::vector<int32_t> tokens;               // every token id processed, in order
-  std::vector<std::vector<uint8_t>> window;  // [n_layers][window_size * window_bytes]
-  std::vector<KvOwnerState> owners;          // one per KV owner layer
-  std::vector<int> owner_of_layer;           // layer -> index into owners (-1 if not an owner)
-  // The reference's shared index-key slot (SharedAttentionRuntime.index_k): the KV owner whose
+  int64_t n_tokens = 0;   // positions processed so far
+  int64_t capacity = 0;   // most positions this state can hold
+  // Compressed entries each KV owner has written (index: kv::CacheGeometry::owners), the reference's
+  // compress_len; entries past it are being (re)written.
+  std::vector<int64_t> owner_entries;
+  // The reference's shared index-key slot (SharedAttentionRuntime.index_k): the KV owner layer whose
   // index-key cache was published last. It persists across forward calls (spec §9.1).
   int index_key_slot = -1;
   EngramHistory engram;
@@ -58,20 +58,38 @@ struct SequenceState {
   // KV, index keys and compressor state were restored, not recomputed).
   int64_t window_floor = 0;
   int64_t replay_until = 0;
-  KvDtype kv_dtype = KvDtype::kReference;    // the entry format of window and main (KvEntryFormat)
+  KvDtype kv_dtype = KvDtype::kReference;
 
-  KvOwnerState& owner(int layer) { return owners[owner_of_layer[layer]]; }
+  bool valid() const { return kv_ != nullptr; }
+  kv::KvCache& home() const { return *home_; }
+  kv::Sequence& kv() { return *kv_; }
+  const kv::Sequence& kv() const { return *kv_; }
+  const kv::CacheGeometry& geometry() const { return kv_->geometry(); }
+  // The ids of the positions processed so far. (The kv::Sequence may already hold more: the tokens a
+  // prefix cache restored ahead of a bounded replay.)
+  std::span<const int32_t> tokens() const { return kv_->tokens().first(static_cast<size_t>(n_tokens)); }
+  // Owner index (kv::CacheGeometry::owners) of the global KV `layer` reads or writes, -1 if none.
+  int owner_of_layer(int layer) const { return kv_->owner_of_layer(layer); }
+  // The SWA ring of `layer`: window_size slots of geometry().window_entry_bytes, position p in slot p % slots.
+  uint8_t* window_ring(int layer) { return kv_->window_slot(layer, 0); }
+  // Owner o's compressor state (ratio > 1): [ratio, head_dim] kv rows, then as many score rows.
+  float* compressor_kv(int o) { return reinterpret_cast<float*>(kv_->compressor_tail(o).data()); }
+  float* compressor_score(int o) {
+    const auto tail = kv_->compressor_tail(o);
+    return reinterpret_cast<float*>(tail.data() + tail.size() / 2);
+  }
+
+ private:
+  void release();
+  kv::KvCache* home_ = nullptr;
+  std::shared_ptr<kv::KvCache> own_home_;
+  kv::Sequence* kv_ = nullptr;
 };
 
-// A fresh state for up to `capacity` positions; every buffer is allocated here, so the forward
-// pass does not allocate per token.
-SequenceState make_sequence_state(const ModelConfig& c, const LayerPlan& plan, int64_t capacity,
-                                  KvDtype dtype = KvDtype::kReference);
-
-// Bytes make_sequence_state allocates for `capacity` positions (what a server reserves per request),
-// and the bytes a state holds (capacities of its buffers).
-uint64_t sequence_state_bytes(const ModelConfig& c, const LayerPlan& plan, int64_t capacity,
-                              KvDtype dtype = KvDtype::kReference);
+// Bytes a state for `capacity` positions holds at most (what a server reserves per request): its
+// blocks of global KV, window rings, compressor state, tokens and Engram history.
+uint64_t sequence_state_bytes(const kv::CacheGeometry& g, int64_t capacity);
+// The bytes a state holds now (its blocks, counted whole even when shared, and its private state).
 uint64_t held_bytes(const SequenceState& s);
 
 }  // namespace cedar::model

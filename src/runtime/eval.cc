@@ -89,6 +89,7 @@ Result<TokenScores> score_document(model::Model& model, std::span<const int32_t>
   std::unique_ptr<PrefixStore> store;
   if (options.path == EvalPath::kBounded) {
     PrefixStoreOptions po;  // memory only
+    po.live_blocks = 2 * kv::blocks_for_tokens(static_cast<int64_t>(options.ctx) + 2, po.block_tokens);
     CEDAR_ASSIGN_OR_RETURN(store, PrefixStore::create(model, po));
   }
   std::vector<float> last(stride);
@@ -133,12 +134,13 @@ Result<TokenScores> score_document(model::Model& model, std::span<const int32_t>
       wk.continuation_tokens += tokens.size() - split;
     } else {
       {
-        model::SequenceState first = model.new_sequence(static_cast<int64_t>(split) + 1);
+        CEDAR_ASSIGN_OR_RETURN(model::SequenceState first,
+                               model.new_sequence(static_cast<int64_t>(split) + 1, store->cache()));
         model::SeqChunk prefix{&first, tokens.first(split)};
         CEDAR_RETURN_IF_ERROR(model.forward({&prefix, 1}, last.data(), pool));
         CEDAR_RETURN_IF_ERROR(store->save(first, static_cast<int64_t>(split)));
       }
-      model::SequenceState seq = model.new_sequence(static_cast<int64_t>(len));
+      CEDAR_ASSIGN_OR_RETURN(model::SequenceState seq, model.new_sequence(static_cast<int64_t>(len), store->cache()));
       CEDAR_ASSIGN_OR_RETURN(ResumePlan plan, store->restore(tokens, ReplayMode::kBounded, seq));
       const size_t from = static_cast<size_t>(plan.replay_from);
       const auto rest = [&](size_t first, size_t n, const float* logits) { scorer.rows(from + first, n, logits); };

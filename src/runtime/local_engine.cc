@@ -27,6 +27,7 @@ struct Job {
   GenerationResult result;
   Timer timer;                   // since submit()
   uint64_t state_bytes = 0;      // model::sequence_state_bytes of its capacity (memory limit)
+  Status start_error;            // start() could not give it a sequence state
   // Scheduler-side state, from admission.
   std::unique_ptr<model::SequenceState> seq;
   std::optional<Sampler> sampler;
@@ -46,9 +47,10 @@ struct Job {
 
 class LocalEngine final : public Engine {
  public:
-  LocalEngine(std::unique_ptr<model::Model> model, std::unique_ptr<PrefixStore> store, EngineOptions options,
-              std::string id)
-      : model_(std::move(model)), store_(std::move(store)), options_(options),
+  LocalEngine(std::unique_ptr<model::Model> model, std::unique_ptr<PrefixStore> store,
+              std::unique_ptr<kv::KvCache> own_home, EngineOptions options, std::string id)
+      : model_(std::move(model)), store_(std::move(store)), own_home_(std::move(own_home)),
+        home_(store_ ? &store_->cache() : own_home_.get()), options_(options),
         pool_(options.threads > 0 ? options.threads : hardware_threads()),
         prefetch_(options.mask_budget_seconds, [this] { wake(&mask_events_); }) {
     info_.model_id = std::move(id);
@@ -86,7 +88,7 @@ class LocalEngine final : public Engine {
     CEDAR_RETURN_IF_ERROR(check(request));
     auto job = std::make_unique<Job>();
     const int64_t total = static_cast<int64_t>(request.prompt_ids.size()) + request.sampling.max_tokens;
-    job->state_bytes = model::sequence_state_bytes(model_->config(), model_->plan(), total + 1);
+    job->state_bytes = model::sequence_state_bytes(home_->geometry(), total + 1);
     if (options_.kv_memory_bytes > 0 && job->state_bytes > options_.kv_memory_bytes)
       return invalid_argument("this request needs " + std::to_string(job->state_bytes >> 20) +
                               " MiB of sequence state (prompt " + std::to_string(request.prompt_ids.size()) +
@@ -222,7 +224,12 @@ class LocalEngine final : public Engine {
     j.result.queue_seconds = j.timer.seconds();
     j.result.prompt_tokens = static_cast<int>(req.prompt_ids.size());
     const int64_t capacity = static_cast<int64_t>(req.prompt_ids.size()) + req.sampling.max_tokens + 1;
-    j.seq = std::make_unique<model::SequenceState>(model_->new_sequence(capacity));
+    auto fresh = model_->new_sequence(capacity, *home_);
+    if (!fresh.ok()) {
+      j.start_error = fresh.status();
+      return;
+    }
+    j.seq = std::make_unique<model::SequenceState>(std::move(*fresh));
     int64_t cached = 0;
     if (store_) {
       auto plan = store_->restore(req.prompt_ids, options_.replay_full ? ReplayMode::kFull : ReplayMode::kBounded,
@@ -234,7 +241,13 @@ class LocalEngine final : public Engine {
         j.prompt_done = static_cast<size_t>(plan->replay_from);
       } else {
         CEDAR_LOG_WARN("prefix cache lookup failed, computing the prompt: %s", plan.status().to_string().c_str());
-        *j.seq = model_->new_sequence(capacity);
+        j.seq.reset();  // its blocks go back before the fresh state takes any
+        auto again = model_->new_sequence(capacity, *home_);
+        if (!again.ok()) {
+          j.start_error = again.status();
+          return;
+        }
+        j.seq = std::make_unique<model::SequenceState>(std::move(*again));
       }
     }
     std::lock_guard<std::mutex> lock(mu_);
@@ -305,9 +318,19 @@ class LocalEngine final : public Engine {
   void adopt_prepared(const std::vector<Job*>& jobs) {
     for (Job* j : jobs) {
       auto it = std::find_if(preparing_.begin(), preparing_.end(), [&](const auto& p) { return p.get() == j; });
-      active_.push_back(std::move(*it));
+      std::unique_ptr<Job> job = std::move(*it);
       preparing_.erase(it);
+      activate(std::move(job));
     }
+  }
+
+  // A started job joins the running batch, or ends here when it got no sequence state.
+  void activate(std::unique_ptr<Job> j) {
+    if (!j->seq) {
+      finish(*j, FinishReason::kError, j->start_error);
+      return;
+    }
+    active_.push_back(std::move(j));
   }
 
   // Waits for work, then admits what fits. false: the engine stops (everything is finished).
@@ -362,7 +385,7 @@ class LocalEngine final : public Engine {
     for (auto& j : admitted) {
       if (!store_) {  // nothing to restore: no I/O, the job starts at once
         start(*j);
-        active_.push_back(std::move(j));
+        activate(std::move(j));
         continue;
       }
       StoreTask task;
@@ -519,6 +542,8 @@ class LocalEngine final : public Engine {
 
   std::unique_ptr<model::Model> model_;
   std::unique_ptr<PrefixStore> store_;  // used by the store thread only (stats() reads counters)
+  std::unique_ptr<kv::KvCache> own_home_;  // the KV home when there is no prefix store
+  kv::KvCache* home_;                     // where every sequence's KV lives (the store's cache, or own_home_)
   EngineOptions options_;
   ThreadPool pool_;
   EngineInfo info_;
@@ -554,16 +579,33 @@ std::string model_id_of(const std::string& model_dir) {
 
 Result<std::unique_ptr<Engine>> make_engine(std::unique_ptr<model::Model> model, const EngineOptions& options,
                                             std::string model_id) {
+  // The KV home's pool has room for every running sequence at full length, twice over (finished
+  // ones keep their blocks until the store thread has indexed them), beside the cached prefixes.
+  // It is address space: pages are touched only when a block is first written.
+  const uint64_t per_sequence =
+      kv::blocks_for_tokens(static_cast<int64_t>(options.max_context) + 1, std::max<uint32_t>(options.kv_block_tokens, 1));
+  const uint64_t live_blocks = 2 * per_sequence * static_cast<uint64_t>(std::max(options.max_batch, 1)) + 1;
+  if (live_blocks >= kv::kNoBlock)
+    return invalid_argument("the KV pool for --parallel " + std::to_string(options.max_batch) + " x --ctx-size " +
+                            std::to_string(options.max_context) + " needs more than 2^32 blocks: raise --kv-block-tokens");
   std::unique_ptr<PrefixStore> store;
+  std::unique_ptr<kv::KvCache> own_home;
   if (options.prefix_cache) {
     PrefixStoreOptions po;
     po.disk_dir = options.cache_dir;
     po.disk_budget_bytes = options.cache_budget_bytes;
     po.block_tokens = options.kv_block_tokens;
+    po.live_blocks = static_cast<uint32_t>(live_blocks);
     po.tier = options.kv_tier;
     CEDAR_ASSIGN_OR_RETURN(store, PrefixStore::create(*model, po));
+  } else {
+    CEDAR_ASSIGN_OR_RETURN(const kv::CacheGeometry geometry, model->kv_geometry(options.kv_block_tokens));
+    kv::KvCacheOptions ko;
+    ko.capacity_blocks = static_cast<uint32_t>(live_blocks);
+    CEDAR_ASSIGN_OR_RETURN(own_home, kv::KvCache::create(geometry, ko));
   }
-  return std::unique_ptr<Engine>(new LocalEngine(std::move(model), std::move(store), options, std::move(model_id)));
+  return std::unique_ptr<Engine>(
+      new LocalEngine(std::move(model), std::move(store), std::move(own_home), options, std::move(model_id)));
 }
 
 Result<std::unique_ptr<Engine>> make_engine(const std::string& model_dir, const EngineOptions& options) {

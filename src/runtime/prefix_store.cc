@@ -2,13 +2,10 @@
 
 #include <algorithm>
 #include <cstring>
-#include <fstream>
-#include <sstream>
 
 #include "core/log.h"
 #include "kv/prefix_index.h"
 #include "kv/tier_record.h"
-#include "runtime/kv_spec.h"
 
 namespace cedar::runtime {
 
@@ -22,12 +19,7 @@ Result<std::unique_ptr<PrefixStore>> PrefixStore::create(const model::Model& mod
     return invalid_argument("the prefix cache stores the reference KV format (FP4/FP8); the bf16 KV is an "
                             "experiment of `cedar eval` without a prefix cache");
   std::unique_ptr<PrefixStore> ps(new PrefixStore(model));
-  std::ifstream in(model.dir() + "/config.json", std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  const uint64_t fp = model_fingerprint(text.str(), model.checkpoint());
-  const kv::ModelKvSpec spec = kv_spec_from_plan(model.dir(), model.config(), model.plan(), fp);
-  CEDAR_ASSIGN_OR_RETURN(ps->geometry_, kv::make_cache_geometry(spec, o.block_tokens, model.config().n_layers));
+  CEDAR_ASSIGN_OR_RETURN(ps->geometry_, model.kv_geometry(o.block_tokens));
   if (!o.disk_dir.empty()) {
     kv::DiskCacheOptions dopt;
     dopt.budget_bytes = o.disk_budget_bytes;
@@ -36,7 +28,10 @@ Result<std::unique_ptr<PrefixStore>> PrefixStore::create(const model::Model& mod
     else CEDAR_LOG_WARN("prefix cache: no disk persistence (%s)", disk.status().to_string().c_str());
   }
   kv::KvCacheOptions copt;
-  copt.capacity_blocks = o.memory_blocks;
+  // One pool for the running sequences and the cached prefixes (index-only blocks are evicted first).
+  const uint64_t blocks = uint64_t{o.memory_blocks} + o.live_blocks;
+  if (blocks >= kv::kNoBlock) return invalid_argument("prefix cache: more than 2^32 KV blocks; raise --kv-block-tokens");
+  copt.capacity_blocks = static_cast<uint32_t>(blocks);
   copt.disk = ps->disk_.get();
   CEDAR_ASSIGN_OR_RETURN(ps->cache_, kv::KvCache::create(ps->geometry_, copt));
   // Tails live next to the block files (the block cache's lock covers them); memory only without.
@@ -49,7 +44,6 @@ Result<std::unique_ptr<PrefixStore>> PrefixStore::create(const model::Model& mod
   }
   CEDAR_RETURN_IF_ERROR(tails.status());
   ps->tails_ = std::move(*tails);
-  for (const kv::OwnerGeometry& og : ps->geometry_.owners) ps->owner_index_.push_back(og.layer);
   if (!o.tier.url.empty()) { CEDAR_ASSIGN_OR_RETURN(ps->tier_, kv::RedisTier::open(o.tier, ps->geometry_)); }
   return ps;
 }
@@ -57,19 +51,15 @@ Result<std::unique_ptr<PrefixStore>> PrefixStore::create(const model::Model& mod
 Result<ResumePlan> PrefixStore::restore(std::span<const int32_t> prompt, ReplayMode mode, model::SequenceState& seq) {
   ResumePlan plan;
   if (mode == ReplayMode::kFull || prompt.size() < 2) return plan;
-  CEDAR_ASSIGN_OR_RETURN(kv::Sequence * ks, cache_->new_sequence());
+  if (&seq.home() != cache_.get()) return invalid_argument("prefix cache: the sequence lives in another KV cache");
+  kv::Sequence& ks = seq.kv();
   const uint64_t reused_disk_before = cache_->stats().reused_tokens_disk;
   const uint64_t tail_disk_before = tails_->stats().hits_disk;
-  auto h = cache_->attach_prefix(*ks, prompt, static_cast<int64_t>(prompt.size()) - 1);
-  if (!h.ok()) {
-    cache_->release(ks);
-    return h.status();
-  }
-  const int64_t local_full = *h;
+  // Whole blocks from memory (the sequence shares them: a reference count, no copy) or disk.
+  CEDAR_ASSIGN_OR_RETURN(const int64_t local_full, cache_->attach_prefix(ks, prompt, static_cast<int64_t>(prompt.size()) - 1));
   const int64_t bt = geometry_.block_tokens;
   const int64_t max_tokens = static_cast<int64_t>(prompt.size()) - 1;
-  // On a local miss, the shared tier's blocks after the local prefix go straight into `seq` (the
-  // cold-prefill path below rewrites them when the prefix turns out too short to use).
+  // On a local miss, the shared tier's blocks after the local prefix.
   const size_t tier_blocks =
       tier_ ? restore_from_tier(prompt, static_cast<size_t>(local_full / bt), static_cast<size_t>(max_tokens / bt), seq)
             : 0;
@@ -83,7 +73,7 @@ Result<ResumePlan> PrefixStore::restore(std::span<const int32_t> prompt, ReplayM
   const int64_t window = model_.config().window_size;
   // A prefix no longer than the window is replayed whole: that is a cold prefill.
   if (cached <= window) {
-    cache_->release(ks);
+    CEDAR_RETURN_IF_ERROR(cache_->truncate(ks, 0));
     return plan;
   }
   {
@@ -105,26 +95,21 @@ Result<ResumePlan> PrefixStore::restore(std::span<const int32_t> prompt, ReplayM
     else
       ++levels_.hits_memory;
   }
-  for (size_t o = 0; o < owner_index_.size(); ++o) {
-    model::KvOwnerState& owner = seq.owner(owner_index_[o]);
-    const kv::OwnerGeometry& og = geometry_.owners[o];
-    const int64_t entries = full / og.ratio;
-    for (int64_t j = 0; j < local_full / og.ratio; ++j) {
-      std::memcpy(owner.main.data() + j * og.main_entry_bytes, ks->main_entry(static_cast<int>(o), j),
-                  og.main_entry_bytes);
+  if (n_tail > 0) {
+    // The tail's entries go to a block of the sequence's own (it starts at a block boundary).
+    CEDAR_RETURN_IF_ERROR(cache_->append(ks, prompt.subspan(static_cast<size_t>(full), static_cast<size_t>(n_tail))));
+    for (size_t o = 0; o < geometry_.owners.size(); ++o) {
+      const kv::OwnerGeometry& og = geometry_.owners[o];
+      const int64_t tail_entries = n_tail / og.ratio, first = full / og.ratio;
+      if (tail_entries == 0) continue;
+      const int oi = static_cast<int>(o);
+      std::memcpy(ks.main_entry_mut(oi, first), tail.data() + kv::TailCache::main_offset(geometry_, n_tail, oi),
+                  tail_entries * og.main_entry_bytes);
       if (og.index_entry_bytes)
-        std::memcpy(owner.index_keys.data() + j * og.index_entry_bytes, ks->index_key(static_cast<int>(o), j),
-                    og.index_entry_bytes);
+        std::memcpy(ks.index_key_mut(oi, first), tail.data() + kv::TailCache::index_offset(geometry_, n_tail, oi),
+                    tail_entries * og.index_entry_bytes);
     }
-    const int64_t tail_entries = n_tail / og.ratio;
-    if (tail_entries == 0) continue;
-    const uint8_t* mains = tail.data() + kv::TailCache::main_offset(geometry_, n_tail, static_cast<int>(o));
-    const uint8_t* keys = tail.data() + kv::TailCache::index_offset(geometry_, n_tail, static_cast<int>(o));
-    std::memcpy(owner.main.data() + entries * og.main_entry_bytes, mains, tail_entries * og.main_entry_bytes);
-    if (og.index_entry_bytes)
-      std::memcpy(owner.index_keys.data() + entries * og.index_entry_bytes, keys, tail_entries * og.index_entry_bytes);
   }
-  cache_->release(ks);
   plan.cached_tokens = cached;
   // Replay one window, and at least every group still pending at `cached` (its compressor state is
   // rebuilt from the replayed tokens).
@@ -140,15 +125,18 @@ int64_t PrefixStore::tail_payload(const model::SequenceState& seq, int64_t end, 
   const int64_t start = end / bt * bt, n = end - start;
   std::vector<uint8_t>& payload = *out;
   payload.assign(kv::TailCache::payload_bytes(geometry_, n), 0);  // [payload_bytes(n)]
-  for (size_t o = 0; o < owner_index_.size(); ++o) {
-    const model::KvOwnerState& owner = seq.owners[seq.owner_of_layer[owner_index_[o]]];
+  // The tail lies in one block of the sequence, so each owner's entries of it are contiguous.
+  const kv::Sequence& ks = seq.kv();
+  for (size_t o = 0; o < geometry_.owners.size(); ++o) {
     const kv::OwnerGeometry& og = geometry_.owners[o];
+    const int oi = static_cast<int>(o);
     const int64_t first = start / og.ratio, count = n / og.ratio;
-    std::memcpy(payload.data() + kv::TailCache::main_offset(geometry_, n, static_cast<int>(o)),
-                owner.main.data() + first * og.main_entry_bytes, count * og.main_entry_bytes);
+    if (count == 0) continue;
+    std::memcpy(payload.data() + kv::TailCache::main_offset(geometry_, n, oi), ks.main_entry(oi, first),
+                count * og.main_entry_bytes);
     if (og.index_entry_bytes)
-      std::memcpy(payload.data() + kv::TailCache::index_offset(geometry_, n, static_cast<int>(o)),
-                  owner.index_keys.data() + first * og.index_entry_bytes, count * og.index_entry_bytes);
+      std::memcpy(payload.data() + kv::TailCache::index_offset(geometry_, n, oi), ks.index_key(oi, first),
+                  count * og.index_entry_bytes);
   }
   return start;
 }
@@ -158,11 +146,15 @@ Status PrefixStore::save_tail(const model::SequenceState& seq, int64_t end) {
   if (end % bt == 0 || end > seq.n_tokens) return {};
   std::vector<uint8_t> payload;
   const int64_t start = tail_payload(seq, end, &payload);
-  return tails_->save(std::span<const int32_t>(seq.tokens.data(), static_cast<size_t>(end)), start, end, payload);
+  return tails_->save(seq.tokens().first(static_cast<size_t>(end)), start, end, payload);
 }
 
-Status PrefixStore::save(const model::SequenceState& seq, int64_t prompt_tokens) {
+Status PrefixStore::save(model::SequenceState& seq, int64_t prompt_tokens) {
+  if (&seq.home() != cache_.get()) return invalid_argument("prefix cache: the sequence lives in another KV cache");
   const int64_t bt = geometry_.block_tokens;
+  kv::Sequence& ks = seq.kv();
+  // Only processed positions are kept (a sequence cut short during a replay holds more ids).
+  if (ks.n_tokens() > seq.n_tokens) CEDAR_RETURN_IF_ERROR(cache_->truncate(ks, seq.n_tokens));
   const int64_t n_full = (seq.n_tokens / bt) * bt;
   CEDAR_RETURN_IF_ERROR(save_tail(seq, std::min(prompt_tokens, seq.n_tokens)));
   if (prompt_tokens < seq.n_tokens) CEDAR_RETURN_IF_ERROR(save_tail(seq, seq.n_tokens));
@@ -170,35 +162,20 @@ Status PrefixStore::save(const model::SequenceState& seq, int64_t prompt_tokens)
     if (tier_) save_to_tier(nullptr, seq, prompt_tokens);
     return {};
   }
-  CEDAR_ASSIGN_OR_RETURN(kv::Sequence * ks, cache_->new_sequence());
-  std::span<const int32_t> tokens(seq.tokens.data(), static_cast<size_t>(n_full));
-  Status st = cache_->append(*ks, tokens);
-  if (st.ok()) {
-    for (size_t o = 0; o < owner_index_.size(); ++o) {
-      const model::KvOwnerState& owner = seq.owners[seq.owner_of_layer[owner_index_[o]]];
-      const kv::OwnerGeometry& og = geometry_.owners[o];
-      for (int64_t j = 0; j < n_full / og.ratio; ++j) {
-        std::memcpy(ks->main_entry_mut(static_cast<int>(o), j), owner.main.data() + j * og.main_entry_bytes,
-                    og.main_entry_bytes);
-        if (og.index_entry_bytes)
-          std::memcpy(ks->index_key_mut(static_cast<int>(o), j), owner.index_keys.data() + j * og.index_entry_bytes,
-                      og.index_entry_bytes);
-      }
+  // Boundary records of the blocks this sequence wrote (attached ones carry theirs): the Engram
+  // history (compressed ids) as of each block's last token. Then the blocks themselves join the
+  // index where they are: nothing is copied.
+  auto hist = ks.engram_history();
+  for (int64_t k = ks.reused_prefix_tokens() / bt; k < n_full / bt; ++k) {
+    const int64_t end = (k + 1) * bt;
+    for (size_t i = 0; i < hist.size(); ++i) {
+      const int64_t pos = end - static_cast<int64_t>(hist.size()) + static_cast<int64_t>(i);
+      hist[i] = pos >= 0 && pos < seq.engram.size() ? seq.engram.compressed[pos] : -1;
     }
-    // Boundary records: the Engram history (compressed ids) as of each block's last token.
-    auto hist = ks->engram_history();
-    for (int64_t k = 0; k < n_full / bt; ++k) {
-      const int64_t end = (k + 1) * bt;
-      for (size_t i = 0; i < hist.size(); ++i) {
-        const int64_t pos = end - static_cast<int64_t>(hist.size()) + static_cast<int64_t>(i);
-        hist[i] = pos >= 0 && pos < seq.engram.size() ? seq.engram.compressed[pos] : -1;
-      }
-      ks->capture_boundary_state(static_cast<size_t>(k));
-    }
-    st = cache_->commit(*ks);
-    if (st.ok() && tier_) save_to_tier(ks, seq, prompt_tokens);
+    ks.capture_boundary_state(static_cast<size_t>(k));
   }
-  cache_->release(ks);
+  Status st = cache_->commit(ks);
+  if (st.ok() && tier_) save_to_tier(&ks, seq, prompt_tokens);
   return st;
 }
 
@@ -206,21 +183,28 @@ size_t PrefixStore::restore_from_tier(std::span<const int32_t> prompt, size_t fi
                                       model::SequenceState& seq) {
   if (first >= n) return 0;
   const uint32_t bt = geometry_.block_tokens;
+  kv::Sequence& ks = seq.kv();
   const std::vector<uint64_t> hashes =
       kv::chain_hashes(prompt, bt, n, kv::chain_root_hash(geometry_.layout_fingerprint()));
   return tier_->fetch_blocks(
-      prompt.first(n * bt), hashes, first, [&](size_t k, std::span<const uint8_t>, std::span<const uint8_t> block) {
+      prompt.first(n * bt), hashes, first,
+      [&](size_t k, std::span<const uint8_t> boundary, std::span<const uint8_t> block) {
+        // Blocks arrive in order right after the sequence's last one; each gets a block of its own.
+        if (static_cast<size_t>(ks.n_tokens()) != k * bt || !cache_->append(ks, prompt.subspan(k * bt, bt)).ok())
+          return false;
         // A block holds, owner after owner, its main entries then its index keys (kv/geometry.h).
-        for (size_t o = 0; o < owner_index_.size(); ++o) {
-          model::KvOwnerState& owner = seq.owner(owner_index_[o]);
+        for (size_t o = 0; o < geometry_.owners.size(); ++o) {
           const kv::OwnerGeometry& og = geometry_.owners[o];
-          const uint64_t first_entry = k * og.entries_per_block;
-          std::memcpy(owner.main.data() + first_entry * og.main_entry_bytes, block.data() + og.main_offset,
+          const int oi = static_cast<int>(o);
+          const int64_t first_entry = static_cast<int64_t>(k) * og.entries_per_block;
+          std::memcpy(ks.main_entry_mut(oi, first_entry), block.data() + og.main_offset,
                       uint64_t{og.entries_per_block} * og.main_entry_bytes);
           if (og.index_entry_bytes)
-            std::memcpy(owner.index_keys.data() + first_entry * og.index_entry_bytes, block.data() + og.index_offset,
+            std::memcpy(ks.index_key_mut(oi, first_entry), block.data() + og.index_offset,
                         uint64_t{og.entries_per_block} * og.index_entry_bytes);
         }
+        if (boundary.size() == geometry_.boundary_state_bytes)
+          std::memcpy(ks.boundary_state_mut(k), boundary.data(), boundary.size());
         return true;
       });
 }
@@ -228,7 +212,7 @@ size_t PrefixStore::restore_from_tier(std::span<const int32_t> prompt, size_t fi
 void PrefixStore::save_to_tier(const kv::Sequence* ks, const model::SequenceState& seq, int64_t prompt_tokens) {
   const uint32_t bt = geometry_.block_tokens;
   const uint64_t layout = geometry_.layout_fingerprint();
-  const std::span<const int32_t> tokens(seq.tokens.data(), static_cast<size_t>(seq.n_tokens));
+  const std::span<const int32_t> tokens = seq.tokens();
   const size_t n_blocks = ks ? static_cast<size_t>(ks->n_tokens() / bt) : 0;
   // The tails: the prompt's and the whole sequence's partial last blocks (as the local tail cache).
   std::vector<int64_t> tail_ends;

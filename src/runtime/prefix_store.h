@@ -1,10 +1,11 @@
-// PrefixStore: the engine's prefix cache. The forward pass works on one packed SequenceState per
-// request; when a request ends its whole blocks of global KV (compressed main KV + index keys, never
-// the SWA windows) are copied into the kv module's paged pool (shared, content-addressed by the token
-// chain) and persisted to disk, and the partial last block of the prompt and of the whole sequence go
-// to the tail cache (kv/tail_cache.h). A new request restores the longest cached prefix (whole blocks,
-// then the longest tail after them) and rebuilds the windows and the pending compressor groups by
-// bounded replay (spec §8) or, with ReplayMode::kFull, recomputes everything.
+// PrefixStore: the engine's prefix cache, over the engine's one KV home (a kv::KvCache whose pool holds
+// the running sequences' global KV and the cached prefixes alike). When a request ends, its whole
+// blocks of global KV (compressed main KV + index keys, never the SWA windows) join the prefix index
+// where they are (content-addressed by the token chain) and are persisted to disk; the partial last
+// block of the prompt and of the whole sequence go to the tail cache (kv/tail_cache.h). A new request
+// attaches the longest cached prefix (whole blocks: a reference count each, no copy; then the longest
+// tail after them) and rebuilds the windows and the pending compressor groups by bounded replay
+// (spec §8) or, with ReplayMode::kFull, recomputes everything.
 // With a shared tier (kv/redis_tier.h) a local miss asks it for the blocks and the tail after the local
 // prefix, and every save also goes to it, asynchronously: the third level after memory and disk.
 #pragma once
@@ -34,7 +35,8 @@ struct PrefixStoreOptions {
   std::string disk_dir;                   // empty: memory only
   uint64_t disk_budget_bytes = 8ull << 30;
   uint32_t block_tokens = 64;             // a multiple of every compress ratio
-  uint32_t memory_blocks = 4096;          // in-memory pool size (blocks)
+  uint32_t memory_blocks = 4096;          // blocks for cached prefixes in memory
+  uint32_t live_blocks = 0;               // blocks for the running sequences, beside them
   kv::RedisTierOptions tier;              // tier.url empty: no shared tier
 };
 
@@ -49,6 +51,9 @@ class PrefixStore {
   static Result<std::unique_ptr<PrefixStore>> create(const model::Model& model, const PrefixStoreOptions& options);
   ~PrefixStore();
 
+  // The KV home: sequences the store restores into and saves from are made in it (Model::new_sequence).
+  kv::KvCache& cache() { return *cache_; }
+
   // Fills a fresh `seq` from the longest cached prefix of `prompt` (whole blocks and a tail, leaving
   // at least one prompt token to run) and prepares it for the replay mode. After this, feed
   // prompt[replay_from:].
@@ -56,7 +61,8 @@ class PrefixStore {
   // Stores `seq` (its tokens and global KV): whole blocks in memory and on disk, and as tails the
   // prefix [0, prompt_tokens) (the request's prompt, which the next turn usually repeats even when it
   // re-renders the answer differently) and the whole sequence.
-  Status save(const model::SequenceState& seq, int64_t prompt_tokens);
+  // The blocks stay where they are: this indexes them (and writes the disk and the tier).
+  Status save(model::SequenceState& seq, int64_t prompt_tokens);
 
   kv::KvCacheStats memory_stats() const;
   uint64_t block_bytes() const { return geometry_.block_bytes; }
@@ -78,7 +84,6 @@ class PrefixStore {
   // Blocks [first, n) of `prompt` from the shared tier, written straight into `seq`.
   size_t restore_from_tier(std::span<const int32_t> prompt, size_t first, size_t n, model::SequenceState& seq);
   void save_to_tier(const kv::Sequence* ks, const model::SequenceState& seq, int64_t prompt_tokens);
-  std::vector<int> owner_index_;  // kv owner index -> model layer
   std::unique_ptr<kv::RedisTier> tier_;
   // Level counters; restore() runs on one thread at a time (the engine's scheduler), stats read them.
   mutable std::mutex levels_mu_;

@@ -18,17 +18,22 @@
 namespace cedar::runtime {
 namespace {
 
-TEST(LocalEngine, SequenceStateEstimateIsWhatIsAllocated) {
+// A state filled to its capacity holds what the engine's memory limit reserved for it.
+TEST(LocalEngine, SequenceStateEstimateIsWhatAFullStateHolds) {
   auto m = model::testing::load_tiny(2);
   for (int64_t cap : {1, 17, 64, 301}) {
-    const model::SequenceState s = m->new_sequence(cap);
-    EXPECT_EQ(model::sequence_state_bytes(m->config(), m->plan(), cap), model::held_bytes(s)) << cap;
+    model::SequenceState s = m->new_sequence(cap);
+    const std::vector<int32_t> ids = model::testing::test_prompt(static_cast<size_t>(cap), 3);
+    const model::SeqChunk chunk{&s, ids};
+    std::vector<float> logits(m->config().vocab_size);
+    ASSERT_TRUE(m->forward({&chunk, 1}, logits.data(), nullptr).ok()) << cap;
+    EXPECT_EQ(model::sequence_state_bytes(s.geometry(), cap), model::held_bytes(s)) << cap;
   }
 }
 
 TEST(LocalEngine, MemoryLimitRefusesOversizeAndQueuesTheRest) {
   auto m = model::testing::load_tiny(2);
-  const uint64_t one = model::sequence_state_bytes(m->config(), m->plan(), 20 + 6 + 1);
+  const uint64_t one = model::sequence_state_bytes(*m->kv_geometry(), 20 + 6 + 1);
   EngineOptions o;
   o.threads = 1;
   o.kv_memory_bytes = one + one / 2;  // room for one request of 20 + 6 tokens at a time

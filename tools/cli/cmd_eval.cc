@@ -133,13 +133,15 @@ struct KvBytes {
   double global_per_token = 0;
   uint64_t windows = 0;
 };
-KvBytes kv_bytes(const model::Model& m, model::KvDtype dtype) {
-  const auto& c = m.config();
-  const model::KvEntryFormat f{c.head_dim, c.index_head_dim, dtype};
+KvBytes kv_bytes(model::Model& m, model::KvDtype dtype) {
+  const model::KvDtype was = m.options().kv_dtype;
+  m.set_kv_dtype(dtype);
+  auto g = m.kv_geometry();
+  m.set_kv_dtype(was);
+  CEDAR_CHECK(g.ok(), "%s", g.status().to_string().c_str());
   KvBytes b;
-  for (int l : m.plan().kv_owner_layers)
-    b.global_per_token += static_cast<double>(f.main_bytes() + f.index_bytes()) / m.plan().layers[l].compress_ratio;
-  b.windows = static_cast<uint64_t>(c.n_layers) * static_cast<uint64_t>(c.window_size) * f.window_bytes();
+  b.global_per_token = static_cast<double>(g->block_bytes) / g->block_tokens;
+  b.windows = uint64_t{g->window_slots} * g->window_entry_bytes * static_cast<uint64_t>(m.config().n_layers);
   return b;
 }
 

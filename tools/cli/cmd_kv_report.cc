@@ -12,7 +12,7 @@
 
 #include "args.h"
 #include "command.h"
-#include "runtime/kv_spec.h"
+#include "model/kv_layout.h"
 #include "kv/geometry.h"
 #include "kv/report.h"
 #include "model/config.h"
@@ -63,7 +63,7 @@ Result<kv::KvFootprint> measure_config(const std::string& path, int64_t context,
   std::string name = std::filesystem::path(path).stem().string();
   if (name == "config") name = std::filesystem::path(path).parent_path().filename().string();
   const std::string bytes = text.str();
-  const kv::ModelKvSpec spec = runtime::kv_spec_from_plan(name, c, plan, XXH3_64bits(bytes.data(), bytes.size()));
+  const kv::ModelKvSpec spec = model::kv_spec_from_plan(name, c, plan, XXH3_64bits(bytes.data(), bytes.size()));
   auto g = kv::make_cache_geometry(spec, block_tokens, c.n_layers);
   if (!g.ok()) return Status(g.status().code(), path + ": " + g.status().message());
   return kv::measure_footprint(*g, context, persists_swa);

@@ -1,4 +1,4 @@
-#include "runtime/kv_spec.h"
+#include "model/kv_layout.h"
 
 #include <algorithm>
 
@@ -6,20 +6,20 @@
 
 #include "io/checkpoint.h"
 
-namespace cedar::runtime {
+namespace cedar::model {
 
-kv::ModelKvSpec kv_spec_from_plan(const std::string& name, const model::ModelConfig& c, const model::LayerPlan& plan,
+kv::ModelKvSpec kv_spec_from_plan(const std::string& name, const ModelConfig& c, const LayerPlan& plan,
                                   uint64_t fingerprint) {
   kv::ModelKvSpec s;
   s.name = name;
-  s.family = c.family == model::ModelFamily::kV41 ? kv::KvFamily::kV41 : kv::KvFamily::kV4;
+  s.family = c.family == ModelFamily::kV41 ? kv::KvFamily::kV41 : kv::KvFamily::kV4;
   s.head_dim = c.head_dim;
   s.rope_head_dim = c.rope_head_dim;
   s.index_head_dim = c.index_head_dim;
   s.window_size = c.window_size;
   s.engram_history = c.engram_layer_ids.empty() ? 0 : c.engram_max_ngram_size - 1;
   s.model_fingerprint = fingerprint;
-  for (const model::LayerPlanEntry& e : plan.layers) {
+  for (const LayerPlanEntry& e : plan.layers) {
     kv::LayerKvSpec l;
     l.layer = e.layer;
     l.compress_ratio = e.compress_ratio;
@@ -50,4 +50,4 @@ uint64_t model_fingerprint(const std::string& config_text, const io::Checkpoint&
   return h;
 }
 
-}  // namespace cedar::runtime
+}  // namespace cedar::model
