@@ -1,0 +1,200 @@
+// Whole expert-parallel jobs: `mpirun -np N cedar generate --expert-parallel` on this machine, ranks
+// joined by Open MPI's TCP transport on loopback only. Greedy ids and logprobs (log-softmax of the
+// fp32 logits, printed round-trip) equal to one process for 1, 2 and 3 ranks; a hung or killed rank
+// ends the job non-zero naming it (a hung one bounded by --exchange-timeout); mismatched checkpoints
+// and settings are refused at start.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <array>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <string>
+#include <thread>
+
+namespace cedar::dist {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct JobRun {
+  int exit_code = -1;
+  std::string out, err;
+};
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string data_dir() {
+  const fs::path d = fs::path(CEDAR_BINARY_DIR) / "dist_data";
+  fs::create_directories(d);
+  return d.string();
+}
+
+// Runs `cmd` through the shell with stdout and stderr in files (the ranks' stderr interleaves).
+JobRun run(const std::string& cmd) {
+  static int counter = 0;
+  const std::string base = data_dir() + "/run." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+  const int status = std::system((cmd + " >" + base + ".out 2>" + base + ".err").c_str());
+  JobRun r;
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.out = slurp(base + ".out");
+  r.err = slurp(base + ".err");
+  fs::remove(base + ".out");
+  fs::remove(base + ".err");
+  return r;
+}
+
+// A tiny checkpoint per seed, written once (tests run as parallel processes: private dir, then rename).
+std::string tiny_checkpoint(int seed) {
+  const std::string dir = data_dir() + "/tiny_seed" + std::to_string(seed);
+  if (fs::exists(dir + "/model.safetensors.index.json")) return dir;
+  const std::string tmp = dir + ".tmp." + std::to_string(::getpid());
+  fs::remove_all(tmp);
+  const JobRun r = run(std::string(CEDAR_BIN) + " make-tiny --out " + tmp + " --seed " + std::to_string(seed));
+  if (r.exit_code != 0) return "make-tiny failed: " + r.err;
+  std::error_code ec;
+  fs::rename(tmp, dir, ec);
+  if (ec) fs::remove_all(tmp);
+  return dir;
+}
+
+std::string mpirun(int np) {
+  return std::string(CEDAR_MPIRUN) +
+         " --mca btl tcp,self --mca btl_tcp_if_include lo --oversubscribe --allow-run-as-root -np " + std::to_string(np);
+}
+
+void expect_identical_over_ranks(const std::string& dir, int n_tokens, std::initializer_list<int> ranks) {
+  ASSERT_TRUE(fs::exists(dir + "/config.json")) << dir;
+  const std::string single_args = " generate -m " + dir + " --prompt-ids 5,17,42,99,7,300,11 -n " +
+                                  std::to_string(n_tokens) +
+                                  " --numerics exact --json --top-logprobs 5 --threads 1 --ignore-eos";
+  const JobRun single = run(std::string(CEDAR_BIN) + single_args);
+  ASSERT_EQ(single.exit_code, 0) << single.err;
+  ASSERT_NE(single.out.find("\"ids\":["), std::string::npos) << single.out;
+  ASSERT_NE(single.out.find("\"logprobs\""), std::string::npos) << single.out;
+  for (int np : ranks) {
+    const JobRun job = run(mpirun(np) + " " + CEDAR_BIN + single_args + " --expert-parallel");
+    ASSERT_EQ(job.exit_code, 0) << np << " ranks:\n" << job.err;
+    EXPECT_EQ(job.out, single.out) << np << " ranks";
+    // The experts really were computed elsewhere: requests went out (none with one rank).
+    const size_t at = job.err.find("expert exchange: ");
+    ASSERT_NE(at, std::string::npos) << job.err;
+    const long requests = std::strtol(job.err.c_str() + at + 17, nullptr, 10);
+    if (np == 1) EXPECT_EQ(requests, 0);
+    else EXPECT_GT(requests, 0) << job.err;
+  }
+}
+
+TEST(MpiJob, TinyGreedyIdsAndLogprobsIdenticalFor1To3Ranks) {
+  expect_identical_over_ranks(tiny_checkpoint(0), 6, {1, 2, 3});
+}
+
+TEST(MpiJob, CedarMiniIdenticalFor2And3Ranks) {
+  const std::string dir = std::string(CEDAR_SOURCE_DIR) + "/models/cedar-mini";
+  if (!fs::exists(dir + "/config.json")) GTEST_SKIP() << "no models/cedar-mini";
+  expect_identical_over_ranks(dir, 4, {2, 3});
+}
+
+TEST(MpiJob, MismatchedCheckpointsAreRefusedAtStart) {
+  const std::string a = tiny_checkpoint(0), b = tiny_checkpoint(1);
+  const std::string common = " generate --prompt-ids 5,17 -n 2 --numerics exact --json --threads 1 --expert-parallel";
+  const JobRun job = run(mpirun(1) + " " + CEDAR_BIN + common + " -m " + a + " : -np 1 " + CEDAR_BIN + common + " -m " + b);
+  EXPECT_NE(job.exit_code, 0);
+  EXPECT_NE(job.err.find("rank 1 (host "), std::string::npos) << job.err;
+  EXPECT_NE(job.err.find("has another checkpoint"), std::string::npos) << job.err;
+  EXPECT_EQ(job.out.find("\"ids\""), std::string::npos) << job.out;  // nothing was generated
+}
+
+TEST(MpiJob, MismatchedNumericsAreRefusedAtStart) {
+  const std::string a = tiny_checkpoint(0);
+  const std::string common = " generate -m " + a + " --prompt-ids 5,17 -n 2 --json --threads 1 --expert-parallel";
+  const JobRun job = run(mpirun(1) + " " + CEDAR_BIN + common + " --numerics exact : -np 1 " + CEDAR_BIN + common +
+                      " --numerics fast");
+  EXPECT_NE(job.exit_code, 0);
+  EXPECT_NE(job.err.find("rank 1 (host "), std::string::npos) << job.err;
+  EXPECT_NE(job.err.find("other settings"), std::string::npos) << job.err;
+}
+
+// Rank 1 is started through a shell that records its pid; once the head is decoding (the pid file
+// exists, then 2 s of a 100000-token generation), `signal` hits it, and the job must end on its own
+// with the output naming rank 1. `recovery`: mpirun's orte_enable_recovery, under which mpirun does not
+// tear the job down when a rank dies, so that the head's own detection (the exchange's deadline) is
+// what ends it.
+JobRun fault_job(int signal, bool recovery) {
+  const std::string dir = tiny_checkpoint(0);
+  const std::string pid_file = data_dir() + "/worker." + std::to_string(::getpid()) + ".pid";
+  fs::remove(pid_file);
+  const std::string common = " generate -m " + dir +
+                             " --prompt-ids 5,17,42 -n 100000 --numerics exact --threads 1 --ignore-eos "
+                             "--expert-parallel --exchange-timeout 3";
+  const std::string cmd = std::string(CEDAR_MPIRUN) + " --mca btl tcp,self --mca btl_tcp_if_include lo " +
+                          (recovery ? "--mca orte_enable_recovery 1 " : "") +
+                          "--oversubscribe --allow-run-as-root -np 1 " + CEDAR_BIN + common +
+                          " : -np 1 sh -c 'echo $$ > " + pid_file + "; exec " + CEDAR_BIN + common + "'";
+  JobRun job;
+  std::atomic<bool> done{false};
+  std::thread runner([&] {
+    job = run(cmd);
+    done = true;
+  });
+  pid_t pid = 0;
+  while (pid == 0 && !done) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    std::ifstream in(pid_file);
+    if (in) in >> pid;
+  }
+  bool injected = false;
+  if (pid != 0) {
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+    injected = !done && ::kill(pid, signal) == 0;
+  }
+  runner.join();
+  if (injected && signal == SIGSTOP) ::kill(pid, SIGKILL);  // normally gone already (the job was aborted)
+  fs::remove(pid_file);
+  if (!injected) job.err = "the fault was never injected (the job ended first):\n" + job.err;
+  return job;
+}
+
+// The head's deadline: a stopped rank is named, the head exits non-zero and aborts the job.
+TEST(MpiJob, HungRankFailsTheHeadNamingIt) {
+  const JobRun job = fault_job(SIGSTOP, false);
+  ASSERT_EQ(job.err.find("never injected"), std::string::npos) << job.err;
+  EXPECT_NE(job.exit_code, 0);
+  EXPECT_NE(job.err.find("rank 1 (host "), std::string::npos) << job.err;
+  EXPECT_NE(job.err.find("did not answer within 3.0 s during layer"), std::string::npos) << job.err;
+  EXPECT_NE(job.err.find("expert exchange"), std::string::npos) << job.err;  // a layer's, not the start-up's
+}
+
+// mpirun's default: a rank that dies ends the job at once, non-zero, naming the rank and its node.
+TEST(MpiJob, KilledRankEndsTheJobNamingIt) {
+  const JobRun job = fault_job(SIGKILL, false);
+  ASSERT_EQ(job.err.find("never injected"), std::string::npos) << job.err;
+  EXPECT_NE(job.exit_code, 0);
+  EXPECT_NE(job.err.find("process rank 1"), std::string::npos) << job.err;
+  EXPECT_NE(job.err.find("signal 9"), std::string::npos) << job.err;
+}
+
+// With recovery on, the head's deadline catches the dead rank and names it.
+TEST(MpiJob, KilledRankUnderRecoveryIsNamedByTheHead) {
+  const JobRun job = fault_job(SIGKILL, true);
+  ASSERT_EQ(job.err.find("never injected"), std::string::npos) << job.err;
+  EXPECT_NE(job.err.find("rank 1 (host "), std::string::npos) << job.err;
+  EXPECT_NE(job.err.find("during layer"), std::string::npos) << job.err;
+  EXPECT_NE(job.err.find("MPI_ABORT was invoked on rank 0"), std::string::npos) << job.err;
+}
+
+}  // namespace
+}  // namespace cedar::dist
