@@ -113,6 +113,21 @@ TEST(MpiJob, CedarMiniIdenticalFor2And3Ranks) {
   expect_identical_over_ranks(dir, 4, {2, 3});
 }
 
+TEST(MpiJob, BenchRunsOnTwoRanks) {
+  const std::string dir = tiny_checkpoint(0);
+  const JobRun job = run(mpirun(2) + " " + CEDAR_BIN + " bench -m " + dir +
+                         " -p 4 -n 4 -t 1 -r 1 --no-warmup --expert-parallel");
+  ASSERT_EQ(job.exit_code, 0) << job.err;
+  EXPECT_NE(job.out.find("| tg4 |"), std::string::npos) << job.out;
+  const size_t at = job.err.find("expert exchange: ");
+  ASSERT_NE(at, std::string::npos) << job.err;
+  EXPECT_GT(std::strtol(job.err.c_str() + at + 17, nullptr, 10), 0) << job.err;
+  // One numerics mode only: every rank loads its kernels once.
+  const JobRun two_modes = run(std::string(CEDAR_BIN) + " bench -m " + dir + " --numerics fast,exact --expert-parallel");
+  EXPECT_EQ(two_modes.exit_code, 2);
+  EXPECT_NE(two_modes.err.find("one --numerics mode"), std::string::npos) << two_modes.err;
+}
+
 TEST(MpiJob, MismatchedCheckpointsAreRefusedAtStart) {
   const std::string a = tiny_checkpoint(0), b = tiny_checkpoint(1);
   const std::string common = " generate --prompt-ids 5,17 -n 2 --numerics exact --json --threads 1 --expert-parallel";
