@@ -79,9 +79,10 @@ void ForwardPass::moe(int l, const float* x, float* out) {
 
   // An expert chosen by every token has x's rows as its own, in order: it reads x quantised once
   // (quantisation is per row, so the values are the same), and so does the shared expert then. In
-  // decode that is every expert.
-  const bool x_shared = std::any_of(ws_.moe_local.begin(), ws_.moe_local.end(),
-                                    [&](size_t j) { return ws_.moe_experts[j].rows == T_; });
+  // decode that is every expert. (Decided over every chosen expert, local or not, so that the shared
+  // expert takes the same path whatever the placement.)
+  const bool x_shared = std::any_of(ws_.moe_experts.begin(), ws_.moe_experts.end(),
+                                    [&](const auto& ae) { return ae.rows == T_; });
   ops::Fp8Activations xq;
   if (x_shared) {
     float* held = scratch(ws_.moe_shared_act, k_.act_scratch_floats(T_, dim));
