@@ -77,6 +77,8 @@ std::string tiny_checkpoint(int seed) {
 }
 
 std::string mpirun(int np) {
+  EXPECT_EQ(std::string(CEDAR_MPIRUN).find("NOTFOUND"), std::string::npos)
+      << "no mpirun at configure time: install openmpi-bin (scripts/deps.sh) and re-run cmake";
   return std::string(CEDAR_MPIRUN) +
          " --mca btl tcp,self --mca btl_tcp_if_include lo --oversubscribe --allow-run-as-root -np " + std::to_string(np);
 }
