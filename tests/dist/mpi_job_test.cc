@@ -12,6 +12,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -21,6 +22,7 @@
 #include <thread>
 
 #include "model/config.h"
+#include "model/model.h"
 
 namespace cedar::dist {
 namespace {
@@ -179,6 +181,71 @@ TEST(MpiJob, InspectPrintsThePerRankPlan) {
   EXPECT_EQ(experts[0], experts[1]);
   EXPECT_GT(other[0], 0.0);
   EXPECT_EQ(other[1], 0.0);
+}
+
+// A worker's side without MPI: a scripted exchange hands Model::serve_experts requests. One the
+// worker can serve gets [rows, dim] finite outputs; one for an expert it does not map is refused
+// with an error (never a read of unmapped weights).
+class ScriptedExchange final : public model::ExpertExchange {
+ public:
+  explicit ScriptedExchange(std::vector<model::ExpertBatch> requests) : requests_(std::move(requests)) {}
+  int rank() const override { return 1; }
+  int n_ranks() const override { return 2; }
+  int owner(int, int expert) const override { return expert % 2; }
+  Status post(std::span<const model::ExpertBatch>) override { return internal_error("not a head"); }
+  Status collect(int, std::span<float>) override { return internal_error("not a head"); }
+  Result<bool> next(model::ExpertBatch& b) override {
+    if (next_ == requests_.size()) return false;
+    b = requests_[next_++];
+    return true;
+  }
+  Status reply(std::span<const float> out) override {
+    replies.emplace_back(out.begin(), out.end());
+    return {};
+  }
+  std::vector<std::vector<float>> replies;
+
+ private:
+  std::vector<model::ExpertBatch> requests_;
+  size_t next_ = 0;
+};
+
+TEST(ExpertWorker, ServesItsExpertsAndRefusesOthers) {
+  const std::string dir = tiny_checkpoint(0);
+  model::ModelOptions o;
+  o.numerics = ops::Numerics::kExact;
+  o.experts_only = true;
+  o.expert_filter = [](int, int expert) { return expert % 2 == 1; };
+  auto m = model::Model::load(dir, o);
+  ASSERT_TRUE(m.ok()) << m.status().message();
+  const size_t dim = static_cast<size_t>((*m)->config().dim);
+  model::ExpertBatch ok;  // two tokens, experts 1 (both tokens) and 3 (token 1)
+  ok.layer = 0;
+  ok.n_tokens = 2;
+  ok.experts = {1, 3};
+  ok.counts = {2, 1};
+  ok.row_token = {0, 1, 1};
+  ok.row_weight = {0.5f, 0.25f, 1.0f};
+  ok.x.resize(2 * dim);
+  for (size_t i = 0; i < ok.x.size(); ++i) ok.x[i] = static_cast<float>(static_cast<int>(i % 7) - 3) * 0.125f;
+  ScriptedExchange good({ok});
+  ASSERT_TRUE((*m)->serve_experts(good, nullptr).ok());
+  ASSERT_EQ(good.replies.size(), 1u);
+  ASSERT_EQ(good.replies[0].size(), 3 * dim);
+  bool nonzero = false;
+  for (float v : good.replies[0]) {
+    ASSERT_TRUE(std::isfinite(v));
+    nonzero = nonzero || v != 0.0f;
+  }
+  EXPECT_TRUE(nonzero);
+  model::ExpertBatch other = ok;  // expert 2 lives on rank 0: not mapped here
+  other.experts = {1, 2};
+  ScriptedExchange bad({other});
+  const Status st = (*m)->serve_experts(bad, nullptr);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("does not match this rank's checkpoint or expert placement"), std::string::npos)
+      << st.message();
+  EXPECT_TRUE(bad.replies.empty());
 }
 
 // Rank 1 is started through a shell that records its pid; once the head is decoding (the pid file
