@@ -21,7 +21,9 @@
 #include <string>
 #include <thread>
 
+#include "dist/placement.h"
 #include "model/config.h"
+#include "model/layer_plan.h"
 #include "model/model.h"
 
 namespace cedar::dist {
@@ -181,6 +183,37 @@ TEST(MpiJob, InspectPrintsThePerRankPlan) {
   EXPECT_EQ(experts[0], experts[1]);
   EXPECT_GT(other[0], 0.0);
   EXPECT_EQ(other[1], 0.0);
+}
+
+// The sidecar decides the placement when it is for this model: the heaviest expert of every layer
+// and the second heaviest land on different ranks, where by id (0 and 2 of 2 ranks) they would not.
+TEST(MpiJob, InspectBalancesByTheExpertStatsSidecar) {
+  const std::string dir = tiny_checkpoint(0);
+  auto config = model::load_config(dir + "/config.json");
+  ASSERT_TRUE(config.ok()) << config.status().message();
+  const std::vector<int> per_layer = routed_experts_per_layer(*config, model::make_layer_plan(*config));
+  std::vector<uint32_t> counts;
+  for (int E : per_layer)
+    for (int e = 0; e < E; ++e) counts.push_back(e == 0 ? 1000u : e == 2 ? 900u : 1u);
+  const std::string stats = data_dir() + "/stats." + std::to_string(::getpid());
+  {
+    std::ofstream out(stats, std::ios::binary | std::ios::trunc);
+    const uint32_t hdr[2] = {static_cast<uint32_t>(per_layer.size()), static_cast<uint32_t>(counts.size())};
+    out.write("CEDRST01", 8);
+    out.write(reinterpret_cast<const char*>(hdr), sizeof hdr);
+    out.write(reinterpret_cast<const char*>(counts.data()), static_cast<std::streamsize>(4 * counts.size()));
+  }
+  const std::string inspect = std::string(CEDAR_BIN) + " inspect --config " + dir + "/config.json --expert-parallel 2";
+  const JobRun by_id = run(inspect);
+  const JobRun by_load = run(inspect + " --residency-stats " + stats);
+  fs::remove(stats);
+  ASSERT_EQ(by_id.exit_code, 0) << by_id.err;
+  ASSERT_EQ(by_load.exit_code, 0) << by_load.err;
+  EXPECT_NE(by_id.out.find("placement by id"), std::string::npos) << by_id.out;
+  EXPECT_NE(by_load.out.find("balanced by the expert-stats sidecar"), std::string::npos) << by_load.out;
+  // The same placement the job would use: experts 0 and 2 apart.
+  const ExpertPlacement p = place_experts(per_layer, 2, counts);
+  for (size_t l = 0; l < per_layer.size(); ++l) EXPECT_NE(p.owner_of(static_cast<int>(l), 0), p.owner_of(static_cast<int>(l), 2));
 }
 
 // A worker's side without MPI: a scripted exchange hands Model::serve_experts requests. One the
