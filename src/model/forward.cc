@@ -121,6 +121,7 @@ Status Model::forward_round(std::span<const SeqChunk> chunks, float* logits, con
   pass.run(logits, sink, sink_base);
   // A streaming read that failed left zeros in its slot: the step's output is void.
   CEDAR_RETURN_IF_ERROR(source_->error());
+  CEDAR_RETURN_IF_ERROR(exchange_error_);  // a rank of the expert exchange failed: the output is void
   for (const ChunkSpan& s : original) s.seq->n_tokens += static_cast<int64_t>(s.n);
   return {};
 }

@@ -54,6 +54,14 @@ struct Workspace {
   std::vector<int32_t> moe_ids;              // the active experts, ascending
   std::vector<ExpertWeights> moe_held;       // weights of the group being computed
   std::vector<float> shared_g, shared_u, shared_out;
+  std::vector<float> expert_row_w;           // [T*K] routing weight of each expert row
+  std::vector<size_t> moe_local;             // active experts computed here (indices into moe_experts)
+  std::vector<int32_t> moe_local_ids;        // their ids
+  // Expert parallelism: per rank, the request of this layer, and which active experts it computes.
+  std::vector<ExpertBatch> moe_remote;
+  std::vector<std::vector<size_t>> moe_remote_experts;
+  std::vector<int32_t> moe_token_slot;       // [T] a token's index in the request being built (-1: none)
+  std::vector<float> moe_remote_out;
   // Look-ahead: the next layer's router on this layer's input (streaming only).
   int lookahead_layer = -1;
   std::vector<float> lookahead_logits, lookahead_w;
@@ -133,6 +141,21 @@ class ForwardPass {
   void attend(int layer, const ChunkSpan& ch, size_t row, const float* window_rows, size_t n_window_rows,
               const int32_t* window_idx, size_t n_window_idx, Workspace::QueryScratch& qs, ThreadPool* inner);
   void moe(int layer, const float* x, float* out);
+  // The routed experts ws_.moe_local of layer l (entries of ws_.moe_experts) on x [n_tokens, dim]:
+  // row i reads x's row tokens[i], is scaled by row_w[i] and writes ye's row i. xq: x quantised
+  // whole, for experts that every token chose (nullptr: quantise each expert's rows).
+  void routed_experts(int l, const float* x, size_t n_tokens, const int32_t* tokens, const float* row_w,
+                      const ops::Fp8Activations* xq, float* ye);
+  // Expert parallelism, head side: send the rows of the experts other ranks own (returns false when
+  // nothing was sent), and copy their outputs into ye's rows.
+  bool post_remote_experts(int l, const float* x, const int32_t* tokens, const float* row_w);
+  void collect_remote_experts(float* ye);
+
+ public:
+  // A worker's step: the batch's experts, outputs [rows, dim] into out.
+  void serve_batch(const ExpertBatch& batch, std::vector<float>& out);
+
+ private:
   void lookahead(int layer, const float* x);
   void score_lookahead(int layer);
   static constexpr size_t kLookaheadMaxTokens = 8;

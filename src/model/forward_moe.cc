@@ -53,19 +53,34 @@ void ForwardPass::moe(int l, const float* x, float* out) {
     }
   }
   score_lookahead(l);
+  float* row_w = scratch(ws_.expert_row_w, R);
+  for (size_t i = 0; i < R; ++i) row_w[i] = weights[tokens[i] * K + slots[i]];
+  // Expert parallelism: the rows of experts other ranks own leave first, so that they compute while
+  // this rank runs the shared expert and its own experts.
+  ExpertExchange* xch = m_.exchange_;
+  const bool distributed = xch != nullptr && xch->n_ranks() > 1 && l < c_.n_layers;
+  ws_.moe_local.clear();
+  ws_.moe_local_ids.clear();
+  for (size_t j = 0; j < ws_.moe_experts.size(); ++j)
+    if (!distributed || xch->owner(l, ws_.moe_experts[j].expert) == xch->rank()) {
+      ws_.moe_local.push_back(j);
+      ws_.moe_local_ids.push_back(ws_.moe_experts[j].expert);
+    }
+  const bool posted = distributed && post_remote_experts(l, x, tokens, row_w);
   // The routed experts run in groups of at most max_held() (all of them when resident): each group's
   // weights are held while its GEMMs run, so every expert is fetched once per chunk, however many
   // tokens chose it. Router-first: the first group is announced now, so its reads are in flight while
   // the look-ahead router and the shared expert compute.
   WeightSource& src = *m_.source_;
-  const size_t n_active = ws_.moe_experts.size();
-  const size_t group = std::max<size_t>(1, std::min(n_active, src.max_held()));
-  src.will_need(l, {ws_.moe_ids.data(), std::min(group, n_active)});
+  const size_t n_local = ws_.moe_local.size();
+  const size_t group = std::max<size_t>(1, std::min(n_local, src.max_held()));
+  src.will_need(l, {ws_.moe_local_ids.data(), std::min(group, n_local)});
   if (src.streaming() && m_.options_.residency.lookahead) lookahead(l, x);
 
   // An expert chosen by every token has x's rows as its own, in order: it reads x quantised once
   // (quantisation is per row, so the values are the same), and so does the shared expert then. In
-  // decode that is every expert.
+  // decode that is every expert. (Decided over every chosen expert, local or not, so that the shared
+  // expert takes the same path whatever the placement.)
   const bool x_shared = std::any_of(ws_.moe_experts.begin(), ws_.moe_experts.end(),
                                     [&](const auto& ae) { return ae.rows == T_; });
   ops::Fp8Activations xq;
@@ -86,30 +101,56 @@ void ForwardPass::moe(int l, const float* x, float* out) {
   for (size_t t = 0; t < T_; ++t) k_.swiglu_clamped(sg + t * inter, su + t * inter, inter, limit, 1.0f, sg + t * inter);
   k_.linear_fp8(sg, T_, bw.shared.w2, sy, act_span, pool_);
 
-  float* xe = scratch(ws_.expert_x, R * dim);     // [R, dim]
-  float* g = scratch(ws_.expert_g, R * inter);    // [R, inter]
-  float* u = scratch(ws_.expert_u, R * inter);    // [R, inter]
   float* ye = scratch(ws_.expert_out, R * dim);   // [R, dim]
+  routed_experts(l, x, T_, tokens, row_w, x_shared ? &xq : nullptr, ye);
+  if (posted) collect_remote_experts(ye);
+  // Each token adds its experts' outputs in ascending expert id order (fp32), as the reference does.
+  float* acc = scratch(ws_.moe_acc, T_ * dim);  // [T, dim] fp32
+  std::memset(acc, 0, T_ * dim * sizeof(float));
+  for (const auto& ae : ws_.moe_experts) {
+    for (size_t i = ae.row0; i < ae.row0 + ae.rows; ++i) {
+      float* dst = acc + tokens[i] * dim;
+      const float* src_row = ye + i * dim;
+      for (size_t d = 0; d < dim; ++d) dst[d] += src_row[d];
+    }
+  }
+  for (size_t i = 0; i < T_ * dim; ++i) out[i] = ops::round_bf16(acc[i] + sy[i]);
+}
+
+void ForwardPass::routed_experts(int l, const float* x, size_t n_tokens, const int32_t* tokens, const float* row_w,
+                                 const ops::Fp8Activations* xq, float* ye) {
+  const size_t dim = c_.dim, inter = c_.moe_inter_dim;
+  const float limit = static_cast<float>(c_.swiglu_limit);
+  WeightSource& src = *m_.source_;
+  const size_t n_local = ws_.moe_local.size();
+  if (n_local == 0) return;
+  const size_t group = std::max<size_t>(1, std::min(n_local, src.max_held()));
+  size_t rows_total = 0;
+  for (const auto& ae : ws_.moe_experts) rows_total = std::max(rows_total, ae.row0 + ae.rows);
+  float* xe = scratch(ws_.expert_x, rows_total * dim);     // [R, dim]
+  float* g = scratch(ws_.expert_g, rows_total * inter);    // [R, inter]
+  float* u = scratch(ws_.expert_u, rows_total * inter);    // [R, inter]
   // Activation scratch per expert (each expert's rows are quantised on their own, as in the reference).
   size_t act_total = 0;
-  for (auto& ae : ws_.moe_experts) {
+  for (size_t j : ws_.moe_local) {
+    auto& ae = ws_.moe_experts[j];
     ae.act_offset = act_total;
     act_total += k_.act_scratch_floats(ae.rows, std::max(dim, inter));
   }
   float* moe_act = scratch(ws_.moe_act, act_total);
   ws_.moe_held.resize(group);
-  for (size_t g0 = 0; g0 < n_active; g0 += group) {
-    const size_t g1 = std::min(n_active, g0 + group);
-    if (g0 > 0) src.will_need(l, {ws_.moe_ids.data() + g0, g1 - g0});
-    for (size_t j = g0; j < g1; ++j) ws_.moe_held[j - g0] = src.get(l, ws_.moe_experts[j].expert);
+  for (size_t g0 = 0; g0 < n_local; g0 += group) {
+    const size_t g1 = std::min(n_local, g0 + group);
+    if (g0 > 0) src.will_need(l, {ws_.moe_local_ids.data() + g0, g1 - g0});
+    for (size_t j = g0; j < g1; ++j) ws_.moe_held[j - g0] = src.get(l, ws_.moe_local_ids[j]);
     // w1 and w3 of every expert of the group in one parallel region, then w2 of every expert in another.
     ws_.fp4_jobs.clear();
     for (size_t j = g0; j < g1; ++j) {
-      const auto& ae = ws_.moe_experts[j];
+      const auto& ae = ws_.moe_experts[ws_.moe_local[j]];
       const ExpertWeights& we = ws_.moe_held[j - g0];
       ops::Fp8Activations xa;
-      if (ae.rows == T_) {
-        xa = xq;
+      if (xq != nullptr && ae.rows == n_tokens) {
+        xa = *xq;
       } else {  // the expert's tokens' rows, gathered
         for (size_t i = ae.row0; i < ae.row0 + ae.rows; ++i)
           std::memcpy(xe + i * dim, x + tokens[i] * dim, dim * sizeof(float));
@@ -124,9 +165,9 @@ void ForwardPass::moe(int l, const float* x, float* out) {
     // and activation scratch).
     ws_.fp4_jobs.resize(g1 - g0);
     const auto w2_inputs = [&](size_t j) {
-      const auto& ae = ws_.moe_experts[j];
+      const auto& ae = ws_.moe_experts[ws_.moe_local[j]];
       for (size_t i = ae.row0; i < ae.row0 + ae.rows; ++i)
-        k_.swiglu_clamped(g + i * inter, u + i * inter, inter, limit, weights[tokens[i] * K + slots[i]], g + i * inter);
+        k_.swiglu_clamped(g + i * inter, u + i * inter, inter, limit, row_w[i], g + i * inter);
       const ops::Fp8Activations ga = k_.quantize_activations(
           g + ae.row0 * inter, ae.rows, inter, {moe_act + ae.act_offset, k_.act_scratch_floats(ae.rows, inter)});
       ws_.fp4_jobs[j - g0] = {ga, ws_.moe_held[j - g0].w2, ye + ae.row0 * dim};
@@ -141,17 +182,6 @@ void ForwardPass::moe(int l, const float* x, float* out) {
     ops::gemm_fp4_batch(k_, ws_.fp4_jobs, pool_);
     src.release_all();
   }
-  // Each token adds its experts' outputs in ascending expert id order (fp32), as the reference does.
-  float* acc = scratch(ws_.moe_acc, T_ * dim);  // [T, dim] fp32
-  std::memset(acc, 0, T_ * dim * sizeof(float));
-  for (const auto& ae : ws_.moe_experts) {
-    for (size_t i = ae.row0; i < ae.row0 + ae.rows; ++i) {
-      float* dst = acc + tokens[i] * dim;
-      const float* src_row = ye + i * dim;
-      for (size_t d = 0; d < dim; ++d) dst[d] += src_row[d];
-    }
-  }
-  for (size_t i = 0; i < T_ * dim; ++i) out[i] = ops::round_bf16(acc[i] + sy[i]);
 }
 
 // Look-ahead: layer l+1's router applied to layer l's FFN input guesses the experts layer l+1 will

@@ -13,6 +13,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/status.h"
@@ -22,6 +23,7 @@
 #include "model/dspark.h"
 #include "model/engram_hash.h"
 #include "model/engram_layout.h"
+#include "model/expert_exchange.h"
 #include "model/layer_plan.h"
 #include "model/model_weights.h"
 #include "model/residency_plan.h"
@@ -71,7 +73,16 @@ struct ModelOptions {
   // Run the DSpark draft head when the checkpoint has its stages (docs/DSPARK.md): the stages are
   // bound and every forward keeps the target layers' hook rows. Off: the stages are only validated.
   bool dspark = true;
+  // Expert parallelism (docs/DISTRIBUTED.md): when set, only the backbone's routed experts for which it
+  // returns true are mapped (the others are computed by other processes through an ExpertExchange).
+  std::function<bool(int layer, int expert)> expert_filter;
+  // An expert worker: maps nothing but its routed experts (no dense weights, no head, no Engram, no
+  // DSpark); it can only serve_experts().
+  bool experts_only = false;
 };
+
+// True for a backbone routed expert's tensor name (layers.L.ffn.experts.X.*), with L and X.
+bool parse_routed_expert_name(std::string_view name, int* layer, int* expert);
 
 // Look-ahead precision counters: experts guessed for the next layer, and how many it chose.
 struct LookaheadStats {
@@ -152,6 +163,15 @@ class Model {
   Status prepare_resume(SequenceState& seq, std::span<const int32_t> tokens, int64_t restored,
                         int64_t replay_from) const;
 
+  // Expert parallelism: routed experts that this process does not own are sent through `exchange`
+  // (not owned; it must outlive every forward pass). A failed exchange fails the forward pass and
+  // every later one with its error (exchange_error()).
+  void set_expert_exchange(ExpertExchange* exchange) { exchange_ = exchange; }
+  const Status& exchange_error() const { return exchange_error_; }
+  // A worker's loop: computes the requests the head sends until it says stop; returns the
+  // exchange's error if one fails.
+  Status serve_experts(ExpertExchange& exchange, ThreadPool* pool);
+
   // The DSpark draft head, or nullptr (no stages in the checkpoint, or ModelOptions::dspark off).
   DraftHead* draft_head() const { return draft_head_.get(); }
   // The target-layer hook rows of chunk i of the last forward / forward_all_rows call (its last
@@ -201,6 +221,8 @@ class Model {
   LayerObserver observer_;
   std::unique_ptr<DraftHead> draft_head_;
   DsparkHook dspark_hook_;
+  ExpertExchange* exchange_ = nullptr;
+  Status exchange_error_;
 
   friend class ForwardPass;
 };

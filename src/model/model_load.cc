@@ -19,6 +19,27 @@ namespace cedar::model {
 
 Model::~Model() = default;
 
+bool parse_routed_expert_name(std::string_view name, int* layer, int* expert) {
+  // layers.L.ffn.experts.X.<w1|w2|w3>.<weight|scale>
+  constexpr std::string_view kLayers = "layers.", kExperts = ".ffn.experts.";
+  if (!name.starts_with(kLayers)) return false;
+  const size_t at = name.find(kExperts);
+  if (at == std::string_view::npos) return false;
+  auto number = [](std::string_view s, int* out) {
+    if (s.empty() || s.size() > 9) return false;
+    int v = 0;
+    for (char ch : s) {
+      if (ch < '0' || ch > '9') return false;
+      v = v * 10 + (ch - '0');
+    }
+    *out = v;
+    return true;
+  };
+  const std::string_view rest = name.substr(at + kExperts.size());
+  return number(name.substr(kLayers.size(), at - kLayers.size()), layer) &&
+         number(rest.substr(0, rest.find('.')), expert);
+}
+
 Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const ModelOptions& options) {
   std::unique_ptr<Model> m(new Model());
   m->options_ = options;
@@ -35,6 +56,16 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const ModelOp
   copts.progress = options.progress;
   copts.read_all_data = options.verify_data;
   if (m->stream_) copts.map_filter = [](std::string_view name) { return !is_streamed_tensor(name); };
+  if (options.expert_filter || options.experts_only) {
+    if (m->stream_)
+      return unimplemented("expert parallelism with a streaming residency plan is not implemented: every rank "
+                           "maps its share of the routed experts (run without --memory-budget, or add hosts)");
+    copts.map_filter = [filter = options.expert_filter, only = options.experts_only](std::string_view name) {
+      int layer = -1, expert = -1;
+      if (parse_routed_expert_name(name, &layer, &expert)) return !filter || filter(layer, expert);
+      return !only;
+    };
+  }
   CEDAR_ASSIGN_OR_RETURN(m->checkpoint_, io::Checkpoint::open(dir, copts));
   {
     std::ifstream in(dir + "/config.json", std::ios::binary);
@@ -56,7 +87,7 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const ModelOp
   }
   CEDAR_ASSIGN_OR_RETURN(WeightMap map, WeightMap::bind(m->checkpoint_, inventory));
   m->weight_map_ = std::make_unique<WeightMap>(std::move(map));
-  const bool run_dspark = has_dspark && options.dspark && c.dspark_block_size > 0;
+  const bool run_dspark = has_dspark && options.dspark && !options.experts_only && c.dspark_block_size > 0;
   CEDAR_ASSIGN_OR_RETURN(m->weights_, bind_model_weights(c, m->plan_, *m->weight_map_, run_dspark));
   m->set_numerics(options.numerics);
   CEDAR_RETURN_IF_ERROR(m->init_residency());
@@ -69,7 +100,7 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const ModelOp
   if (c.original_seq_len > 0) yarn = ops::YarnParams{c.rope_factor, c.beta_fast, c.beta_slow, c.original_seq_len};
   m->rope_compressed_ = std::make_unique<ops::RopeTable>(c.rope_head_dim, c.compress_rope_theta, yarn, cached);
 
-  if (!c.engram_layer_ids.empty()) {
+  if (!c.engram_layer_ids.empty() && !options.experts_only) {
     // The Engram hash needs the compressed token map of the tokenizer shipped with the checkpoint.
     CEDAR_ASSIGN_OR_RETURN(auto tok, tokenizer::Tokenizer::load_dir(dir));
     int n_classes = 0;
@@ -94,6 +125,7 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const ModelOp
 void Model::set_numerics(ops::Numerics n) {
   options_.numerics = n;
   if (n != ops::Numerics::kFast || weights_->head.coded != nullptr) return;
+  if (weights_->head.bits == nullptr) return;  // an expert worker maps no head
   // Under a memory budget the copy is only made where the plan holds it (fast numerics at load); a
   // model loaded exact and switched to fast then reads the bf16 head.
   if (options_.residency.memory_budget > 0 && residency_plan_.coded_head_bytes == 0) return;

@@ -52,6 +52,25 @@ Result<SequenceState> SequenceState::create(kv::KvCache& home, std::shared_ptr<k
   return s;
 }
 
+Result<SequenceState> SequenceState::fork() const {
+  if (!kv_) return failed_precondition("fork of an empty sequence state");
+  SequenceState s;
+  CEDAR_ASSIGN_OR_RETURN(s.kv_, home_->fork(*kv_));
+  s.home_ = home_;
+  s.own_home_ = own_home_;
+  s.n_tokens = n_tokens;
+  s.capacity = capacity;
+  s.owner_entries = owner_entries;
+  s.index_key_slot = index_key_slot;
+  s.engram.compressed.reserve(static_cast<size_t>(capacity));
+  s.engram.compressed = engram.compressed;
+  s.window_floor = window_floor;
+  s.replay_until = replay_until;
+  s.kv_dtype = kv_dtype;
+  home_->reserve(*s.kv_, capacity);
+  return s;
+}
+
 uint64_t sequence_state_bytes(const kv::CacheGeometry& g, int64_t capacity) {
   const uint64_t cap = static_cast<uint64_t>(capacity);
   return uint64_t{kv::blocks_for_tokens(capacity, g.block_tokens)} * g.block_bytes + g.window_bytes_per_sequence() +

@@ -60,6 +60,10 @@ class SequenceState {
   int64_t replay_until = 0;
   KvDtype kv_dtype = KvDtype::kReference;
 
+  // A second sequence continuing from this one's positions: it shares every block of global KV (the
+  // first write that diverges copies the partial last block) and copies the private state.
+  Result<SequenceState> fork() const;
+
   bool valid() const { return kv_ != nullptr; }
   kv::KvCache& home() const { return *home_; }
   kv::Sequence& kv() { return *kv_; }

@@ -18,6 +18,7 @@
 #include "bench_interleave.h"
 #include "bench_streaming.h"
 #include "command.h"
+#include "expert_parallel.h"
 #include "core/thread_pool.h"
 #include "core/timer.h"
 #include "model/model.h"
@@ -57,6 +58,9 @@ constexpr const char* kUsage =
     "  --interleave N       an N-token prompt arriving while --decoders K (default 4) sequences decode:\n"
     "                       their inter-token gaps during its prefill, per --prefill-chunk LIST (default\n"
     "                       0,512; 0 = the whole prompt in one engine step), on one thread count (-t N)\n"
+    "  --expert-parallel    under mpirun: the routed experts spread over the ranks, rank 0 benches\n"
+    "                       (docs/DISTRIBUTED.md; one --numerics mode; not with --memory-budget or\n"
+    "                       --interleave); --exchange-timeout S as for generate\n"
     "Each test starts a fresh sequence, prefills `depth` tokens (not timed), then times a prefill of\n"
     "`p` tokens (ppP) or `n` single-token decode steps (tgN).\n";
 
@@ -209,8 +213,9 @@ double median(std::vector<double> v) {
 int cmd_bench(const std::vector<std::string>& argv) {
   auto args = Args::parse(argv, {"--model", "--n-prompt", "--n-gen", "--depth", "--threads", "--repetitions",
                                  "--numerics", "--output", "--memory-budget", "--fio-bandwidth", "--residency-stats",
-                                 "--prompt-file", "--rounds", "--interleave", "--decoders", "--prefill-chunk"},
-                          {"--help", "--no-lookahead", "--no-warmup"},
+                                 "--prompt-file", "--rounds", "--interleave", "--decoders", "--prefill-chunk",
+                                 kExpertParallelFlags[0]},
+                          {"--help", "--no-lookahead", "--no-warmup", "--expert-parallel"},
                           {{"-m", "--model"}, {"-p", "--n-prompt"}, {"-n", "--n-gen"}, {"-d", "--depth"},
                            {"-t", "--threads"}, {"-r", "--repetitions"}, {"-o", "--output"}});
   if (!args.ok()) {
@@ -220,6 +225,10 @@ int cmd_bench(const std::vector<std::string>& argv) {
   if (args->has("--help") || !args->has("--model")) {
     std::printf("%s", kUsage);
     return args->has("--help") ? 0 : 2;
+  }
+  if (args->has("--expert-parallel") && (args->has("--interleave") || args->has("--memory-budget"))) {
+    std::fprintf(stderr, "cedar bench: --expert-parallel runs the resident bench: drop --interleave / --memory-budget\n");
+    return 2;
   }
   if (args->has("--interleave")) return bench_interleave(*args);
   if (args->has("--memory-budget")) {
@@ -268,7 +277,22 @@ int cmd_bench(const std::vector<std::string>& argv) {
       return 2;
     }
 
-  auto model = model::Model::load(*args->get("--model"));
+  model::ModelOptions mopts;  // the library's defaults; numerics are switched per mode below
+  if (args->has("--expert-parallel")) {
+    if (modes.size() != 1) {
+      std::fprintf(stderr, "cedar bench: --expert-parallel benches one --numerics mode (the ranks load theirs once)\n");
+      return 2;
+    }
+    mopts.numerics = modes[0];
+  }
+  // Expert parallelism: a worker rank serves the head inside this call and exits.
+  auto expert_parallel = start_expert_parallel(*args, *args->get("--model"), &mopts, false);
+  if (!expert_parallel.ok()) {
+    std::fprintf(stderr, "cedar bench: %s\n", expert_parallel.status().message().c_str());
+    return 1;
+  }
+  auto model = model::Model::load(*args->get("--model"), mopts);
+  if (model.ok() && *expert_parallel) (*expert_parallel)->attach(**model);
   if (!model.ok()) {
     std::fprintf(stderr, "cedar bench: %s\n", model.status().message().c_str());
     return 1;

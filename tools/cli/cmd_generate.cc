@@ -8,6 +8,7 @@
 
 #include "args.h"
 #include "command.h"
+#include "expert_parallel.h"
 #include "core/thread_pool.h"
 #include "model/model.h"
 #include "progress.h"
@@ -65,8 +66,8 @@ int cmd_generate(const std::vector<std::string>& argv) {
                           {"--model", "--prompt", "--prompt-ids", "--n-predict", "--temperature", "--seed",
                            "--threads", "--numerics", "--index-keys", "--prefill-chunk", "--cache-dir", "--replay",
                            "--top-logprobs", "--memory-budget", "--residency-stats", kKvTierFlags[0], kKvTierFlags[1],
-                           kKvTierFlags[2]},
-                          {"--json", "--ignore-eos", "--decoder-narrowing", "--help"},
+                           kKvTierFlags[2], kExpertParallelFlags[0]},
+                          {"--json", "--ignore-eos", "--decoder-narrowing", "--expert-parallel", "--help"},
                           {{"-m", "--model"}, {"-p", "--prompt"}, {"-n", "--n-predict"}});
   if (!args.ok()) {
     std::fprintf(stderr, "cedar generate: %s\n", args.status().message().c_str());
@@ -74,7 +75,7 @@ int cmd_generate(const std::vector<std::string>& argv) {
     return 2;
   }
   if (args->has("--help")) {
-    std::printf("%s%s%s", kUsage, kResidencyUsage, kKvTierUsage);
+    std::printf("%s%s%s%s", kUsage, kResidencyUsage, kKvTierUsage, kExpertParallelUsage);
     return 0;
   }
   if (!args->has("--model") || args->has("--prompt") == args->has("--prompt-ids")) {
@@ -130,11 +131,15 @@ int cmd_generate(const std::vector<std::string>& argv) {
     std::fprintf(stderr, "cedar generate: %s\n", st.message().c_str());
     return 2;
   }
+  // Expert parallelism: a worker rank serves the head inside this call and exits.
+  auto expert_parallel = start_expert_parallel(*args, dir, &mopts, args->has("--memory-budget"));
+  if (!expert_parallel.ok()) return fail(expert_parallel.status());
   ProgressBar load_bar("mapping checkpoint");
   mopts.progress = [&](const io::CheckpointProgress& p) { load_bar.update(p.bytes_done, p.bytes_total); };
   auto model = model::Model::load(dir, mopts);
   load_bar.finish();
   if (!model.ok()) return fail(model.status());
+  if (*expert_parallel) (*expert_parallel)->attach(**model);
   print_residency_line(**model);
   auto tok = tokenizer::Tokenizer::load_dir(dir);
   if (!tok.ok()) return fail(tok.status());

@@ -5,6 +5,7 @@
 
 #include "args.h"
 #include "command.h"
+#include "dist/placement.h"
 #include "io/checkpoint.h"
 #include "model/config.h"
 #include "model/layer_plan.h"
@@ -25,10 +26,14 @@ constexpr const char* kUsage =
     "  --verify-data     with -m: also read every tensor byte once (slow on big models)\n"
     "  --memory-budget SIZE  also print the residency plan for a machine with SIZE of RAM for weights\n"
     "                    (e.g. 64G): what stays resident, what streams, SSD bytes per token\n"
-    "  --kv-reserve SIZE with --memory-budget: KV memory kept beside the weights (default 0)\n";
+    "  --kv-reserve SIZE with --memory-budget: KV memory kept beside the weights (default 0)\n"
+    "  --expert-parallel N  also print the plan of N expert-parallel ranks (docs/DISTRIBUTED.md): routed\n"
+    "                    experts and bytes each rank maps, its share of the work, decode traffic per token\n"
+    "  --residency-stats PATH  with --expert-parallel: the expert statistics that balance the placement\n"
+    "                    (default DIR/.cedar-expert-stats when present)\n";
 
 int cmd_inspect(const std::vector<std::string>& argv) {
-  auto args = Args::parse(argv, {"--model", "--config", "--memory-budget", "--kv-reserve"}, {"--json", "--verify-data", "--help"}, {{"-m", "--model"}});
+  auto args = Args::parse(argv, {"--model", "--config", "--memory-budget", "--kv-reserve", "--expert-parallel", "--residency-stats"}, {"--json", "--verify-data", "--help"}, {{"-m", "--model"}});
   if (!args.ok()) {
     std::fprintf(stderr, "cedar inspect: %s\n%s", args.status().message().c_str(), kUsage);
     return 2;
@@ -75,6 +80,20 @@ int cmd_inspect(const std::vector<std::string>& argv) {
     residency = *p;
   }
 
+  std::string expert_plan;
+  if (args->has("--expert-parallel")) {
+    auto n = args->get_int("--expert-parallel", 1);
+    if (!n.ok() || *n < 1 || *n > 1024) {
+      std::fprintf(stderr, "cedar inspect: --expert-parallel takes a rank count between 1 and 1024\n");
+      return 2;
+    }
+    const std::vector<int> per_layer = dist::routed_experts_per_layer(*config, plan);
+    std::string stats = args->get_or("--residency-stats", "");
+    if (stats.empty() && args->has("--model")) stats = *args->get("--model") + "/.cedar-expert-stats";
+    const std::vector<uint32_t> load = stats.empty() ? std::vector<uint32_t>() : dist::read_expert_stats(stats, per_layer);
+    const dist::ExpertPlacement placement = dist::place_experts(per_layer, static_cast<int>(*n), load);
+    expert_plan = dist::describe_plan(placement, dist::plan_ranks(*config, plan, placement, load));
+  }
   if (args->has("--model")) {
     ProgressBar bar("mapping checkpoint");
     io::CheckpointOptions opts;
@@ -104,6 +123,7 @@ int cmd_inspect(const std::vector<std::string>& argv) {
   } else {
     std::printf("%s", model::summary_text(*config, plan, counts).c_str());
     if (residency) std::printf("\n%s", model::residency_plan_text(*residency).c_str());
+    if (!expert_plan.empty()) std::printf("\n%s", expert_plan.c_str());
   }
   return 0;
 }
