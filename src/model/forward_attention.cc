@@ -9,6 +9,7 @@
 
 #include "core/check.h"
 #include "model/forward_internal.h"
+#include "model/sequence_journal.h"
 #include "ops/attention.h"
 #include "ops/exact_math.h"
 #include "ops/formats.h"
@@ -284,6 +285,7 @@ void ForwardPass::decode_token(int l, const ChunkSpan& ch, size_t t) {
       float* latent = scratch(ws_.gathered_rows, hd);
       if (r > 1) {
         const int s = static_cast<int>(i % r);
+        if (ch.seq->journal) ch.seq->journal->before_compressor_write(ch.seq->owner_of_layer[l], i, s);
         std::memcpy(&owner.kv_state[s * hd], &ws_.c_kv[row * hd], hd * sizeof(float));
         std::memcpy(&owner.score_state[s * hd], &ws_.c_score[row * hd], hd * sizeof(float));
         if ((i + 1) % r == 0 && i >= ch.seq->replay_until) produce_latent(l, ch, row, i / r, latent);
