@@ -266,6 +266,7 @@ Result<bool> Speculator::step(Sequence& s, model::SequenceState& seq, int32_t la
     s.usable = false;
     return false;
   }
+  if (draft_filter_ && temperature <= 0) draft_filter_(seq.n_tokens, draft_.ids);
   const int k = guard_ ? s.guard.choose(draft_.confidence, max_draft) : max_draft;
   if (k == 0) return false;
 

@@ -13,6 +13,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -133,6 +134,12 @@ class Speculator {
   // The logits row (after the sampler's masking) of emitted token i of the last step.
   float* row(size_t i) { return rows_.data() + i * vocab_; }
 
+  // Tests: rewrites greedy drafts before verification (position: that of the step's last token), so
+  // that a test can make chosen drafts right and exercise every accepted length. Not for sampling
+  // (the drafts would no longer come from the draft's distribution).
+  using DraftFilter = std::function<void(int64_t position, std::span<int32_t> ids)>;
+  void set_draft_filter(DraftFilter filter) { draft_filter_ = std::move(filter); }
+
  private:
   Speculator(model::Model& model, model::DraftHead& head, bool guard);
   Result<int32_t> accept(Sequence& s, float temperature, int k, Sampler& sampler);
@@ -148,6 +155,7 @@ class Speculator {
   std::vector<int32_t> chunk_;
   std::vector<double> p_, q_;
   int accepted_ = 0;
+  DraftFilter draft_filter_;
 };
 
 }  // namespace cedar::runtime

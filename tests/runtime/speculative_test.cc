@@ -9,7 +9,10 @@
 #include <algorithm>
 #include <cmath>
 
+#include "core/thread_pool.h"
+#include "ops/sample.h"
 #include "runtime/local_engine.h"
+#include "runtime/sampler.h"
 #include "../model/tiny_model_util.h"
 
 namespace cedar::runtime {
@@ -112,6 +115,20 @@ TEST(Speculative, NeverPassesTheContextLimit) {
   EXPECT_GT(b.verify_passes, 0);
 }
 
+// Sampling goes through verify passes too (drafts drawn from the draft's distribution, rejection
+// sampling against the model's): a seed gives the same ids twice.
+TEST(Speculative, SampledRunsAreSeededAndVerified) {
+  auto spec = tiny_engine(1, SpeculativeMode::kOn);
+  ASSERT_TRUE(spec);
+  GenerationRequest r = greedy(6, 24);
+  r.sampling.temperature = 0.8f;
+  r.sampling.seed = 42;
+  const GenerationResult a = run(*spec, r), b = run(*spec, r);
+  EXPECT_EQ(a.output_ids, b.output_ids);
+  EXPECT_EQ(a.output_ids.size(), 24u);
+  EXPECT_GT(a.verify_passes, 0);
+}
+
 // --speculative on without stages is an error naming the fix.
 TEST(Speculative, OnNeedsDraftStages) {
   model::ModelOptions mo;
@@ -192,6 +209,88 @@ TEST(Speculative, GuardBacksOffWhenDraftsAreRejected) {
   EXPECT_EQ(good.choose(high, 5), 5);
   EXPECT_GT(cost.gain(5, 5.0), 1.0);
   EXPECT_LT(cost.gain(5, 0.0), 1.0);
+}
+
+}  // namespace
+}  // namespace cedar::runtime
+
+namespace cedar::runtime {
+namespace {
+
+// Speculator::step with drafts made right for a chosen number of positions (0..5, cycling) and wrong
+// after: every accepted length, the emitted tokens are the plain greedy ones, the sequence keeps
+// exactly the inputs of the emitted tokens, and a stop id inside an accepted run cuts it there.
+TEST(Speculative, EveryAcceptedLengthEmitsThePlainTokens) {
+  auto m = model::testing::load_tiny(2);
+  ThreadPool pool(2);
+  const size_t vocab = m->sampleable_vocab();
+  const auto prompt = model::testing::test_prompt(23, 9);
+  const int n = 40;
+  std::vector<float> logits(m->config().vocab_size);
+  // Plain greedy decode: the truth.
+  std::vector<int32_t> truth;
+  {
+    model::SequenceState seq = m->new_sequence(23 + n + 1);
+    model::SeqChunk c{&seq, prompt};
+    ASSERT_TRUE(m->forward({&c, 1}, logits.data(), &pool).ok());
+    truth.push_back(ops::argmax(logits.data(), vocab));
+    while (static_cast<int>(truth.size()) < n) {
+      model::SeqChunk one{&seq, {&truth.back(), 1}};
+      ASSERT_TRUE(m->forward({&one, 1}, logits.data(), &pool).ok());
+      truth.push_back(ops::argmax(logits.data(), vocab));
+    }
+  }
+  for (int stop_at : {-1, 17}) {
+    auto spec = Speculator::create(*m, /*guard=*/false);
+    ASSERT_TRUE(spec);
+    int right = 0;  // drafts made right in this step
+    spec->set_draft_filter([&](int64_t position, std::span<int32_t> ids) {
+      const int64_t next = position - 23 + 1;  // output index of the first draft
+      for (size_t i = 0; i < ids.size(); ++i) {
+        const int64_t o = next + static_cast<int64_t>(i);
+        const int32_t t = o < n ? truth[o] : 0;
+        ids[i] = static_cast<int>(i) < right ? t : (t + 1) % static_cast<int32_t>(vocab);
+      }
+      right = (right + 1) % 6;
+    });
+    auto s = spec->new_sequence(0);
+    GenerationRequest req;
+    req.sampling.temperature = 0;
+    req.sampling.max_tokens = n;
+    req.sampling.ignore_eos = true;
+    if (stop_at >= 0) req.sampling.stop_ids = {truth[stop_at]};
+    Sampler sampler(req, vocab, m->config().eos_token_id);
+    model::SequenceState seq = m->new_sequence(23 + n + 1);
+    model::SeqChunk c{&seq, prompt};
+    ASSERT_TRUE(m->forward({&c, 1}, logits.data(), &pool).ok());
+    spec->observe(*s, 0, &pool);
+    std::vector<int32_t> out = {ops::argmax(logits.data(), vocab)}, tokens;
+    size_t longest = 0;
+    while (static_cast<int>(out.size()) < n && !sampler.is_stop(out.back())) {
+      auto ran = spec->step(*s, seq, out.back(), sampler, 0.0f, n - static_cast<int>(out.size()), &tokens, &pool);
+      ASSERT_TRUE(ran.ok()) << ran.status().to_string();
+      if (!*ran) {  // one token left: no room for a draft, a plain step
+        ASSERT_EQ(static_cast<int>(out.size()), n - 1);
+        model::SeqChunk one{&seq, {&out.back(), 1}};
+        ASSERT_TRUE(m->forward({&one, 1}, logits.data(), &pool).ok());
+        spec->observe(*s, 0, &pool);
+        tokens = {ops::argmax(logits.data(), vocab)};
+      }
+      out.insert(out.end(), tokens.begin(), tokens.end());
+      longest = std::max(longest, tokens.size());
+      // The state holds the prompt and every emitted token but the last.
+      ASSERT_EQ(seq.n_tokens, static_cast<int64_t>(23 + out.size() - 1));
+      ASSERT_EQ(s->state.n_positions, seq.n_tokens);
+    }
+    const size_t end = stop_at < 0 ? n : std::find(truth.begin(), truth.end(), truth[stop_at]) - truth.begin() + 1;
+    EXPECT_EQ(out, std::vector<int32_t>(truth.begin(), truth.begin() + end)) << "stop at " << stop_at;
+    // Five drafts accepted and the model's own token (the stop at 17 comes before the step that makes
+    // all five right: outputs 1 + 1 + 2 + 3 + 4 + 5 before it).
+    EXPECT_EQ(longest, stop_at < 0 ? 6u : 5u);
+    EXPECT_GT(s->counters.accepted, 0u);
+    EXPECT_EQ(std::vector<int32_t>(seq.tokens.begin() + 23, seq.tokens.end()),
+              std::vector<int32_t>(out.begin(), out.end() - 1));
+  }
 }
 
 }  // namespace
