@@ -9,6 +9,7 @@
 
 #include "core/check.h"
 #include "model/forward_internal.h"
+#include "model/sequence_journal.h"
 #include "ops/attention.h"
 #include "ops/exact_math.h"
 #include "ops/formats.h"
@@ -303,6 +304,7 @@ void ForwardPass::decode_token(int l, const ChunkSpan& ch, size_t t) {
       float* latent = scratch(ws_.gathered_rows, hd);
       if (r > 1) {
         const int s = static_cast<int>(i % r);
+        if (ch.seq->journal) ch.seq->journal->before_compressor_write(o, i, s);
         std::memcpy(ch.seq->compressor_kv(o) + s * hd, &ws_.c_kv[row * hd], hd * sizeof(float));
         std::memcpy(ch.seq->compressor_score(o) + s * hd, &ws_.c_score[row * hd], hd * sizeof(float));
         if ((i + 1) % r == 0 && i >= ch.seq->replay_until) produce_latent(l, ch, row, i / r, latent);

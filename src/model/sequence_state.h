@@ -24,6 +24,8 @@
 
 namespace cedar::model {
 
+class SequenceJournal;
+
 // How window and main KV entries are stored. kReference is the released model's format above (what
 // the reference attends to, bit for bit); kBf16 is an experiment of `cedar eval` (docs/EVAL.md): the
 // window and main entries are kept as bf16 (no FP8/FP4 quantise-dequantise), the index keys stay FP4.
@@ -59,6 +61,9 @@ class SequenceState {
   int64_t window_floor = 0;
   int64_t replay_until = 0;
   KvDtype kv_dtype = KvDtype::kReference;
+  // A speculative verify pass in progress (sequence_journal.h): the forward hands it the compressor
+  // rows it overwrites. Not owned; null otherwise. (Moves do not carry it: a pass never spans a move.)
+  SequenceJournal* journal = nullptr;
 
   // A second sequence continuing from this one's positions: it shares every block of global KV (the
   // first write that diverges copies the partial last block) and copies the private state.

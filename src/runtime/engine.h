@@ -111,6 +111,9 @@ struct GenerationResult {
   int cached_tokens = 0;             // prompt tokens whose global KV came from the prefix cache
   int replayed_tokens = 0;           // tokens recomputed to rebuild the SWA windows after a cache hit
   double queue_seconds = 0, prefill_seconds = 0, decode_seconds = 0;
+  // Speculative decoding: verify passes, drafts verified, and drafts accepted (each accepted draft is
+  // an output token that needed no pass of its own).
+  int verify_passes = 0, drafted_tokens = 0, accepted_tokens = 0;
 };
 
 struct EngineInfo {
@@ -192,6 +195,8 @@ struct EngineStats {             // cumulative, for /metrics
   uint64_t constraint_budget_resamples = 0;
   uint64_t kv_bytes_memory = 0, kv_bytes_disk = 0;  // prefix cache
   PrefixLevelStats prefix_levels;  // prefix-cache hits by level (memory, disk, shared tier)
+  // Speculative decoding (runtime/speculative.h): verify passes, drafts verified, drafts accepted.
+  uint64_t verify_passes = 0, drafted_tokens = 0, accepted_tokens = 0;
   uint64_t sequence_bytes = 0;   // working state reserved by running sequences
   int queue_depth = 0, active_sequences = 0;
 };

@@ -39,6 +39,7 @@ struct Job {
   // its step ended is parked: it keeps that step's logits and sits out the steps until the mask
   // is there, while the rest of the batch goes on.
   std::shared_ptr<MaskSlot> mask_slot;
+  std::unique_ptr<Speculator::Sequence> spec;  // its draft state (speculative decoding), or null
   bool parked = false;
   std::vector<float> parked_row;
 
@@ -59,6 +60,7 @@ class LocalEngine final : public Engine {
     info_.eos_id = model_->config().eos_token_id;
     info_.max_context = options.max_context;
     info_.max_batch = options.max_batch;
+    if (options.speculative != SpeculativeMode::kOff) speculator_ = Speculator::create(*model_, options.speculative_guard);
     if (store_) store_thread_ = std::thread([this] { store_loop(); });
     thread_ = std::thread([this] { scheduler_loop(); });
   }
@@ -191,6 +193,11 @@ class LocalEngine final : public Engine {
 
   void finish(Job& job, FinishReason reason, Status st = {}) {
     job.result.finish_reason = reason;
+    if (job.spec) {
+      job.result.verify_passes = static_cast<int>(job.spec->counters.passes);
+      job.result.drafted_tokens = static_cast<int>(job.spec->counters.drafted);
+      job.result.accepted_tokens = static_cast<int>(job.spec->counters.accepted);
+    }
     job.result.decode_seconds = job.timer.seconds() - job.result.prefill_seconds - job.result.queue_seconds;
     // Keep the conversation's global KV for the next turn (memory, then disk, then the shared
     // tier): the store thread saves it, so the step does not wait for the caches' I/O.
@@ -221,6 +228,7 @@ class LocalEngine final : public Engine {
     const GenerationRequest& req = j.request;
     if (req.constraint) j.mask_slot = std::make_shared<MaskSlot>(req.constraint);
     j.sampler.emplace(j.request, model_->sampleable_vocab(), info_.eos_id);
+    if (speculator_ && !req.constraint) j.spec = speculator_->new_sequence(req.sampling.seed);
     j.result.queue_seconds = j.timer.seconds();
     j.result.prompt_tokens = static_cast<int>(req.prompt_ids.size());
     const int64_t capacity = static_cast<int64_t>(req.prompt_ids.size()) + req.sampling.max_tokens + 1;
@@ -425,6 +433,7 @@ class LocalEngine final : public Engine {
         return emit_token(j, j.parked_row.data());
       });
       if (!admit()) return;
+      if (speculator_ && speculative_step()) continue;
       // The step: one decode token of every decoding sequence, and prompt chunks within the budget.
       stepping.clear();
       chunks.clear();
@@ -482,6 +491,8 @@ class LocalEngine final : public Engine {
         active_.clear();
         continue;
       }
+      for (size_t i = 0; i < stepping.size(); ++i)  // the draft states follow every position
+        if (stepping[i]->spec) speculator_->observe(*stepping[i]->spec, i, &pool_);
       for (size_t i = 0; i < stepping.size(); ++i) {
         Job& j = *stepping[i];
         if (j.prefilling()) j.prompt_done += j.step_tokens.size();
@@ -507,7 +518,6 @@ class LocalEngine final : public Engine {
   // it and ends the request when it stops. true: the sequence goes on (its next input is
   // last_token); false: it finished (its state is released).
   bool emit_token(Job& j, float* row) {
-    const GenerationRequest& req = j.request;
     if (j.mask_slot && j.mask_slot->error) {
       finish(j, FinishReason::kError,
              internal_error("constrained decoding: " + MaskPrefetcher::error_message(*j.mask_slot)));
@@ -525,7 +535,45 @@ class LocalEngine final : public Engine {
       stats_.constraint_seconds += pick->constraint_seconds;
       stats_.constraint_budget_resamples += pick->resampled ? 1 : 0;
     }
-    const int32_t next = pick->token;
+    return emit_chosen(j, pick->token, row);
+  }
+
+  // Speculative decoding (runtime/speculative.h) when one sequence runs alone and is decoding: one
+  // verify pass emits the accepted drafts and the model's own token. false: no speculative step this
+  // time (the guard backs off, or the batch is not a lone decoding sequence): the plain step runs.
+  bool speculative_step() {
+    if (active_.size() != 1 || !preparing_.empty()) return false;
+    Job& j = *active_[0];
+    if (!j.spec || j.parked || j.prefilling() || j.mask_slot || j.result.output_ids.empty()) return false;
+    const int max_new = j.request.sampling.max_tokens - static_cast<int>(j.result.output_ids.size());
+    Timer step;
+    const SpeculativeCounters before = j.spec->counters;
+    Result<bool> ran = speculator_->step(*j.spec, *j.seq, j.last_token, *j.sampler, j.request.sampling.temperature,
+                                         max_new, &spec_tokens_, &pool_);
+    if (ran.ok() && !*ran) return false;
+    if (!ran.ok()) {
+      CEDAR_LOG_ERROR("speculative step failed: %s", ran.status().to_string().c_str());
+      finish(j, FinishReason::kError, ran.status());
+      active_.clear();
+      return true;
+    }
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stats_.decode_seconds += step.seconds();
+      stats_.decode_tokens += spec_tokens_.size();
+      stats_.verify_passes += j.spec->counters.passes - before.passes;
+      stats_.drafted_tokens += j.spec->counters.drafted - before.drafted;
+      stats_.accepted_tokens += j.spec->counters.accepted - before.accepted;
+    }
+    for (size_t i = 0; i < spec_tokens_.size(); ++i)
+      if (!emit_chosen(j, spec_tokens_[i], speculator_->row(i))) break;
+    retire([](Job& job) { return job.seq != nullptr; });
+    return true;
+  }
+
+  // Reports `next` (sampled from `row`) and ends the request when it stops; as emit_token.
+  bool emit_chosen(Job& j, int32_t next, const float* row) {
+    const GenerationRequest& req = j.request;
     j.result.output_ids.push_back(next);
     TokenLogprobsView view;
     if (req.logprobs) view = j.sampler->logprobs(row, next);
@@ -558,6 +606,8 @@ class LocalEngine final : public Engine {
   // Scheduler thread only.
   std::vector<std::unique_ptr<Job>> active_;
   std::vector<std::unique_ptr<Job>> preparing_;  // admitted, being restored by the store thread
+  std::unique_ptr<Speculator> speculator_;        // null: no speculative decoding
+  std::vector<int32_t> spec_tokens_;              // a speculative step's emitted ids
   uint64_t mask_events_seen_ = 0, cancel_events_seen_ = 0;
   // After mu_ and cv_, which its threads' on_ready uses: destroyed (its threads joined) first.
   MaskPrefetcher prefetch_;  // submitted to and read by the scheduler thread only
@@ -604,6 +654,10 @@ Result<std::unique_ptr<Engine>> make_engine(std::unique_ptr<model::Model> model,
     ko.capacity_blocks = static_cast<uint32_t>(live_blocks);
     CEDAR_ASSIGN_OR_RETURN(own_home, kv::KvCache::create(geometry, ko));
   }
+  if (options.speculative == SpeculativeMode::kOn && !model->draft_head())
+    return invalid_argument(
+        "--speculative on needs a checkpoint with DSpark stages (mtp.* tensors) loaded with its draft head; "
+        "use --speculative auto or off");
   return std::unique_ptr<Engine>(
       new LocalEngine(std::move(model), std::move(store), std::move(own_home), options, std::move(model_id)));
 }

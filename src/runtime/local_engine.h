@@ -13,6 +13,7 @@
 #include "model/model.h"
 #include "ops/kernel_set.h"
 #include "runtime/engine.h"
+#include "runtime/speculative.h"
 
 namespace cedar::runtime {
 
@@ -47,6 +48,10 @@ struct EngineOptions {
   ops::Numerics numerics = ops::Numerics::kExact;
   // Memory budget and streaming (model/model.h); the library default maps everything.
   model::ResidencyOptions residency;
+  // Speculative decoding with the checkpoint's DSpark draft head (runtime/speculative.h): a sequence
+  // running alone drafts and verifies several tokens per pass. kOn fails without DSpark stages.
+  SpeculativeMode speculative = SpeculativeMode::kOff;
+  bool speculative_guard = true;  // off: every step verifies a whole drafted block (tests)
 };
 
 // Loads the checkpoint in `model_dir` and starts the scheduler.

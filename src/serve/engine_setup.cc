@@ -69,6 +69,7 @@ Result<ServingEngine> open_serving_engine(const EngineSetup& setup) {
     }
     options.replay_full = setup.replay_full;
     options.numerics = setup.numerics;
+    options.speculative = setup.speculative;
     options.residency = setup.residency;
     if (setup.auto_budget) options.residency.memory_budget = model::default_memory_budget(options.kv_memory_bytes);
     CEDAR_ASSIGN_OR_RETURN(out.engine, runtime::make_engine(setup.model_dir, options));

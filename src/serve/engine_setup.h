@@ -11,6 +11,7 @@
 #include "model/model.h"
 #include "ops/kernel_set.h"
 #include "runtime/engine.h"
+#include "runtime/speculative.h"
 #include "tokenizer/tokenizer.h"
 
 namespace cedar::serve {
@@ -33,6 +34,7 @@ struct EngineSetup {
   // beside kv_memory_bytes (model::default_memory_budget).
   model::ResidencyOptions residency;
   bool auto_budget = false;
+  runtime::SpeculativeMode speculative = runtime::SpeculativeMode::kOff;  // --speculative (docs/DSPARK.md)
 };
 
 struct ServingEngine {

@@ -154,6 +154,18 @@ std::string ServerMetrics::render(const runtime::EngineStats& engine) const {
   metric(out, "cedar_decode_tokens_per_second", "gauge",
          "Decode tokens per second of decode work, all sequences together, since start.");
   sample(out, "cedar_decode_tokens_per_second", "", rate(static_cast<double>(engine.decode_tokens), engine.decode_seconds));
+  metric(out, "cedar_speculative_tokens_total", "counter",
+         "Speculative decoding (DSpark): drafts verified and drafts accepted (output tokens that needed no pass of "
+         "their own).");
+  sample(out, "cedar_speculative_tokens_total", "kind=\"drafted\"", static_cast<double>(engine.drafted_tokens));
+  sample(out, "cedar_speculative_tokens_total", "kind=\"accepted\"", static_cast<double>(engine.accepted_tokens));
+  metric(out, "cedar_speculative_verify_passes_total", "counter", "Speculative verify passes (DSpark).");
+  sample(out, "cedar_speculative_verify_passes_total", "", static_cast<double>(engine.verify_passes));
+  metric(out, "cedar_speculative_mean_accepted_length", "gauge",
+         "Drafts accepted per verify pass, since start (0 before the first pass).");
+  sample(out, "cedar_speculative_mean_accepted_length", "",
+         engine.verify_passes ? static_cast<double>(engine.accepted_tokens) / static_cast<double>(engine.verify_passes)
+                              : 0.0);
   metric(out, "cedar_constrained_tokens_total", "counter", "Tokens sampled under a grammar mask (constrained decoding).");
   sample(out, "cedar_constrained_tokens_total", "", static_cast<double>(engine.constrained_tokens));
   metric(out, "cedar_constraint_seconds_total", "counter",

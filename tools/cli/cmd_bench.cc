@@ -29,6 +29,8 @@
 #include "ops/kernel_set.h"
 #include "ops/prefetch.h"
 #include "ops/sample.h"
+#include "runtime/sampler.h"
+#include "runtime/speculative.h"
 
 namespace cedar::cli {
 namespace {
@@ -49,6 +51,8 @@ constexpr const char* kUsage =
     "  --no-warmup          no untimed run of each test before its repetitions (by default the first\n"
     "                       thread count of the first round has one, which faults in the weights)\n"
     "  -o, --output FMT     md (default, a Markdown table) or json\n"
+    "  --speculative MODE   off (default), on or auto: beside each tgN, tgN+dspark decodes the same greedy\n"
+    "                       tokens with the DSpark draft head and its guard (verify passes, one sequence)\n"
     "  --memory-budget LIST budgets such as 100%,50%,25% (of the weights the model reads) or 64G: for each,\n"
     "                       pp then tg on one sequence with SSD bytes/token, hit rates, look-ahead\n"
     "                       precision and read bandwidth (docs/STREAMING.md; -n defaults to 32, -r to 1)\n"
@@ -210,11 +214,43 @@ double median(std::vector<double> v) {
   return n == 0 ? 0.0 : n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
+// tgN with the DSpark draft head: the greedy tokens of the plain tg loop (the same first token and
+// argmax), decoded by verify passes where the guard lets the draft run and single steps elsewhere.
+Status decode_speculative(model::Model& m, runtime::Speculator& spec, runtime::Speculator::Sequence& s,
+                          model::SequenceState& seq, long long depth, long long n, std::vector<float>& logits,
+                          ThreadPool& pool) {
+  runtime::GenerationRequest req;
+  req.sampling.temperature = 0;
+  req.sampling.ignore_eos = true;
+  req.sampling.max_tokens = static_cast<int>(n);
+  runtime::Sampler sampler(req, m.sampleable_vocab(), m.config().eos_token_id);
+  std::vector<int32_t> tokens;
+  int32_t next = static_cast<int32_t>((depth * 31 + 5) % static_cast<long long>(m.sampleable_vocab()));
+  // The plain loop runs n forwards and takes the argmax of each: n tokens of input. Here the last
+  // input is the n-th token as well: a pass may emit up to (n - done) more.
+  for (long long done = 0; done < n;) {
+    if (done > 0) {
+      CEDAR_ASSIGN_OR_RETURN(bool ran, spec.step(s, seq, next, sampler, 0.0f, static_cast<int>(n - done), &tokens, &pool));
+      if (ran) {
+        done += static_cast<long long>(tokens.size());
+        next = tokens.back();
+        continue;
+      }
+    }
+    model::SeqChunk ch{&seq, {&next, 1}};
+    CEDAR_RETURN_IF_ERROR(m.forward({&ch, 1}, logits.data(), &pool));
+    spec.observe(s, 0, &pool);
+    next = ops::argmax(logits.data(), m.sampleable_vocab());
+    ++done;
+  }
+  return Status();
+}
+
 int cmd_bench(const std::vector<std::string>& argv) {
   auto args = Args::parse(argv, {"--model", "--n-prompt", "--n-gen", "--depth", "--threads", "--repetitions",
                                  "--numerics", "--output", "--memory-budget", "--fio-bandwidth", "--residency-stats",
                                  "--prompt-file", "--rounds", "--interleave", "--decoders", "--prefill-chunk",
-                                 kExpertParallelFlags[0]},
+                                 "--speculative", kExpertParallelFlags[0]},
                           {"--help", "--no-lookahead", "--no-warmup", "--expert-parallel"},
                           {{"-m", "--model"}, {"-p", "--n-prompt"}, {"-n", "--n-gen"}, {"-d", "--depth"},
                            {"-t", "--threads"}, {"-r", "--repetitions"}, {"-o", "--output"}});
@@ -277,6 +313,11 @@ int cmd_bench(const std::vector<std::string>& argv) {
       return 2;
     }
 
+  const auto speculative = runtime::parse_speculative_mode(args->get_or("--speculative", "off"));
+  if (!speculative) {
+    std::fprintf(stderr, "cedar bench: --speculative must be 'auto', 'on' or 'off'\n");
+    return 2;
+  }
   model::ModelOptions mopts;  // the library's defaults; numerics are switched per mode below
   if (args->has("--expert-parallel")) {
     if (modes.size() != 1) {
@@ -299,6 +340,12 @@ int cmd_bench(const std::vector<std::string>& argv) {
   }
   model::Model& m = **model;
   const model::ModelConfig& c = m.config();
+  if (*speculative == runtime::SpeculativeMode::kOn && !m.draft_head()) {
+    std::fprintf(stderr, "cedar bench: --speculative on needs a checkpoint with DSpark stages; use auto or off\n");
+    return 2;
+  }
+  const bool dspark = *speculative != runtime::SpeculativeMode::kOff && m.draft_head();
+  runtime::SpeculativeCounters spec_counters;
   const auto counts = model::count_params(model::weight_inventory(c));
   const auto plan = model::memory_plan(c, m.plan(), counts);
   // Matmul FLOPs of one prefill token: every active weight once (embedding lookup excluded).
@@ -340,18 +387,29 @@ int cmd_bench(const std::vector<std::string>& argv) {
       for (ops::Numerics mode : modes) {
         m.set_numerics(mode);
         for (long long depth : *depths) {
-          const auto run = [&](bool prefill, long long n) -> Status {
+          const auto run = [&](bool prefill, long long n, bool draft = false) -> Status {
             std::vector<double> rates;
+            // One draft machinery per test: its guard carries what earlier repetitions learned.
+            std::unique_ptr<runtime::Speculator> spec = draft ? runtime::Speculator::create(m) : nullptr;
             const bool warmup = warm_up && round == 0 && t == threads->front();
             for (long long r = warmup ? -1 : 0; r < *reps; ++r) {
               model::SequenceState seq = m.new_sequence(depth + n + 1);
+              std::unique_ptr<runtime::Speculator::Sequence> spec_seq = spec ? spec->new_sequence(0) : nullptr;
               if (depth > 0) {
                 const auto ctx = bench_ids(static_cast<size_t>(depth), 0, vocab);
                 model::SeqChunk ch{&seq, ctx};
                 CEDAR_RETURN_IF_ERROR(m.forward({&ch, 1}, logits.data(), &pool));
+                if (spec) spec->observe(*spec_seq, 0, &pool);
               }
               Timer timer;
-              if (prefill) {
+              if (draft) {
+                CEDAR_RETURN_IF_ERROR(decode_speculative(m, *spec, *spec_seq, seq, depth, n, logits, pool));
+                if (r >= 0) {
+                  spec_counters.passes += spec_seq->counters.passes;
+                  spec_counters.drafted += spec_seq->counters.drafted;
+                  spec_counters.accepted += spec_seq->counters.accepted;
+                }
+              } else if (prefill) {
                 const auto ids = bench_ids(static_cast<size_t>(n), static_cast<size_t>(depth), vocab);
                 model::SeqChunk ch{&seq, ids};
                 CEDAR_RETURN_IF_ERROR(m.forward({&ch, 1}, logits.data(), &pool));
@@ -367,7 +425,7 @@ int cmd_bench(const std::vector<std::string>& argv) {
             }
             BenchResult res;
             res.numerics = ops::numerics_name(mode);
-            res.test = (prefill ? "pp" : "tg") + std::to_string(n);
+            res.test = (prefill ? "pp" : "tg") + std::to_string(n) + (draft ? "+dspark" : "");
             res.round = static_cast<int>(round);
             res.threads = static_cast<int>(t);
             res.depth = depth;
@@ -393,11 +451,12 @@ int cmd_bench(const std::vector<std::string>& argv) {
                 return 1;
               }
           for (long long n : *gens)
-            if (n > 0)
-              if (Status st = run(false, n); !st.ok()) {
-                std::fprintf(stderr, "cedar bench: %s\n", st.message().c_str());
-                return 1;
-              }
+            for (bool draft : {false, true})
+              if (n > 0 && (!draft || dspark))
+                if (Status st = run(false, n, draft); !st.ok()) {
+                  std::fprintf(stderr, "cedar bench: %s\n", st.message().c_str());
+                  return 1;
+                }
         }
       }
     }
@@ -430,9 +489,19 @@ int cmd_bench(const std::vector<std::string>& argv) {
                               {"threads", sc.threads}, {"base_threads", sc.base_threads},
                               {"tok_s_ratio_by_round", sc.ratios}, {"tok_s_ratio_median", median(sc.ratios)},
                               {"read_bandwidth_ratio_by_round", sc.bandwidth_ratios}});
+    if (dspark)
+      j["speculative"] = {{"verify_passes", spec_counters.passes},
+                          {"drafted", spec_counters.drafted},
+                          {"accepted", spec_counters.accepted}};
     std::printf("%s\n", j.dump(2).c_str());
     return 0;
   }
+  if (dspark)
+    std::printf("tgN+dspark (timed runs): %llu verify passes, %llu drafts verified, %llu accepted (%.2f per pass)\n",
+                static_cast<unsigned long long>(spec_counters.passes),
+                static_cast<unsigned long long>(spec_counters.drafted),
+                static_cast<unsigned long long>(spec_counters.accepted),
+                spec_counters.passes ? static_cast<double>(spec_counters.accepted) / spec_counters.passes : 0.0);
   std::printf("decode reads %.1f MB of weights per token", decode_bytes(ops::Numerics::kExact) / 1e6);
   if (m.weights().head.coded != nullptr)
     std::printf(" (%.1f MB in fast numerics: the head re-coded in 12 bits)", decode_bytes(ops::Numerics::kFast) / 1e6);

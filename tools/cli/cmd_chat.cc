@@ -33,6 +33,7 @@ constexpr const char* kUsage =
     "  --temperature T      sampling temperature (default 1.0; 0 = greedy)\n"
     "  --max-context N      context tokens (default: the engine's)\n"
     "  --numerics MODE      fast (default) or exact (the bit-exact numerics contract)\n"
+    "  --speculative MODE   off (default), on or auto: draft with the checkpoint's DSpark head\n"
     "  --memory-budget SIZE RAM for weights, e.g. 64G (default: what the machine can spare beside the\n"
     "                       KV budget); what does not fit streams from the SSD (docs/STREAMING.md)\n"
     "  --residency-stats PATH  routing statistics for warm restarts (default DIR/.cedar-expert-stats;\n"
@@ -122,7 +123,7 @@ bool run_command(const std::string& line, ChatState* state) {
 int cmd_chat(const std::vector<std::string>& argv) {
   auto args = Args::parse(argv,
                           {"--model", "--scripted", "--tokenizer", "--system", "--thinking", "--effort",
-                           "--max-tokens", "--temperature", "--max-context", "--numerics",
+                           "--max-tokens", "--temperature", "--max-context", "--numerics", "--speculative",
                            "--memory-budget", "--residency-stats", kKvTierFlags[0], kKvTierFlags[1], kKvTierFlags[2]},
                           {"--help"}, {{"-m", "--model"}});
   if (!args.ok()) {
@@ -173,6 +174,12 @@ int cmd_chat(const std::vector<std::string>& argv) {
     return 2;
   }
   setup.numerics = *numerics;
+  const auto speculative = runtime::parse_speculative_mode(args->get_or("--speculative", "off"));
+  if (!speculative) {
+    std::fprintf(stderr, "cedar chat: --speculative must be 'auto', 'on' or 'off'\n");
+    return 2;
+  }
+  setup.speculative = *speculative;
   if (Status st = residency_from_flags(*args, setup.model_dir, &setup.residency, &setup.auto_budget); !st.ok()) {
     std::fprintf(stderr, "cedar chat: %s\n", st.message().c_str());
     return 2;

@@ -38,6 +38,8 @@ constexpr const char* kUsage =
     "  --replay MODE          after a cache hit: bounded (default; replay the last window of tokens)\n"
     "                         or full (recompute the whole prompt; exact)\n"
     "  --decoder-narrowing    prefill the layers after the last KV source on the last window only\n"
+    "  --speculative MODE     off (default), on or auto (on when the checkpoint has DSpark stages): the\n"
+    "                         draft head proposes up to 5 tokens and one pass verifies them (docs/DSPARK.md)\n"
     "  --json                 print {\"prompt_ids\", \"ids\", \"text\"} instead of streaming text\n"
     "  --top-logprobs K       with --json: \"logprobs\", per generated token its log-probability and the K\n"
     "                         most probable ids with theirs (log-softmax of the fp32 logits, 1 <= K <= 100)\n";
@@ -65,8 +67,8 @@ int cmd_generate(const std::vector<std::string>& argv) {
   auto args = Args::parse(argv,
                           {"--model", "--prompt", "--prompt-ids", "--n-predict", "--temperature", "--seed",
                            "--threads", "--numerics", "--index-keys", "--prefill-chunk", "--cache-dir", "--replay",
-                           "--top-logprobs", "--memory-budget", "--residency-stats", kKvTierFlags[0], kKvTierFlags[1],
-                           kKvTierFlags[2], kExpertParallelFlags[0]},
+                           "--top-logprobs", "--memory-budget", "--residency-stats", "--speculative", kKvTierFlags[0],
+                           kKvTierFlags[1], kKvTierFlags[2], kExpertParallelFlags[0]},
                           {"--json", "--ignore-eos", "--decoder-narrowing", "--expert-parallel", "--help"},
                           {{"-m", "--model"}, {"-p", "--prompt"}, {"-n", "--n-predict"}});
   if (!args.ok()) {
@@ -126,6 +128,11 @@ int cmd_generate(const std::vector<std::string>& argv) {
     std::fprintf(stderr, "cedar generate: --replay must be 'bounded' or 'full'\n");
     return 2;
   }
+  const auto speculative = runtime::parse_speculative_mode(args->get_or("--speculative", "off"));
+  if (!speculative) {
+    std::fprintf(stderr, "cedar generate: --speculative must be 'auto', 'on' or 'off'\n");
+    return 2;
+  }
   const std::string dir = *args->get("--model");
   if (Status st = residency_from_flags(*args, dir, &mopts.residency); !st.ok()) {
     std::fprintf(stderr, "cedar generate: %s\n", st.message().c_str());
@@ -169,6 +176,7 @@ int cmd_generate(const std::vector<std::string>& argv) {
   eopts.cache_dir = args->get_or("--cache-dir", "");
   if (Status st = kv_tier_from_flags(*args, &eopts.kv_tier); !st.ok()) return fail(st);
   eopts.replay_full = replay == "full";
+  eopts.speculative = *speculative;
   runtime::GenerationRequest request;
   request.prompt_ids = prompt;
   request.sampling.max_tokens = static_cast<int>(*n);
@@ -234,6 +242,13 @@ int cmd_generate(const std::vector<std::string>& argv) {
       }
       j["logprobs"] = arr;
     }
+    if (*speculative != runtime::SpeculativeMode::kOff)
+      j["speculative"] = {{"verify_passes", result->verify_passes},
+                          {"drafted", result->drafted_tokens},
+                          {"accepted", result->accepted_tokens},
+                          {"mean_accepted_length", result->verify_passes > 0 ? static_cast<double>(result->accepted_tokens) /
+                                                                                  result->verify_passes
+                                                                            : 0.0}};
     if (eopts.prefix_cache)
       j["cache"] = {{"cached_tokens", result->cached_tokens}, {"replayed_tokens", result->replayed_tokens},
                     {"computed_tokens", computed}, {"prefill_seconds", result->prefill_seconds}};
@@ -254,6 +269,10 @@ int cmd_generate(const std::vector<std::string>& argv) {
                result->prompt_tokens / std::max(result->prefill_seconds, 1e-9), new_tokens, result->decode_seconds,
                new_tokens > 1 ? (new_tokens - 1) / std::max(result->decode_seconds, 1e-9) : 0.0,
                *threads > 0 ? static_cast<int>(*threads) : hardware_threads());
+  if (*speculative != runtime::SpeculativeMode::kOff)
+    std::fprintf(stderr, "speculative: %d verify passes, %d drafted, %d accepted (%.2f per pass)\n",
+                 result->verify_passes, result->drafted_tokens, result->accepted_tokens,
+                 result->verify_passes > 0 ? static_cast<double>(result->accepted_tokens) / result->verify_passes : 0.0);
   // The engine writes the routing statistics (--residency-stats) when it stops.
   return 0;
 }

@@ -61,6 +61,8 @@ constexpr const char* kUsage =
     "  --cache-dir DIR          durable prefix cache: conversations survive restarts\n"
     "  --replay MODE            after a prefix hit: bounded (default) or full (exact recompute)\n"
     "  --numerics MODE          fast (default) or exact (the bit-exact numerics contract)\n"
+    "  --speculative MODE       off (default), on or auto: a request running alone drafts with the\n"
+    "                           checkpoint's DSpark head and verifies the drafts in one pass\n"
     "  --kv-memory SIZE         limit on running sequences' KV state, e.g. 8G, 512M or bytes (default:\n"
     "                           a quarter of the RAM); requests wait for room, larger ones get 400\n"
     "  --memory-budget SIZE     RAM for weights, e.g. 64G (default: what the machine can spare beside\n"
@@ -174,6 +176,9 @@ Result<ServeConfig> read_flags(const Args& args) {
   const auto numerics = ops::parse_numerics(args.get_or("--numerics", "fast"));
   if (!numerics) return invalid_argument("--numerics must be 'fast' or 'exact'");
   c.engine.numerics = *numerics;
+  const auto speculative = runtime::parse_speculative_mode(args.get_or("--speculative", "off"));
+  if (!speculative) return invalid_argument("--speculative must be 'auto', 'on' or 'off'");
+  c.engine.speculative = *speculative;
   CEDAR_ASSIGN_OR_RETURN(c.engine.kv_memory_bytes, size_flag(args, "--kv-memory"));
   CEDAR_RETURN_IF_ERROR(residency_from_flags(args, c.engine.model_dir, &c.engine.residency, &c.engine.auto_budget));
   CEDAR_ASSIGN_OR_RETURN(c.engine.max_context, int_flag(args, "--max-context", 0, 0, 1 << 24));
@@ -239,7 +244,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
                            "--max-concurrent-per-key", "--max-tokens-per-minute-per-key", "--max-connections",
                            "--served-model-name", "--parallel", "--queue", "--prefill-chunk", "--max-context", "--max-prompt-tokens",
                            "--max-tokens", "--max-body-bytes", "--max-body-bytes-in-flight", "--max-connections-per-client",
-                           "--thinking", "--threads", "--cache-dir", "--replay", "--kv-memory", "--numerics",
+                           "--thinking", "--threads", "--cache-dir", "--replay", "--kv-memory", "--numerics", "--speculative",
                            "--memory-budget", "--residency-stats", "--grammar-cache", "--grammar-compile-timeout",
                            "--grammar-compile-threads", kKvTierFlags[0], kKvTierFlags[1], kKvTierFlags[2]},
                           {"--help", "--allow-remote-origins"}, {{"-m", "--model"}});
