@@ -131,7 +131,7 @@ class Model {
   uint64_t fingerprint() const { return fingerprint_; }
   // A state for up to `capacity` positions whose global KV lives in `home` (made with kv_geometry()).
   Result<SequenceState> new_sequence(int64_t capacity, kv::KvCache& home) const;
-  // The same with a KV home of its own, sized for `capacity` (tests, eval, benchmarks).
+  // The same with a KV home of its own, sized for `capacity` and three forks (tests, eval, benchmarks).
   SequenceState new_sequence(int64_t capacity) const;
   static constexpr uint32_t kDefaultKvBlockTokens = 64;
   const io::Checkpoint& checkpoint() const { return checkpoint_; }

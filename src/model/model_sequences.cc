@@ -33,7 +33,9 @@ Result<SequenceState> Model::new_sequence(int64_t capacity, kv::KvCache& home) c
 
 SequenceState Model::new_sequence(int64_t capacity) const {
   kv::KvCacheOptions o;
-  o.capacity_blocks = kv::blocks_for_tokens(std::max<int64_t>(capacity, 1), own_geometry_.block_tokens);
+  // Room for the state and three forks of it at full length (address space: pages are touched only
+  // when a block is first written).
+  o.capacity_blocks = 4 * kv::blocks_for_tokens(std::max<int64_t>(capacity, 1), own_geometry_.block_tokens) + 3;
   auto home = kv::KvCache::create(own_geometry_, o);
   CEDAR_CHECK(home.ok(), "new_sequence: %s", home.status().to_string().c_str());
   std::shared_ptr<kv::KvCache> shared(std::move(*home));
