@@ -487,7 +487,11 @@ class LocalEngine final : public Engine {
       for (size_t i = 0; i < stepping.size(); ++i) {
         Job& j = *stepping[i];
         if (j.prefilling()) j.prompt_done += j.step_tokens.size();
-        if (!j.prefilling()) j.request.images.reset();  // patches and span embeddings are done with
+        if (!j.prefilling() && j.request.images) {  // the patches and span embeddings are done with
+          for (model::ImageSpan& span : j.request.images->spans) std::vector<uint16_t>().swap(span.patches);
+          std::vector<std::vector<float>>().swap(j.request.images->embeddings);
+          j.request.images.reset();
+        }
         j.step_tokens = {};
         if (!j.samples_this_step) continue;
         if (j.result.output_ids.empty()) j.result.prefill_seconds = j.timer.seconds() - j.result.queue_seconds;
