@@ -30,6 +30,7 @@ Status Model::check_chunks(std::span<const SeqChunk> chunks) const {
     for (size_t i = 0; i + 1 < chunks.size(); ++i)
       for (size_t j = i + 1; j < chunks.size(); ++j)
         if (chunks[i].seq == chunks[j].seq) return invalid_argument("forward: a sequence appears twice in one batch");
+    if (ch.images) CEDAR_RETURN_IF_ERROR(check_images(*ch.images, ch.tokens, ch.seq->n_tokens));
   }
   return {};
 }
@@ -65,7 +66,7 @@ Status Model::forward_rounds(std::span<const SeqChunk> chunks, float* logits, co
       const int64_t p0 = chunks[i].seq->n_tokens;
       size_t take = left;
       if (p0 > 0 && options_.index_keys == IndexKeyMode::kReference) take = std::min<size_t>(left, p0 + 1);
-      round.push_back({chunks[i].seq, chunks[i].tokens.subspan(done[i], take)});
+      round.push_back({chunks[i].seq, chunks[i].tokens.subspan(done[i], take), chunks[i].images});
       round_of.push_back(i);
       done[i] += take;
     }
@@ -91,16 +92,33 @@ Status Model::forward_round(std::span<const SeqChunk> chunks, float* logits, con
   size_t T = 0;
   for (const SeqChunk& ch : chunks) {
     spans.push_back({ch.seq, ch.tokens.data(), ch.seq->n_tokens, T, ch.tokens.size(), ch.seq->index_key_slot,
-                     ch.seq->n_tokens == 0});
+                     ch.seq->n_tokens == 0, ch.images});
     T += ch.tokens.size();
   }
-  // Engram row ids for every new token (Transformer.forward computes them before the first layer).
+  // Image spans: the ViT + aligner rows of every span this round reaches (once per span), and the
+  // image mask (token_types >= 0) by row.
+  uint8_t* image_rows = scratch(ws_->image_rows, T);
+  std::memset(image_rows, 0, T);
+  ws_->any_image = false;
+  for (const ChunkSpan& s : spans) {
+    if (!s.images || s.images->empty()) continue;
+    CEDAR_RETURN_IF_ERROR(encode_image_spans(*s.images, s.p0, s.p0 + static_cast<int64_t>(s.n), pool));
+    for (size_t t = 0; t < s.n; ++t)
+      if (s.images->span_at(s.p0 + static_cast<int64_t>(t)) >= 0) image_rows[s.offset + t] = 1, ws_->any_image = true;
+  }
+  // Engram row ids for every new token (Transformer.forward computes them before the first layer);
+  // image positions take part in no n-gram (engram_mask = ~image_mask).
   if (engram_hasher_) {
     const size_t per_token = static_cast<size_t>(engram_hasher_->n_layers()) * engram_hasher_->n_columns();
     int64_t* rows = scratch(ws_->engram_rows, T * per_token);
-    for (const ChunkSpan& s : spans)
-      CEDAR_RETURN_IF_ERROR(engram_hasher_->hash(s.seq->engram, s.p0, {s.tokens, s.n}, {},
+    uint8_t* takes_part = scratch(ws_->engram_takes_part, T);
+    for (size_t t = 0; t < T; ++t) takes_part[t] = image_rows[t] ? 0 : 1;
+    for (const ChunkSpan& s : spans) {
+      std::span<const uint8_t> part;
+      if (ws_->any_image) part = {takes_part + s.offset, s.n};
+      CEDAR_RETURN_IF_ERROR(engram_hasher_->hash(s.seq->engram, s.p0, {s.tokens, s.n}, part,
                                                  {rows + s.offset * per_token, s.n * per_token}));
+    }
     // Row ids depend on token ids only: their reads start now, before the first layer runs.
     source_->will_need_rows({rows, T * per_token}, per_token, engram_hasher_->n_columns());
   }
@@ -199,6 +217,7 @@ void ForwardPass::narrow_to_tail(size_t tail) {
       if (from == to) continue;
       std::memmove(&ws_.streams[to * hc_dim_], &ws_.streams[from * hc_dim_], hc_dim_ * sizeof(float));
       std::memmove(&ws_.pre_mix[to * hc], &ws_.pre_mix[from * hc], hc * sizeof(float));
+      ws_.image_rows[to] = ws_.image_rows[from];
       if (topk_w) std::memmove(&ws_.published_topk[to * topk_w], &ws_.published_topk[from * topk_w], topk_w * sizeof(int32_t));
       if (cand_w) std::memmove(&ws_.candidates[to * cand_w], &ws_.candidates[from * cand_w], cand_w);
     }
@@ -219,7 +238,8 @@ void ForwardPass::narrow_to_tail(size_t tail) {
   T_ = out;
 }
 
-// h = embed(ids), expanded into hc_mult identical streams; the first pre-mix is the one-hot on stream 0.
+// h = embed(ids), with image spans' rows merged in (merge_image_embeddings), expanded into hc_mult
+// identical streams; the first pre-mix is the one-hot on stream 0.
 void ForwardPass::embed() {
   const size_t dim = c_.dim, hc = c_.hc_mult;
   float* X = scratch(ws_.streams, T_ * hc_dim_);  // [T, hc, dim]
@@ -227,8 +247,16 @@ void ForwardPass::embed() {
   for (const ChunkSpan& ch : chunks_)
     for (size_t t = 0; t < ch.n; ++t) {
       const size_t row = ch.offset + t;
-      const uint16_t* e = w_.embed.bits + static_cast<size_t>(ch.tokens[t]) * dim;
-      ops::bf16_to_f32(e, X + row * hc_dim_, dim);
+      const int64_t pos = ch.p0 + static_cast<int64_t>(t);
+      const int span = ws_.image_rows[row] ? ch.images->span_at(pos) : -1;
+      if (span >= 0) {
+        const ImageSpan& s = ch.images->spans[span];
+        const float* e = ch.images->embeddings[span].data() + static_cast<size_t>(pos - s.start) * dim;
+        std::memcpy(X + row * hc_dim_, e, dim * sizeof(float));
+      } else {
+        const uint16_t* e = w_.embed.bits + static_cast<size_t>(ch.tokens[t]) * dim;
+        ops::bf16_to_f32(e, X + row * hc_dim_, dim);
+      }
       for (size_t j = 1; j < hc; ++j) std::memcpy(X + row * hc_dim_ + j * dim, X + row * hc_dim_, dim * sizeof(float));
       for (size_t j = 0; j < hc; ++j) pre[row * hc + j] = j == 0 ? 1.0f : 0.0f;
     }

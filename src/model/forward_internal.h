@@ -91,6 +91,10 @@ struct Workspace {
   std::vector<uint8_t> engram_codes, engram_scales;
   std::vector<int64_t> engram_local;
   EngramGateScratch engram_gate;
+  std::vector<uint8_t> engram_takes_part;  // [T] 0 at image positions (the Engram mask)
+  // Image spans: [T] 1 where the row is an image-span position (image_mask), any_image if one is.
+  std::vector<uint8_t> image_rows;
+  bool any_image = false;
 };
 
 // Where each chunk's tokens sit in the token-major batch tensors.
@@ -102,6 +106,7 @@ struct ChunkSpan {
   size_t n;        // tokens
   int start_index_key_slot;  // the sequence's published index-key slot before this forward
   bool prefill;              // the reference's start_pos == 0 path (window operand = this chunk)
+  SequenceImages* images = nullptr;  // the sequence's image spans (embeddings already computed), or null
 };
 
 class ForwardPass {
@@ -114,6 +119,7 @@ class ForwardPass {
   void embed();
   void narrow_to_tail(size_t tail);
   void engram(int layer);
+  std::span<const uint8_t> engram_mask();
   void block(int layer);
   void attention(int layer, const float* x, float* out);
   void attention_chunk(int layer, const ChunkSpan& ch);

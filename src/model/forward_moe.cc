@@ -27,9 +27,12 @@ void ForwardPass::moe(int l, const float* x, float* out) {
   k_.linear_bf16(x, T_, bw.gate, logits, ops::LinearOut::kF32, pool_);
   int32_t* ids = scratch(ws_.expert_ids, T_ * K);  // [T, K]
   float* weights = scratch(ws_.expert_w, T_ * K);  // [T, K]
-  for (size_t t = 0; t < T_; ++t)
-    ops::route_sqrt_softplus(logits + t * E, bw.gate_bias, E, K, static_cast<float>(c_.route_scale), ids + t * K,
+  // Gate.forward: image-span rows select with bias_vl (image_mask), text rows with bias.
+  for (size_t t = 0; t < T_; ++t) {
+    const float* bias = ws_.any_image && ws_.image_rows[t] && bw.gate_bias_vl ? bw.gate_bias_vl : bw.gate_bias;
+    ops::route_sqrt_softplus(logits + t * E, bias, E, K, static_cast<float>(c_.route_scale), ids + t * K,
                              weights + t * K);
+  }
 
   // Every selected expert's rows, grouped by expert id (ascending): expert j owns rows
   // [row0[j], row0[j] + rows[j]) of the [T*K, ...] buffers, token by token in order.
@@ -220,6 +223,14 @@ void ForwardPass::score_lookahead(int l) {
   ws_.lookahead_layer = -1;
 }
 
+// Engram's token_mask: 0 at image-span rows (gate shut), empty for text only.
+std::span<const uint8_t> ForwardPass::engram_mask() {
+  if (!ws_.any_image) return {};
+  uint8_t* part = scratch(ws_.engram_takes_part, T_);
+  for (size_t t = 0; t < T_; ++t) part[t] = ws_.image_rows[t] ? 0 : 1;
+  return {part, T_};
+}
+
 // Engram before block l: dequantised table rows of every column -> wkv -> gated residual update.
 void ForwardPass::engram(int l) {
   const LayerPlanEntry& e = plan_.layers[l];
@@ -254,7 +265,7 @@ void ForwardPass::engram(int l) {
   k_.linear_fp8(E, T_, ew.wkv, kv, {act, ws_.act_scratch.size()}, pool_);
   engram_gate_update({ws_.streams.data(), T_ * hc * dim}, {kv, T_ * (hc + 1) * dim}, {ew.q_weight, hc * dim},
                      {ew.k_weight, hc * dim}, {static_cast<int64_t>(T_), static_cast<int>(hc), static_cast<int>(dim)},
-                     static_cast<float>(c_.norm_eps), {}, {}, pool, ws_.engram_gate);
+                     static_cast<float>(c_.norm_eps), engram_mask(), {}, pool, ws_.engram_gate);
 }
 
 }  // namespace cedar::model

@@ -24,6 +24,7 @@
 #include "model/engram_hash.h"
 #include "model/engram_layout.h"
 #include "model/expert_exchange.h"
+#include "model/image_spans.h"
 #include "model/layer_plan.h"
 #include "model/model_weights.h"
 #include "model/residency_plan.h"
@@ -93,6 +94,9 @@ struct LookaheadStats {
 struct SeqChunk {
   SequenceState* seq = nullptr;
   std::span<const int32_t> tokens;
+  // The sequence's image spans (image_spans.h), or null for text only. Positions are the sequence's;
+  // the spans this chunk reaches must lie inside it whole or be done already when they start before it.
+  SequenceImages* images = nullptr;
 };
 
 // Receives the logits of a block of consecutive rows of one chunk: logits [n, vocab_size] (fp32) of the
@@ -104,6 +108,9 @@ using RowLogitsSink = std::function<void(size_t first, size_t n, const float* lo
 using LayerObserver = std::function<void(int layer, const float* last_token_streams, size_t n_chunks)>;
 
 struct Workspace;
+class VisionTower;
+class VisionAligner;
+struct VisionTensorStore;
 
 class Model {
  public:
@@ -143,6 +150,12 @@ class Model {
                           : static_cast<size_t>(config_.vocab_size);
   }
   const std::string& dir() const { return dir_; }
+  // Whether the checkpoint has a vision tower (vision_config, vision.*, aligner.*): images can be read.
+  bool has_vision() const { return config_.vision.present; }
+  // Whether `images` fits a chunk of `tokens` at positions p0..: the spans it reaches are whole inside
+  // it, carry the image token at every position and match their patch grids (what forward() checks;
+  // an engine calls it when a request arrives, so a bad request never fails a batch).
+  Status check_images(const SequenceImages& images, std::span<const int32_t> tokens, int64_t p0) const;
 
   // Residency: the plan in force, and the source's counters (hits, misses, bytes read).
   const ResidencyPlan& residency_plan() const { return residency_plan_; }
@@ -197,6 +210,9 @@ class Model {
   Status plan_residency_for_load();
   Status init_residency();
   Status check_chunks(std::span<const SeqChunk> chunks) const;
+  // ViT + aligner for the spans of `images` that reach [from, to) and have no embeddings yet.
+  Status encode_image_spans(SequenceImages& images, int64_t from, int64_t to, ThreadPool* pool);
+  Status bind_vision();
   Status forward_rounds(std::span<const SeqChunk> chunks, float* logits, const RowLogitsSink* sink, ThreadPool* pool);
   Status forward_round(std::span<const SeqChunk> chunks, float* logits, const RowLogitsSink* sink, size_t sink_base,
                        ThreadPool* pool);
@@ -223,6 +239,13 @@ class Model {
   DsparkHook dspark_hook_;
   ExpertExchange* exchange_ = nullptr;
   Status exchange_error_;
+  // The vision path, bound on the first image (a text-only server never reads the tower's pages).
+  std::unique_ptr<VisionTower> vision_;
+  std::unique_ptr<VisionAligner> aligner_;
+  std::unique_ptr<VisionTensorStore> image_vectors_store_;
+  const uint16_t* image_start_ = nullptr;  // bf16 [dim]: merge_image_embeddings' learned delimiters
+  const uint16_t* image_end_ = nullptr;
+  const uint16_t* image_newline_ = nullptr;
 
   friend class ForwardPass;
 };

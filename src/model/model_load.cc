@@ -10,6 +10,8 @@
 #include "model/forward_internal.h"
 #include "model/kv_layout.h"
 #include "model/streaming_source.h"
+#include "model/vision_aligner.h"
+#include "model/vision_tower.h"
 #include "model/weight_inventory.h"
 #include "ops/formats.h"
 #include "tokenizer/engram_token_map.h"

@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "core/status.h"
+#include "model/config.h"
+#include "model/image_spans.h"
 #include "runtime/prefix_levels.h"
 
 namespace cedar::runtime {
@@ -102,6 +104,12 @@ struct GenerationRequest {
   // Constrained decoding (null: none). Shared so copies of the request share the one state; only
   // the engine's thread touches it while the request runs.
   std::shared_ptr<TokenConstraint> constraint;
+  // Image spans of the prompt (prompt_ids already expanded: image_token_id at every span position),
+  // or null for text. Each span is prefilled in one chunk. Each span carries the SHA-256 of its
+  // image's bytes (ImageSpan::content_sha256) beside its position: what a prefix cache keyed by image
+  // content needs. Until the prefix store keys by it, a request with images neither restores nor
+  // saves a prefix, so a different image can never hit.
+  std::shared_ptr<model::SequenceImages> images;
 };
 
 struct GenerationResult {
@@ -122,6 +130,10 @@ struct EngineInfo {
   int32_t bos_id = 0, eos_id = 1;
   int max_context = 0;           // longest prompt + output the engine accepts
   int max_batch = 1;             // sequences advanced together (for a refused client's Retry-After)
+  // Images: the placeholder id (config.json's image_token_id) and the tower's config; vision.present
+  // is false for a checkpoint without a vision tower, which cannot read images.
+  int32_t image_token_id = -1;
+  model::VisionConfig vision;
 };
 
 // One submitted request's output: the engine appends tokens as it samples them and finishes the

@@ -19,6 +19,20 @@
 namespace cedar::runtime {
 namespace {
 
+bool has_images(const GenerationRequest& r) { return r.images && !r.images->empty(); }
+
+// A prefill piece [done, done + n) never cuts an image span (the reference prefills a span in one
+// chunk): a span the budget would cut ends the piece before it, or, when the piece starts at the
+// span, is taken whole even past the budget.
+size_t chunk_around_images(const model::SequenceImages* images, size_t done, size_t n) {
+  if (!images) return n;
+  for (const model::ImageSpan& s : images->spans) {
+    const size_t begin = static_cast<size_t>(s.start), end = static_cast<size_t>(s.end());
+    if (begin < done + n && end > done + n) return begin > done ? begin - done : end - done;
+  }
+  return n;
+}
+
 // One request as the scheduler sees it, from submit() to its stream's end. The scheduler thread
 // owns everything but `stream`, which readers share.
 struct Job {
@@ -61,6 +75,8 @@ class LocalEngine final : public Engine {
     info_.max_context = options.max_context;
     info_.max_batch = options.max_batch;
     if (options.speculative != SpeculativeMode::kOff) speculator_ = Speculator::create(*model_, options.speculative_guard);
+    info_.image_token_id = model_->config().image_token_id;
+    info_.vision = model_->config().vision;
     if (store_) store_thread_ = std::thread([this] { store_loop(); });
     thread_ = std::thread([this] { scheduler_loop(); });
   }
@@ -148,6 +164,12 @@ class LocalEngine final : public Engine {
     if (request.sampling.temperature < 0) return invalid_argument("temperature must be >= 0");
     if (request.top_logprobs < 0 || request.top_logprobs > kMaxTopLogprobs)
       return invalid_argument("top_logprobs must be in [0, " + std::to_string(kMaxTopLogprobs) + "]");
+    if (request.images && !request.images->empty()) {
+      if (request.images->spans.back().end() > static_cast<int64_t>(request.prompt_ids.size()))
+        return invalid_argument("an image span ends after the prompt (" + std::to_string(request.prompt_ids.size()) +
+                                " tokens)");
+      return model_->check_images(*request.images, request.prompt_ids, 0);
+    }
     return {};
   }
 
@@ -201,8 +223,10 @@ class LocalEngine final : public Engine {
     job.result.decode_seconds = job.timer.seconds() - job.result.prefill_seconds - job.result.queue_seconds;
     // Keep the conversation's global KV for the next turn (memory, then disk, then the shared
     // tier): the store thread saves it, so the step does not wait for the caches' I/O.
-    const bool save =
-        store_ && job.seq && job.request.cache_prefix && reason != FinishReason::kError && !job.prefilling();
+    // Not with images: the store keys prefixes by token ids only, and every image span has the same
+    // ids (GenerationRequest::images).
+    const bool save = store_ && job.seq && job.request.cache_prefix && !has_images(job.request) &&
+                      reason != FinishReason::kError && !job.prefilling();
     {
       std::lock_guard<std::mutex> lock(mu_);
       stats_.requests++;
@@ -239,7 +263,7 @@ class LocalEngine final : public Engine {
     }
     j.seq = std::make_unique<model::SequenceState>(std::move(*fresh));
     int64_t cached = 0;
-    if (store_) {
+    if (store_ && !has_images(req)) {
       auto plan = store_->restore(req.prompt_ids, options_.replay_full ? ReplayMode::kFull : ReplayMode::kBounded,
                                   *j.seq);
       if (plan.ok()) {
@@ -443,9 +467,10 @@ class LocalEngine final : public Engine {
         Job& j = *jp;
         if (j.parked) continue;
         if (j.prefilling()) {
-          const size_t n = std::min(j.request.prompt_ids.size() - j.prompt_done, prefill_budget);
+          size_t n = std::min(j.request.prompt_ids.size() - j.prompt_done, prefill_budget);
           if (n == 0) continue;  // the budget is spent: next step
-          prefill_budget -= n;
+          n = chunk_around_images(j.request.images.get(), j.prompt_done, n);
+          prefill_budget -= std::min(n, prefill_budget);
           prefill_tokens += n;
           j.step_tokens = std::span<const int32_t>(j.request.prompt_ids).subspan(j.prompt_done, n);
           j.samples_this_step = j.prompt_done + n == j.request.prompt_ids.size();
@@ -455,7 +480,7 @@ class LocalEngine final : public Engine {
           ++decode_tokens;
         }
         stepping.push_back(&j);
-        chunks.push_back({j.seq.get(), j.step_tokens});
+        chunks.push_back({j.seq.get(), j.step_tokens, j.prefilling() ? j.request.images.get() : nullptr});
       }
       if (stepping.empty()) continue;  // every sequence waits for its mask
       logits.resize(chunks.size() * vocab);
@@ -496,6 +521,11 @@ class LocalEngine final : public Engine {
       for (size_t i = 0; i < stepping.size(); ++i) {
         Job& j = *stepping[i];
         if (j.prefilling()) j.prompt_done += j.step_tokens.size();
+        if (!j.prefilling() && j.request.images) {  // the patches and span embeddings are done with
+          for (model::ImageSpan& span : j.request.images->spans) std::vector<uint16_t>().swap(span.patches);
+          std::vector<std::vector<float>>().swap(j.request.images->embeddings);
+          j.request.images.reset();
+        }
         j.step_tokens = {};
         if (!j.samples_this_step) continue;
         if (j.result.output_ids.empty()) j.result.prefill_seconds = j.timer.seconds() - j.result.queue_seconds;

@@ -37,8 +37,10 @@ SchemaError parse_user_message(const OrderedJson& content, const std::string& pa
     return std::nullopt;
   }
   if (!content.is_array()) return invalid_request("'" + path + "' must be a string or an array of content blocks", path);
-  // Tool results first (they answer the assistant turn before), then the user's own text.
+  // Tool results first (they answer the assistant turn before), then the user's own text and images.
   std::string text;
+  OrderedJson blocks = OrderedJson::array();
+  bool any_image = false;
   for (size_t i = 0; i < content.size(); ++i) {
     const OrderedJson& block = content[i];
     const std::string bpath = field_path(path, i);
@@ -49,6 +51,12 @@ SchemaError parse_user_message(const OrderedJson& content, const std::string& pa
       std::string t;
       CEDAR_SCHEMA_TRY(read_string(block, "text", bpath, &t, /*required=*/true));
       append_paragraph(&text, t);
+      blocks.push_back({{"type", "text"}, {"text", std::move(t)}});
+    } else if (type == "image") {
+      std::string url;
+      CEDAR_SCHEMA_TRY(read_image_part(block, type, bpath, &url));
+      blocks.push_back({{"type", "image_url"}, {"image_url", {{"url", std::move(url)}}}});
+      any_image = true;
     } else if (type == "tool_result") {
       Message m;
       m.role = Role::kTool;
@@ -58,12 +66,14 @@ SchemaError parse_user_message(const OrderedJson& content, const std::string& pa
       out->push_back(std::move(m));
     } else {
       return invalid_request("'" + field_path(bpath, "type") + "' is \"" + type +
-                                 "\": cedar accepts text and tool_result blocks from the user (text-only model)",
+                                 "\": cedar accepts text, image and tool_result blocks from the user",
                              field_path(bpath, "type"));
     }
   }
-  if (!text.empty() || out->empty() || out->back().role != Role::kTool)
+  if (!text.empty() || any_image || out->empty() || out->back().role != Role::kTool) {
     out->push_back(Message{Role::kUser, text, "", {}, ""});
+    if (any_image) out->back().content_blocks = std::move(blocks);
+  }
   return std::nullopt;
 }
 

@@ -129,9 +129,32 @@ std::variant<PreparedGeneration, ApiError> ChatService::prepare_chat(const ChatR
   output.parse_json_output = request.parse_json_output;
   if (request.tool_call_required) output.output_prefix = forced_call_prefill();
   output.parse_start = chat.parse_start;
+  // Images (V4.1 image blocks, in prompt order): each placeholder of the ids becomes its span.
+  std::shared_ptr<model::SequenceImages> images;
+  if (!chat.prompt.images.empty()) {
+    // prepare_vl_inputs' check: the tokenizer's placeholder is the config's image_token_id.
+    const auto placeholder = tokenizer_.token_to_id(tokenizer::kImagePlaceholder);
+    if (info_.vision.present && placeholder && *placeholder != info_.image_token_id)
+      return ApiError{ErrorKind::kInternal,
+                      "server misconfiguration: the tokenizer's image placeholder is id " +
+                          std::to_string(*placeholder) + " but config.json's image_token_id is " +
+                          std::to_string(info_.image_token_id),
+                      ""};
+    std::vector<EncodedImage> encoded;
+    for (size_t i = 0; i < chat.prompt.images.size(); ++i) {
+      const std::string name = "image " + std::to_string(i + 1);
+      auto bytes = image_url_bytes(chat.prompt.images[i], name);
+      if (!bytes.ok()) return invalid_request(bytes.status().message(), "messages");
+      encoded.push_back({name, std::move(*bytes)});
+    }
+    auto spans = expand_image_placeholders(chat.ids, encoded, info_.image_token_id, info_.vision, config_.images);
+    if (!spans.ok()) return invalid_request(spans.status().message(), "messages");
+    images = std::move(*spans);
+  }
   auto prepared = finish_prepare(std::move(chat.ids), request.sampling, std::move(output), id_prefix, request.model);
   auto* p = std::get_if<PreparedGeneration>(&prepared);
   if (!p) return prepared;
+  p->request.images = std::move(images);
   p->header.responses_echo = request.responses_echo;
   p->header.thinking = chat.thinking;
   const bool continued = !request.messages.empty() && request.messages.back().prefix;

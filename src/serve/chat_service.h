@@ -28,6 +28,7 @@
 #include "runtime/engine.h"
 #include "serve/api_error.h"
 #include "serve/chat_types.h"
+#include "serve/image_inputs.h"
 #include "serve/output_assembler.h"
 #include "serve/stream_sink.h"
 #include "serve/replay_store.h"
@@ -46,6 +47,7 @@ struct ServiceConfig {
   int max_prompt_tokens = 0;        // longest prompt accepted; 0 = the engine's context
   chat::PromptFormat format = chat::PromptFormat::kV41;
   constrain::GrammarEngineOptions grammar;  // compile threads, deadline, grammar cache budget
+  ImageInputLimits images;                  // bytes, pixels, count and tokens of a request's images
 };
 
 struct PreparedGeneration {

@@ -36,6 +36,9 @@ struct Message {
   // assistant, the last message only: continue it instead of starting a new turn (Chat Completions'
   // `prefix: true`, deepseek-recipe's only way to ask for a continuation).
   bool prefix = false;
+  // user, with images only: the content as the encoder's blocks, in order: {"type": "text", "text"}
+  // and {"type": "image_url", "image_url": {"url": a base64 data URL}} (content keeps the joined text).
+  OrderedJson content_blocks = nullptr;
 };
 
 struct SamplingOptions {

@@ -109,7 +109,7 @@ SchemaError parse_message(const OrderedJson& m, const std::string& path, Message
   }
   if (role == "user") {
     out->role = Role::kUser;
-    return read_text_content(content, cpath, {"text"}, &out->content);
+    return read_user_content(content, cpath, {"text"}, {"image_url"}, out);
   }
   if (role == "tool") {
     out->role = Role::kTool;

@@ -40,7 +40,7 @@ OrderedJson encoder_messages(const std::vector<Message>& messages, const std::ve
   for (const Message& m : messages) {
     OrderedJson msg;
     msg["role"] = role_name(m.role);
-    msg["content"] = m.content;
+    msg["content"] = m.content_blocks.is_array() ? m.content_blocks : OrderedJson(m.content);
     if (m.role == Role::kAssistant) {
       if (m.model_text) msg[chat::kModelTextKey] = true;
       if (!m.reasoning.empty()) msg["reasoning_content"] = m.reasoning;

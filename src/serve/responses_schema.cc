@@ -34,8 +34,13 @@ SchemaError parse_input_item(const OrderedJson& item, const std::string& path, s
     const OrderedJson null_content;
     const OrderedJson& content = item.contains("content") ? item["content"] : null_content;
     Message m;
-    CEDAR_SCHEMA_TRY(read_text_content(content, field_path(path, "content"), {"input_text", "output_text", "text"},
-                                       &m.content));
+    if (role == "user") {
+      CEDAR_SCHEMA_TRY(read_user_content(content, field_path(path, "content"), {"input_text", "output_text", "text"},
+                                         {"input_image"}, &m));
+    } else {
+      CEDAR_SCHEMA_TRY(read_text_content(content, field_path(path, "content"), {"input_text", "output_text", "text"},
+                                         &m.content));
+    }
     if (role == "user") {
       m.role = Role::kUser;
     } else if (role == "system" || role == "developer") {

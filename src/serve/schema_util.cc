@@ -143,13 +143,87 @@ SchemaError read_text_content(const OrderedJson& content, const std::string& pat
     for (std::string_view t : text_types) is_text |= (type == t);
     if (!is_text)
       return invalid_request(std::string("'") + field_path(p, "type") + "' is \"" + type +
-                                 "\": cedar serves a text-only model, so only text parts are accepted",
+                                 "\": only text parts are accepted here (images are taken in user messages only)",
                              field_path(p, "type"));
     std::string text;
     CEDAR_SCHEMA_TRY(read_string(part, "text", p, &text, /*required=*/true));
     if (i > 0) *out += "\n\n";  // how the V4.1 encoder joins text blocks
     *out += text;
   }
+  return std::nullopt;
+}
+
+SchemaError read_image_part(const OrderedJson& part, const std::string& type, const std::string& path,
+                            std::string* url) {
+  const auto remote = [&](const std::string& p) {
+    return invalid_request("'" + p + "': this server does not fetch images from URLs or files; send the image "
+                               "inline, base64-encoded (a data:image/png;base64,... URL, or an Anthropic base64 source)",
+                           p);
+  };
+  if (type == "image") {  // Anthropic
+    const std::string spath = field_path(path, "source");
+    auto source = part.find("source");
+    if (source == part.end() || !source->is_object())
+      return invalid_request("'" + spath + "' must be an object {\"type\": \"base64\", \"media_type\", \"data\"}", spath);
+    std::string kind, media, data;
+    CEDAR_SCHEMA_TRY(read_string(*source, "type", spath, &kind, /*required=*/true));
+    if (kind != "base64") return remote(field_path(spath, "type"));
+    CEDAR_SCHEMA_TRY(read_string(*source, "media_type", spath, &media));
+    CEDAR_SCHEMA_TRY(read_string(*source, "data", spath, &data, /*required=*/true));
+    *url = "data:" + media + ";base64," + data;
+    return std::nullopt;
+  }
+  const std::string upath = field_path(path, "image_url");
+  auto iu = part.find("image_url");
+  if (iu != part.end() && iu->is_object()) {
+    CEDAR_SCHEMA_TRY(read_string(*iu, "url", upath, url, /*required=*/true));
+  } else if (iu != part.end() && iu->is_string()) {
+    *url = iu->get<std::string>();
+  } else if (part.contains("file_id")) {
+    return remote(field_path(path, "file_id"));
+  } else {
+    return invalid_request("'" + upath + "' is missing: an image part needs its image as a base64 data URL", upath);
+  }
+  if (!url->starts_with("data:")) return remote(upath);
+  return std::nullopt;
+}
+
+SchemaError read_user_content(const OrderedJson& content, const std::string& path,
+                              const std::vector<std::string_view>& text_types,
+                              const std::vector<std::string_view>& image_types, Message* out) {
+  out->content.clear();
+  out->content_blocks = nullptr;
+  if (!content.is_array()) return read_text_content(content, path, text_types, &out->content);
+  OrderedJson blocks = OrderedJson::array();
+  bool any_image = false;
+  for (size_t i = 0; i < content.size(); ++i) {
+    const OrderedJson& part = content[i];
+    const std::string p = field_path(path, i);
+    if (!part.is_object()) return wrong_type(p, "an object", part);
+    std::string type;
+    CEDAR_SCHEMA_TRY(read_string(part, "type", p, &type, /*required=*/true));
+    bool is_image = false;
+    for (std::string_view t : image_types) is_image |= (type == t);
+    if (is_image) {
+      std::string url;
+      CEDAR_SCHEMA_TRY(read_image_part(part, type, p, &url));
+      blocks.push_back({{"type", "image_url"}, {"image_url", {{"url", std::move(url)}}}});
+      any_image = true;
+      continue;
+    }
+    bool is_text = false;
+    for (std::string_view t : text_types) is_text |= (type == t);
+    if (!is_text)
+      return invalid_request(std::string("'") + field_path(p, "type") + "' is \"" + type +
+                                 "\": only text and image parts are accepted here",
+                             field_path(p, "type"));
+    std::string text;
+    CEDAR_SCHEMA_TRY(read_string(part, "text", p, &text, /*required=*/true));
+    if (i > 0) out->content += "\n\n";
+    out->content += text;
+    blocks.push_back({{"type", "text"}, {"text", std::move(text)}});
+  }
+  if (any_image) out->content_blocks = std::move(blocks);
   return std::nullopt;
 }
 

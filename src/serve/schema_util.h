@@ -60,6 +60,18 @@ SchemaError read_number(const OrderedJson& obj, const char* key, const std::stri
 SchemaError read_text_content(const OrderedJson& content, const std::string& path,
                               const std::vector<std::string_view>& text_types, std::string* out);
 
+// An image part's base64 data URL: OpenAI's image_url ({"url"} or a string), Responses' input_image
+// ("image_url"), Anthropic's image ({"source": {"type": "base64", "media_type", "data"}}). A remote
+// URL (http, https, an Anthropic url source, a file id) is a 400: the server fetches nothing for a client.
+SchemaError read_image_part(const OrderedJson& part, const std::string& type, const std::string& path,
+                            std::string* url);
+
+// read_text_content that also takes image parts of `image_types` (read_image_part): with any image,
+// out->content_blocks holds the text and image blocks in order, and out->content the joined text.
+SchemaError read_user_content(const OrderedJson& content, const std::string& path,
+                              const std::vector<std::string_view>& text_types,
+                              const std::vector<std::string_view>& image_types, Message* out);
+
 // Stop strings: a string or an array of at most `max_count` non-empty strings.
 SchemaError read_stop(const OrderedJson& value, const std::string& path, size_t max_count,
                       std::vector<std::string>* out);

@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "model/model.h"
+#include "ops/formats.h"
 #include "tiny/tiny_checkpoint.h"
 
 namespace cedar::model::testing {
@@ -83,6 +84,70 @@ inline std::vector<int32_t> test_prompt(size_t n, uint32_t salt = 0) {
     ids[i] = static_cast<int32_t>((x >> 33) % 128000);
   }
   return ids;
+}
+
+// The checkpoint of `cedar make-tiny --vision --seed N` (the tiny preset with a 2-block tower),
+// written once per build folder.
+inline std::string vision_checkpoint(uint64_t seed) {
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
+  const std::string dir = std::string(CEDAR_BINARY_DIR) + "/model_test_data/tiny_vision_seed" + std::to_string(seed);
+  if (!std::filesystem::exists(dir + "/config.json")) {
+    const std::string tmp = dir + ".tmp." + std::to_string(::getpid());
+    std::filesystem::remove_all(tmp);
+    auto tok = prepare_tiny_tokenizer(repo_tokenizer_dir());
+    if (!tok.ok()) throw std::runtime_error(tok.status().to_string());
+    ModelConfig c = tiny_config(TinyPreset::kTiny);
+    c.engram_compressed_vocab_size = tok->engram_classes;
+    c.vision = tiny_vision_config();
+    TinyOptions opt;
+    opt.out_dir = tmp;
+    opt.seed = seed;
+    opt.tokenizer = &*tok;
+    Status st = write_tiny_checkpoint(c, opt);
+    if (!st.ok()) throw std::runtime_error(st.to_string());
+    std::error_code ec;
+    std::filesystem::rename(tmp, dir, ec);
+    if (ec) std::filesystem::remove_all(tmp);
+  }
+  return dir;
+}
+
+// The goldens' patch grid (tools/golden/vision_reference.py make_patches): pixel bytes from a fixed
+// formula, normalised as the processor does, [n_h * n_w][3 * p * p] bf16 bits.
+inline std::vector<uint16_t> golden_patches(int n_h, int n_w, int p, int salt) {
+  std::vector<uint16_t> patches;
+  for (int ph = 0; ph < n_h; ++ph)
+    for (int pw = 0; pw < n_w; ++pw)
+      for (int ch = 0; ch < 3; ++ch)
+        for (int i = 0; i < p; ++i)
+          for (int j = 0; j < p; ++j) {
+            const int row = ph * p + i, col = pw * p + j;
+            const int v = (row * 37 + col * 11 + ch * 101 + (row * col) % 7 + n_w * 5 + salt * 13) % 256;
+            const float x = static_cast<float>(v) / 255.0f;
+            patches.push_back(ops::f32_to_bf16_bits((x - 0.5f) / 0.5f));
+          }
+  return patches;
+}
+
+// An image span at `start` of a golden_patches grid, its token types written out from
+// image_processor.py's docstring: IMAGE_START, then per row ceil(n_w / 3) IMAGE and one
+// IMAGE_NEW_LINE (ceil(n_h / 3) rows), then IMAGE_END.
+inline ImageSpan golden_span(int64_t start, int n_h, int n_w, int salt, int patch) {
+  ImageSpan s;
+  s.start = start;
+  s.n_vit_h = n_h;
+  s.n_vit_w = n_w;
+  s.patches = golden_patches(n_h, n_w, patch, salt);
+  s.name = "grid " + std::to_string(n_h) + "x" + std::to_string(n_w) + " salt " + std::to_string(salt);
+  s.content_sha256[0] = static_cast<uint8_t>(salt);
+  s.types.push_back(kImageStart);
+  for (int r = 0; r < (n_h + 2) / 3; ++r) {
+    s.types.insert(s.types.end(), (n_w + 2) / 3, kImageToken);
+    s.types.push_back(kImageNewLine);
+  }
+  s.types.push_back(kImageEnd);
+  return s;
 }
 
 }  // namespace cedar::model::testing

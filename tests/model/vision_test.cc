@@ -16,13 +16,16 @@
 #include <vector>
 
 #include "io/checkpoint.h"
+#include "core/thread_pool.h"
 #include "model/config.h"
+#include "model/model.h"
 #include "tiny/tiny_checkpoint.h"
 #include "model/vision_aligner.h"
 #include "model/vision_tower.h"
 #include "model/weight_inventory.h"
 #include "model/weight_map.h"
 #include "ops/formats.h"
+#include "ops/sample.h"
 #include "tiny_model_util.h"
 
 namespace cedar::model {
@@ -45,48 +48,9 @@ std::string sha256_hex(std::span<const float> values) {
   return sha256_hex(values.data(), values.size() * sizeof(float));
 }
 
-std::string vision_checkpoint(uint64_t seed) {
-  const std::string dir = std::string(CEDAR_BINARY_DIR) + "/model_test_data/tiny_vision_seed" + std::to_string(seed);
-  if (!std::filesystem::exists(dir + "/config.json")) {
-    const std::string tmp = dir + ".tmp." + std::to_string(::getpid());
-    std::filesystem::remove_all(tmp);
-    auto tok = prepare_tiny_tokenizer(testing::repo_tokenizer_dir());
-    if (!tok.ok()) throw std::runtime_error(tok.status().to_string());
-    ModelConfig c = tiny_config(TinyPreset::kTiny);
-    c.engram_compressed_vocab_size = tok->engram_classes;
-    c.vision = tiny_vision_config();
-    TinyOptions opt;
-    opt.out_dir = tmp;
-    opt.seed = seed;
-    opt.tokenizer = &*tok;
-    Status st = write_tiny_checkpoint(c, opt);
-    if (!st.ok()) throw std::runtime_error(st.to_string());
-    std::error_code ec;
-    std::filesystem::rename(tmp, dir, ec);
-    if (ec) std::filesystem::remove_all(tmp);
-  }
-  return dir;
-}
-
-// The golden's patch grid: pixel bytes from the formula it records, normalised as the processor does.
-std::vector<uint16_t> golden_patches(int n_h, int n_w, int p, int salt) {
-  std::vector<uint16_t> patches;
-  for (int ph = 0; ph < n_h; ++ph) {
-    for (int pw = 0; pw < n_w; ++pw) {
-      for (int ch = 0; ch < 3; ++ch) {
-        for (int i = 0; i < p; ++i) {
-          for (int j = 0; j < p; ++j) {
-            const int row = ph * p + i, col = pw * p + j;
-            const int v = (row * 37 + col * 11 + ch * 101 + (row * col) % 7 + n_w * 5 + salt * 13) % 256;
-            const float x = static_cast<float>(v) / 255.0f;
-            patches.push_back(ops::f32_to_bf16_bits((x - 0.5f) / 0.5f));
-          }
-        }
-      }
-    }
-  }
-  return patches;
-}
+using testing::golden_patches;
+using testing::golden_span;
+using testing::vision_checkpoint;
 
 TEST(VisionGolden, TowerAndAlignerAreBitIdenticalToTheNumpyReference) {
   const std::string golden_path = std::string(CEDAR_SOURCE_DIR) + "/tests/model/data/golden/vision-tiny-s1.json";
@@ -168,6 +132,111 @@ TEST(VisionGolden, FastNumericsStayCloseToExact) {
   }
 }
 
+// The spans of a golden run with images (tools/golden/reference_forward.py --image-grid).
+SequenceImages golden_images(const nlohmann::json& g, int patch) {
+  SequenceImages im;
+  for (const auto& i : g["images"])
+    im.spans.push_back(golden_span(i["start"], i["n_vit_h"], i["n_vit_w"], i["salt"], patch));
+  return im;
+}
+
+// The greedy ids of a prompt with two images of different sizes and aspect ratios, and every step's
+// top-32 logits, bit for bit against the numpy reference (merge_image_embeddings, bias_vl at image
+// positions, the Engram mask): the whole prompt prefilled in one call, then one token per call.
+TEST(VisionGolden, GreedyIdsOfAPromptWithTwoImagesMatchTheReference) {
+  const std::string golden_path = std::string(CEDAR_SOURCE_DIR) + "/tests/model/data/golden/vision-generate-s1.json";
+  std::ifstream in(golden_path);
+  ASSERT_TRUE(in) << golden_path;
+  const nlohmann::json g = nlohmann::json::parse(in);
+  const std::string dir = vision_checkpoint(1);
+  {
+    std::ifstream cfg(dir + "/config.json", std::ios::binary);
+    const std::string text((std::istreambuf_iterator<char>(cfg)), std::istreambuf_iterator<char>());
+    ASSERT_EQ(sha256_hex(text.data(), text.size()), g["checkpoint"]["config_sha256"].get<std::string>());
+  }
+  auto m = Model::load(dir);  // exact numerics, the reference's index keys
+  ASSERT_TRUE(m.ok()) << m.status().to_string();
+  Model& model = **m;
+  ASSERT_TRUE(model.has_vision());
+  SequenceImages images = golden_images(g, model.config().vision.patch_size);
+  ASSERT_EQ(images.spans.size(), 2u);
+  EXPECT_NE(images.spans[0].n_vit_h * images.spans[1].n_vit_w, images.spans[0].n_vit_w * images.spans[1].n_vit_h)
+      << "the two images should differ in aspect ratio";
+  const auto prompt = g["prompt_ids"].get<std::vector<int32_t>>();
+  const auto want = g["greedy_ids"].get<std::vector<int32_t>>();
+  ASSERT_FALSE(want.empty());
+  const size_t V = model.config().vocab_size;
+  ThreadPool pool(2);
+  SequenceState seq = model.new_sequence(static_cast<int64_t>(prompt.size() + want.size() + 1));
+  std::vector<float> logits(V);
+  std::vector<int32_t> got, feed = prompt;
+  for (size_t step = 0; step < g["steps"].size(); ++step) {
+    SeqChunk c{&seq, feed, step == 0 ? &images : nullptr};
+    ASSERT_TRUE(model.forward({&c, 1}, logits.data(), &pool).ok()) << "step " << step;
+    double worst = 0;
+    for (const auto& pair : g["steps"][step]["logits"]["top"])
+      worst = std::max(worst, std::fabs(double(logits[pair[0].get<int>()]) - double(pair[1].get<float>())));
+    EXPECT_EQ(worst, 0.0) << "step " << step << ": max |logit diff| over the golden's top-32";
+    got.push_back(ops::argmax(logits.data(), V));
+    feed.assign(1, got.back());
+  }
+  EXPECT_EQ(got, want);
+}
+
+// The same prompt without its images' embeddings (the image token's own embedding row, no bias_vl,
+// no Engram mask) must give other logits: the golden above would pass for a model that ignored
+// images only if the images changed nothing.
+TEST(VisionGolden, TheImagesChangeTheOutput) {
+  const std::string golden_path = std::string(CEDAR_SOURCE_DIR) + "/tests/model/data/golden/vision-generate-s1.json";
+  std::ifstream in(golden_path);
+  ASSERT_TRUE(in);
+  const nlohmann::json g = nlohmann::json::parse(in);
+  auto m = Model::load(vision_checkpoint(1));
+  ASSERT_TRUE(m.ok());
+  Model& model = **m;
+  const auto prompt = g["prompt_ids"].get<std::vector<int32_t>>();
+  ThreadPool pool(2);
+  std::vector<float> with(model.config().vocab_size), without(model.config().vocab_size);
+  SequenceImages images = golden_images(g, model.config().vision.patch_size);
+  SequenceState a = model.new_sequence(static_cast<int64_t>(prompt.size()));
+  SeqChunk ca{&a, prompt, &images};
+  ASSERT_TRUE(model.forward({&ca, 1}, with.data(), &pool).ok());
+  SequenceState b = model.new_sequence(static_cast<int64_t>(prompt.size()));
+  SeqChunk cb{&b, prompt, nullptr};
+  ASSERT_TRUE(model.forward({&cb, 1}, without.data(), &pool).ok());
+  EXPECT_NE(with, without);
+}
+
+// A chunk that starts or ends inside a span, or a span whose positions do not hold the image token,
+// is refused by name before anything runs.
+TEST(VisionGolden, ChunksThatCutASpanAreRefused) {
+  auto m = Model::load(vision_checkpoint(1));
+  ASSERT_TRUE(m.ok());
+  Model& model = **m;
+  const int32_t img = model.config().image_token_id;
+  SequenceImages images;
+  images.spans.push_back(golden_span(2, 4, 4, 0, model.config().vision.patch_size));  // 2x2 tokens: 8 positions
+  std::vector<int32_t> prompt = {0, 100};
+  prompt.insert(prompt.end(), images.spans[0].types.size(), img);
+  prompt.push_back(200);
+  ThreadPool pool(1);
+  std::vector<float> logits(model.config().vocab_size);
+  SequenceState seq = model.new_sequence(static_cast<int64_t>(prompt.size()));
+  SeqChunk cut{&seq, std::span<const int32_t>(prompt).first(5), &images};
+  Status st = model.forward({&cut, 1}, logits.data(), &pool);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("prefilled in one chunk"), std::string::npos) << st.message();
+  EXPECT_EQ(seq.n_tokens, 0);
+  std::vector<int32_t> wrong = prompt;
+  wrong[4] = 5;
+  SeqChunk bad{&seq, wrong, &images};
+  st = model.forward({&bad, 1}, logits.data(), &pool);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("not the image token"), std::string::npos) << st.message();
+  SeqChunk whole{&seq, prompt, &images};
+  EXPECT_TRUE(model.forward({&whole, 1}, logits.data(), &pool).ok());
+}
+
 TEST(VisionGolden, ACheckpointWithoutATowerIsRefusedClearly) {
   const std::string dir = testing::tiny_checkpoint(1);
   auto config = load_config(dir + "/config.json");
@@ -179,6 +248,20 @@ TEST(VisionGolden, ACheckpointWithoutATowerIsRefusedClearly) {
   auto tower = VisionTower::bind(*config, *map);
   ASSERT_FALSE(tower.ok());
   EXPECT_NE(tower.status().message().find("no vision tower"), std::string::npos);
+  // The forward pass says the same of a chunk with an image span.
+  auto m = Model::load(dir);
+  ASSERT_TRUE(m.ok());
+  EXPECT_FALSE((*m)->has_vision());
+  SequenceImages images;
+  images.spans.push_back(golden_span(1, 3, 3, 0, 14));
+  std::vector<int32_t> prompt = {0};
+  prompt.insert(prompt.end(), images.spans[0].types.size(), 129264);
+  SequenceState seq = (*m)->new_sequence(static_cast<int64_t>(prompt.size()));
+  SeqChunk c{&seq, prompt, &images};
+  std::vector<float> logits((*m)->config().vocab_size);
+  const Status st = (*m)->forward({&c, 1}, logits.data(), nullptr);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("no vision tower"), std::string::npos) << st.message();
 }
 
 }  // namespace

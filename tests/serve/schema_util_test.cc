@@ -90,7 +90,7 @@ TEST(SchemaUtil, TextContentJoinsPartsLikeTheEncoder) {
   SchemaError e = read_text_content(image, "messages[0].content", {"text"}, &out);
   ASSERT_TRUE(e.has_value());
   EXPECT_EQ(e->param, "messages[0].content[0].type");
-  EXPECT_NE(e->message.find("text-only"), std::string::npos);
+  EXPECT_NE(e->message.find("only text parts"), std::string::npos);
 }
 
 TEST(SchemaUtil, StopStrings) {

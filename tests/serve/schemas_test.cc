@@ -70,7 +70,10 @@ TEST(OpenAiSchema, RejectionsNameTheParameter) {
   } cases[] = {
       {R"({"messages": []})", "messages"},
       {R"({"messages": [{"role": "wizard", "content": "x"}]})", "messages[0].role"},
+      // An image by URL (not a base64 data URL): the server fetches nothing.
       {R"({"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}]})",
+       "messages[0].content[0].image_url"},
+      {R"({"messages": [{"role": "user", "content": [{"type": "input_audio", "input_audio": {}}]}]})",
        "messages[0].content[0].type"},
       {R"({"messages": [{"role": "tool", "content": "x"}]})", "messages[0].tool_call_id"},
       {R"({"messages": [{"role": "user", "content": "x"}], "n": 2})", "n"},
@@ -347,7 +350,11 @@ TEST(AnthropicSchema, Rejections) {
                 body_of(R"({"max_tokens": 5, "messages": [{"role": "system", "content": "x"}]})"), &r)
                 ->param,
             "messages[0].role");
+  // An image block needs a base64 source (the server fetches nothing); other block types are refused.
   EXPECT_EQ(parse_messages_request(body_of(R"({"max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "image", "source": {}}]}]})"), &r)
+                ->param,
+            "messages[0].content[0].source.type");
+  EXPECT_EQ(parse_messages_request(body_of(R"({"max_tokens": 5, "messages": [{"role": "user", "content": [{"type": "document", "source": {}}]}]})"), &r)
                 ->param,
             "messages[0].content[0].type");
   EXPECT_EQ(parse_messages_request(body_of(R"({"max_tokens": 5, "messages": [{"role": "user", "content": "x"}], "tools": [{"type": "bash_20250124", "name": "bash"}]})"), &r)

@@ -2,6 +2,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 
 #include <nlohmann/json.hpp>
@@ -15,6 +17,7 @@
 #include "kv_tier_flags.h"
 #include "residency_flags.h"
 #include "runtime/local_engine.h"
+#include "serve/image_inputs.h"
 #include "tokenizer/tokenizer.h"
 
 namespace cedar::cli {
@@ -25,6 +28,8 @@ constexpr const char* kUsage =
     "  -m, --model DIR        checkpoint directory\n"
     "  -p, --prompt TEXT      prompt text (tokenized with the checkpoint's tokenizer, BOS per its config)\n"
     "  --prompt-ids IDS       comma-separated token ids instead of text\n"
+    "  --image FILE           an image (PNG, JPEG, WebP, GIF; repeatable): each <｜deepseek_image｜> of the\n"
+    "                         prompt takes the next one; with no placeholder the images go before the text\n"
     "  -n, --n-predict N      new tokens at most (default 32)\n"
     "  --temperature T        0 = greedy (default 0)\n"
     "  --seed S               sampler seed (default 0)\n"
@@ -43,6 +48,26 @@ constexpr const char* kUsage =
     "  --json                 print {\"prompt_ids\", \"ids\", \"text\"} instead of streaming text\n"
     "  --top-logprobs K       with --json: \"logprobs\", per generated token its log-probability and the K\n"
     "                         most probable ids with theirs (log-softmax of the fp32 logits, 1 <= K <= 100)\n";
+
+// The files of --image, refused by name when unreadable or over the decoder's byte limit.
+Result<std::vector<serve::EncodedImage>> read_images(const std::vector<std::string>& files) {
+  const size_t max_bytes = image::ImageLimits{}.max_bytes;
+  std::vector<serve::EncodedImage> out;
+  for (const std::string& f : files) {
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(f, ec);
+    if (ec) return invalid_argument("--image " + f + ": cannot read the file (" + ec.message() + ")");
+    if (size > max_bytes)
+      return invalid_argument("image '" + f + "': " + std::to_string(size) + " bytes exceed the limit of " +
+                              std::to_string(max_bytes) + " bytes per image; send a smaller image");
+    std::ifstream in(f, std::ios::binary);
+    std::vector<uint8_t> bytes(size);
+    if (!in.read(reinterpret_cast<char*>(bytes.data()), static_cast<std::streamsize>(size)))
+      return invalid_argument("--image " + f + ": cannot read the file");
+    out.push_back({f, std::move(bytes)});
+  }
+  return out;
+}
 
 Result<std::vector<int32_t>> parse_ids(const std::string& s) {
   std::vector<int32_t> ids;
@@ -70,7 +95,7 @@ int cmd_generate(const std::vector<std::string>& argv) {
                            "--top-logprobs", "--memory-budget", "--residency-stats", "--speculative", kKvTierFlags[0],
                            kKvTierFlags[1], kKvTierFlags[2], kExpertParallelFlags[0]},
                           {"--json", "--ignore-eos", "--decoder-narrowing", "--expert-parallel", "--help"},
-                          {{"-m", "--model"}, {"-p", "--prompt"}, {"-n", "--n-predict"}});
+                          {{"-m", "--model"}, {"-p", "--prompt"}, {"-n", "--n-predict"}}, {"--image"});
   if (!args.ok()) {
     std::fprintf(stderr, "cedar generate: %s\n", args.status().message().c_str());
     std::fprintf(stderr, "%s%s", kUsage, kResidencyUsage);
@@ -161,6 +186,19 @@ int cmd_generate(const std::vector<std::string>& argv) {
     if (!ids.ok()) return fail(ids.status());
     prompt = *ids;
   }
+  std::shared_ptr<model::SequenceImages> images;
+  if (const auto files = args->get_list("--image"); !files.empty()) {
+    auto encoded = read_images(files);
+    if (!encoded.ok()) return fail(encoded.status());
+    const int32_t image_id = (*model)->config().image_token_id;
+    if (std::count(prompt.begin(), prompt.end(), image_id) == 0) {  // no placeholder: the images come first
+      const size_t at = !prompt.empty() && prompt[0] == (*model)->config().bos_token_id ? 1 : 0;
+      prompt.insert(prompt.begin() + static_cast<std::ptrdiff_t>(at), encoded->size(), image_id);
+    }
+    auto spans = serve::expand_image_placeholders(prompt, *encoded, image_id, (*model)->config().vision, {});
+    if (!spans.ok()) return fail(spans.status());
+    images = std::move(*spans);
+  }
   if (*n == 0) return 0;  // nothing to generate
   if (*threads > 0) ThreadPool::set_default_threads(static_cast<int>(*threads));
   const bool json = args->has("--json");
@@ -179,6 +217,7 @@ int cmd_generate(const std::vector<std::string>& argv) {
   eopts.speculative = *speculative;
   runtime::GenerationRequest request;
   request.prompt_ids = prompt;
+  request.images = images;
   request.sampling.max_tokens = static_cast<int>(*n);
   request.sampling.temperature = static_cast<float>(*temp);
   request.sampling.seed = static_cast<uint64_t>(*seed);

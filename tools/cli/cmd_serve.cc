@@ -53,6 +53,8 @@ constexpr const char* kUsage =
     "  --max-tokens N           output budget when a request names none, and the most it may name (a larger\n"
     "                           max_tokens is clamped to it; default 4096)\n"
     "  --max-body-bytes N       largest request body (default 16777216)\n"
+    "  --max-images N           images per request (default 16; 0 refuses images; base64 data URLs only)\n"
+    "  --max-image-tokens N     image-span tokens per request (default 0: only the context bounds them)\n"
     "  --max-body-bytes-in-flight SIZE  request-body bytes held at once, all connections together; a body\n"
     "                           that would pass it gets 503 + Retry-After (default 256M; 0 = no limit)\n"
     "  --thinking on|off        mode when a request does not choose (default on, as DeepSeek's API;\n"
@@ -200,6 +202,8 @@ Result<ServeConfig> read_flags(const Args& args) {
   if (body < 1024) return invalid_argument("--max-body-bytes must be at least 1024");
   c.server.max_body_bytes = static_cast<size_t>(body);
   CEDAR_ASSIGN_OR_RETURN(c.server.service.max_prompt_tokens, int_flag(args, "--max-prompt-tokens", 0, 0, 1 << 24));
+  CEDAR_ASSIGN_OR_RETURN(c.server.service.images.max_images, int_flag(args, "--max-images", 16, 0, 4096));
+  CEDAR_ASSIGN_OR_RETURN(c.server.service.images.max_image_tokens, int_flag(args, "--max-image-tokens", 0, 0, 1 << 24));
   CEDAR_ASSIGN_OR_RETURN(c.server.service.default_max_tokens, int_flag(args, "--max-tokens", 4096, 1, 1 << 24));
   // A request's per-minute cost includes its whole output budget (rate_limit.h), so one that asked
   // for --max-tokens could never run.
@@ -244,6 +248,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
                            "--max-concurrent-per-key", "--max-tokens-per-minute-per-key", "--max-connections",
                            "--served-model-name", "--parallel", "--queue", "--prefill-chunk", "--max-context", "--max-prompt-tokens",
                            "--max-tokens", "--max-body-bytes", "--max-body-bytes-in-flight", "--max-connections-per-client",
+                           "--max-images", "--max-image-tokens",
                            "--thinking", "--threads", "--cache-dir", "--replay", "--kv-memory", "--numerics", "--speculative",
                            "--memory-budget", "--residency-stats", "--grammar-cache", "--grammar-compile-timeout",
                            "--grammar-compile-threads", kKvTierFlags[0], kKvTierFlags[1], kKvTierFlags[2]},

@@ -155,8 +155,13 @@ class EngramHashState:
         self.h = hasher
         self.history: list[int] = []
 
-    def __call__(self, ids: list[int], start_pos: int) -> np.ndarray:
-        """Hash ids for positions start_pos.. of `ids`: [S, n_engram_layers, (max_ngram-1)*n_heads]."""
+    DEAD = -1  # NgramHashState.DEAD: an image-span position, where every look-back stops
+
+    def __call__(self, ids: list[int], start_pos: int, takes_part: list[bool] | None = None) -> np.ndarray:
+        """Hash ids for positions start_pos.. of `ids`: [S, n_engram_layers, (max_ngram-1)*n_heads].
+        takes_part: None (all text) or one flag per id, False for image-span positions (the
+        reference's token_mask): those are stored DEAD, and a look-back that meets a DEAD position
+        (or the sequence start) takes the pad class from there on."""
         h = self.h
         for t in ids:
             if not 0 <= t < len(h.token_map):
@@ -166,13 +171,17 @@ class EngramHashState:
         del self.history[start_pos:]
         if len(self.history) != start_pos:
             raise ValueError(f"Engram history has {len(self.history)} positions, call starts at {start_pos}")
-        self.history.extend(int(h.token_map[t]) for t in ids)
+        self.history.extend(int(h.token_map[t]) if takes_part is None or takes_part[i] else self.DEAD
+                            for i, t in enumerate(ids))
         n_cols = (h.max_ngram_size - 1) * h.n_heads
         out = np.zeros((len(ids), len(h.layer_ids), n_cols), dtype=np.int64)
         for s in range(len(ids)):
             pos = start_pos + s
             # u_k = compressed id at pos - k, or the pad class before the sequence start
-            tokens = [self.history[pos - k] if pos - k >= 0 else h.pad_class for k in range(h.max_ngram_size)]
+            tokens, blocked = [], False
+            for k in range(h.max_ngram_size):
+                blocked = blocked or pos - k < 0 or self.history[pos - k] == self.DEAD
+                tokens.append(h.pad_class if blocked else self.history[pos - k])
             for li in range(len(h.layer_ids)):
                 rolling = tokens[0] * int(h.multipliers[li, 0])
                 for order in range(1, h.max_ngram_size):

@@ -118,6 +118,12 @@ if [ "$GENERATOR" = cedar ]; then
   "$CEDAR" make-tiny --out "$vckpt" --seed 1 --vision "${vtok[@]}" >/dev/null
   "$PY" "$ROOT/tools/golden/vision_reference.py" "$vckpt" "$OUT/vision-tiny-s1.json"
   echo "   vision-tiny-s1.json"
+  # A prompt with two images of different sizes and aspect ratios (5x8 and 7x4 patch grids: 2x3 and
+  # 3x2 tokens), greedy ids and logits (tests/model/vision_test.cc, GreedyIdsOfAPromptWithTwoImages...).
+  "$PY" "$ROOT/tools/golden/reference_forward.py" --checkpoint "$vckpt" \
+    --prompt-ids 0,1000,2000,3000,129264,4000,5000,129264,6000,7000,8000,9000 \
+    --image-grid 5,8,1 --image-grid 7,4,2 --max-new-tokens 6 --out "$OUT/vision-generate-s1.json"
+  echo "   vision-generate-s1.json"
 fi
 
 "$PY" - "$OUT" "$GENERATOR" "$SENS" <<'EOF'

@@ -35,6 +35,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import numerics as nx  # noqa: E402
 from checkpoint import CheckpointError, Weights, dequant_fp8_to_bf16, load_config, load_linear  # noqa: E402
 from engram_hash import EngramHasher, EngramHashState, build_compressed_token_map  # noqa: E402
+from vision_reference import Vision, VisionArgs, make_patches  # noqa: E402
 
 F32 = np.float32
 F64 = np.float64
@@ -116,6 +117,13 @@ class ReferenceModel:
         self.inv_freq_swa = nx.rope_inv_freq(cfg.rope_head_dim, cfg.rope_theta, 0, 1.0, 32, 1)
         self.inv_freq_compressed = nx.rope_inv_freq(cfg.rope_head_dim, cfg.compress_rope_theta, cfg.original_seq_len,
                                                     cfg.rope_factor, cfg.beta_fast, cfg.beta_slow)
+        # the vision path (vision_n_layers > 0): ViT + Aligner and the span delimiters' embeddings
+        self.vision = None
+        self.image_token_id = int(cfg.raw.get("image_token_id", 129264))
+        if cfg.raw.get("vision_config"):
+            self.vision = Vision(self.w, VisionArgs(cfg.raw))
+            self.image_vectors = [self.w.array(n, (cfg.dim,), ("BF16",))
+                                  for n in ("image_start", "image_newline", "image_end")]
         self._load_weights()
         self.reset()
 
@@ -159,6 +167,8 @@ class ReferenceModel:
         return {
             "gate_w": nx.bf16(w.array(f + "gate.weight", (n_experts, d), ("BF16", "F32"))),
             "gate_b": w.array(f + "gate.bias", (n_experts,), ("F32",)),
+            # Gate.bias_vl exists when the model has a vision tower: image-span rows select with it
+            "gate_bv": (w.array(f + "gate.bias_vl", (n_experts,), ("F32",)) if self.vision else None),
             "experts": [{k: load_linear(w, f + f"experts.{e}.{k}", *sh, kinds) for k, sh in shapes}
                         for e in range(n_experts)],
             "shared": {k: load_linear(w, f + f"shared_experts.{k}", *sh, ("fp8",)) for k, sh in shapes},
@@ -384,12 +394,13 @@ class ReferenceModel:
             h = (weights[:, None] * h).astype(F32)
         return linear(nx.bf16(h), ex["w2"])
 
-    def moe(self, L: int, x: np.ndarray) -> np.ndarray:
-        y, ties = self.moe_of(self.layers[L], x, self.cfg.n_routed_experts, self.cfg.n_activated_experts)
+    def moe(self, L: int, x: np.ndarray, image_mask: np.ndarray | None = None) -> np.ndarray:
+        y, ties = self.moe_of(self.layers[L], x, self.cfg.n_routed_experts, self.cfg.n_activated_experts, image_mask)
         self.ties.router_topk += ties
         return y
 
-    def moe_of(self, lw: dict, x: np.ndarray, n_experts: int, k: int) -> tuple[np.ndarray, int]:
+    def moe_of(self, lw: dict, x: np.ndarray, n_experts: int, k: int,
+               image_mask: np.ndarray | None = None) -> tuple[np.ndarray, int]:
         """MoE.forward with Gate.forward (score function, bias for selection only, top-k, weights from
         the unbiased scores), for the weights `lw` (load_moe); also the router's top-k boundary ties."""
         c = self.cfg
@@ -401,7 +412,10 @@ class ReferenceModel:
             scores = nx.sigmoid(logits)
         else:
             scores = np.sqrt(nx.softplus(logits)).astype(F32)
-        biased = (scores + lw["gate_b"]).astype(F32)
+        bias = lw["gate_b"][None, :]
+        if image_mask is not None and lw.get("gate_bv") is not None:  # torch.where(image_mask, bias_vl, bias)
+            bias = np.where(image_mask[:, None], lw["gate_bv"][None, :], bias)
+        biased = (scores + bias).astype(F32)
         ties = boundary_tie(biased, k)
         chosen, _ = nx.topk_lowest_index(biased, k)  # [S, k], descending biased score
         weights = np.take_along_axis(scores, chosen, axis=1)
@@ -416,7 +430,8 @@ class ReferenceModel:
         y = (y + self._expert(lw["shared"], x, None)).astype(F32)
         return nx.bf16(y), ties
 
-    def engram(self, L: int, streams: np.ndarray, hash_ids: np.ndarray) -> np.ndarray:
+    def engram(self, L: int, streams: np.ndarray, hash_ids: np.ndarray,
+               token_mask: np.ndarray | None = None) -> np.ndarray:
         c, lw = self.cfg, self.layers[L]
         hc, d = c.hc_mult, c.dim
         table = lw["eng_table"][hash_ids]  # [S, n_cols, head_dim] E4M3 values
@@ -431,11 +446,14 @@ class ReferenceModel:
         dot = (nx.f32(prod.astype(F64).sum(-1)) * rstd * F32(d ** -0.5)).astype(F32)
         signed = np.copysign(np.sqrt(np.maximum(np.abs(dot), F32(1e-6))), dot).astype(F32)
         gate = nx.sigmoid(signed)  # [S, hc]
+        if token_mask is not None:  # gate.masked_fill(~token_mask, 0): image positions pass through
+            gate = np.where(token_mask[:, None], gate, F32(0)).astype(F32)
         return nx.bf16((streams + gate[..., None] * value[:, None, :]).astype(F32))
 
-    def block(self, L: int, streams: np.ndarray, p0: int, pre_mix: np.ndarray, trace: dict):
+    def block(self, L: int, streams: np.ndarray, p0: int, pre_mix: np.ndarray, trace: dict,
+              image_mask: np.ndarray | None = None):
         return self.block_of(self.layers[L], streams, pre_mix, lambda x: self.attention(L, x, p0, trace),
-                             lambda x: self.moe(L, x))
+                             lambda x: self.moe(L, x, image_mask))
 
     def block_of(self, lw: dict, streams: np.ndarray, pre_mix: np.ndarray, attention, moe):
         """Block.forward: single-pass mHC around `attention` and `moe` (x -> output callables), for the
@@ -454,8 +472,21 @@ class ReferenceModel:
         streams = nx.hc_post(moe(x), residual, p_ffn, c_ffn)
         return streams, a_ffn
 
-    def forward(self, ids: list[int], p0: int) -> tuple[np.ndarray, dict]:
-        """One reference forward call; returns the last position's fp32 logits and a trace."""
+    def merge_image_embeddings(self, images: list[dict], h: np.ndarray) -> None:
+        """Transformer.merge_image_embeddings: each span's delimiters take the learned vectors, its
+        IMAGE slots the aligner's rows in reading order (the ViT + Aligner of vision_reference.py)."""
+        for img in images:
+            types = np.asarray(img["types"])
+            span = h[img["start"]: img["start"] + types.size]
+            start, newline, end = self.image_vectors
+            span[types == 0], span[types == 2], span[types == 3] = start, newline, end
+            x = self.vision.vit(img["patches"], img["n_h"], img["n_w"], lambda *_: None)
+            span[types == 1] = self.vision.aligner(x, img["n_h"], img["n_w"])
+
+    def forward(self, ids: list[int], p0: int, images: list[dict] | None = None,
+                token_types: list[int] | None = None) -> tuple[np.ndarray, dict]:
+        """One reference forward call; returns the last position's fp32 logits and a trace.
+        images / token_types: prepare_vl_inputs' output (spans only in the call at start_pos 0)."""
         c = self.cfg
         if p0 != 0 and len(ids) != 1:
             raise ValueError("the reference runs multi-token calls only at start_pos 0")
@@ -465,18 +496,25 @@ class ReferenceModel:
             if not 0 <= t < c.vocab_size:
                 raise ValueError(f"token id {t} is outside the vocabulary (vocab_size {c.vocab_size})")
         trace: dict = {"layers": []}
-        hashes = self.engram_state(ids, p0) if self.engram_state else None
-        h = self.embed[np.asarray(ids)]  # [S, dim] bf16
+        image_mask = None if token_types is None else np.asarray(token_types) >= 0  # TEXT is -1
+        engram_mask = None if image_mask is None else ~image_mask
+        hashes = self.engram_state(ids, p0, None if engram_mask is None else list(engram_mask)) \
+            if self.engram_state else None
+        h = self.embed[np.asarray(ids)].copy()  # [S, dim] bf16
+        if images:
+            if p0 != 0:
+                raise ValueError("image spans must be prefilled in a single chunk (start_pos 0)")
+            self.merge_image_embeddings(images, h)
         streams = np.repeat(h[:, None, :], c.hc_mult, axis=1)  # [S, hc, dim]
         pre_mix = np.zeros((len(ids), c.hc_mult), F32)
         pre_mix[:, 0] = 1
         main_hiddens = []
         for L in range(c.n_layers):
             if L in c.engram_layer_ids:
-                streams = self.engram(L, streams, hashes[:, c.engram_layer_ids.index(L)])
+                streams = self.engram(L, streams, hashes[:, c.engram_layer_ids.index(L)], engram_mask)
             if L in c.dspark_target_layer_ids:  # the DSpark hook: the target layer's attention input
                 main_hiddens.append(stream_mean(streams))
-            streams, pre_mix = self.block(L, streams, p0, pre_mix, trace)
+            streams, pre_mix = self.block(L, streams, p0, pre_mix, trace, image_mask)
             trace["layers"].append(stream_summary(streams[-1]))
         final = nx.rms_norm(nx.hc_pre(streams[-1:], pre_mix[-1:]), self.norm, c.norm_eps)  # [1, dim]
         logits = nx.linear_f32(final, self.head)[0]  # [vocab] fp32
@@ -484,7 +522,8 @@ class ReferenceModel:
         self.main_hidden = np.concatenate(main_hiddens, axis=-1) if main_hiddens else None
         return logits, trace
 
-    def generate(self, prompt: list[int], max_new_tokens: int) -> dict:
+    def generate(self, prompt: list[int], max_new_tokens: int, images: list[dict] | None = None,
+                 token_types: list[int] | None = None) -> dict:
         """The reference generate loop at temperature 0 for one sequence. Stops at EOS, or after a
         token the Engram map cannot take (vocab_size larger than the tokenizer): the reference's
         next call would fail on it."""
@@ -492,7 +531,7 @@ class ReferenceModel:
         steps, out_ids, pos, ids = [], [], 0, list(prompt)
         stop_reason = "length"
         for _ in range(max_new_tokens):
-            logits, trace = self.forward(ids, pos)
+            logits, trace = self.forward(ids, pos, images, token_types) if pos == 0 else self.forward(ids, pos)
             nxt = int(np.argmax(logits))
             self.ties.argmax += int((logits == logits[nxt]).sum() > 1)
             steps.append({"start_pos": pos, "n_tokens": len(ids), "next_id": nxt, "logits": logits, "trace": trace})
@@ -580,7 +619,12 @@ def run(args) -> dict:
             prompt = prompt[: args.prompt_len]
     if not prompt:
         raise ValueError("the prompt is empty")
-    result = model.generate(prompt, args.max_new_tokens)
+    placeholder_prompt, images, token_types, image_record = prompt, None, None, []
+    if args.image_grid:
+        prompt, token_types, images = prepare_vl_inputs(model, prompt, args.image_grid)
+        image_record = [{"n_vit_h": im["n_h"], "n_vit_w": im["n_w"], "salt": im["salt"], "start": im["start"],
+                         "n_tokens": len(im["types"])} for im in images]
+    result = model.generate(prompt, args.max_new_tokens, images, token_types)
     steps = []
     for i, s in enumerate(result["steps"]):
         entry = {"start_pos": s["start_pos"], "n_tokens": s["n_tokens"], "next_id": s["next_id"],
@@ -599,12 +643,41 @@ def run(args) -> dict:
         "tie_rule": "lower index first",
         "prompt_text": args.prompt_text,
         "prompt_ids": prompt,
+        **({"placeholder_prompt_ids": placeholder_prompt, "images": image_record,
+            "pixel_byte": "(row*37 + col*11 + channel*101 + (row*col)%7 + n_w*5 + salt*13) % 256"}
+           if image_record else {}),
         "max_new_tokens": args.max_new_tokens,
         "greedy_ids": result["greedy_ids"],
         "stop_reason": result["stop_reason"],
         "ties": result["ties"],
         "steps": steps,
     }
+
+
+def prepare_vl_inputs(model: ReferenceModel, prompt: list[int], grids: list[str]):
+    """image_processor.prepare_vl_inputs on patch grids instead of files: each image_token_id in the
+    prompt takes the next grid "n_h,n_w,salt" (vision_reference.make_patches' pixel pattern) and
+    expands to image_token_types(ceil(n_h / r), ceil(n_w / r)), every position carrying the id."""
+    if model.vision is None:
+        raise ValueError("the checkpoint has no vision tower (no vision_config) but --image-grid was given")
+    a = model.vision.a
+    n_placeholders = sum(t == model.image_token_id for t in prompt)
+    if n_placeholders != len(grids):
+        raise ValueError(f"Found {n_placeholders} image tokens but got {len(grids)} images")
+    tokens, types, images, next_grid = [], [], [], iter(grids)
+    for t in prompt:
+        if t != model.image_token_id:
+            tokens.append(t)
+            types.append(-1)
+            continue
+        n_h, n_w, salt = (int(v) for v in next(next_grid).split(","))
+        g_h, g_w = -(-n_h // a.downsample), -(-n_w // a.downsample)
+        span = [0] + ([1] * g_w + [2]) * g_h + [3]
+        images.append({"start": len(tokens), "types": span, "n_h": n_h, "n_w": n_w, "salt": salt,
+                       "patches": make_patches(n_h, n_w, a.patch, salt)})
+        tokens += [model.image_token_id] * len(span)
+        types += span
+    return tokens, types, images
 
 
 def write_report(text: str, path: str | None) -> None:
@@ -628,6 +701,8 @@ def main(argv=None) -> int:
     ap.add_argument("--index-keys", choices=("reference", "owner"), default="reference")
     ap.add_argument("--max-seq-len", type=int, default=4096, help="the reference's cache size (ModelArgs default)")
     ap.add_argument("--full-logits-max-vocab", type=int, default=4096)
+    ap.add_argument("--image-grid", action="append", default=[],
+                    help="n_h,n_w,salt: a patch grid for the next image placeholder of the prompt (repeatable)")
     ap.add_argument("--out", help="output JSON (default: stdout)")
     args = ap.parse_args(argv)
     try:

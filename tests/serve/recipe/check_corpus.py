@@ -53,6 +53,17 @@ def recipe_render(api, body, encoding, options):
             "token_ids": encoding.encode(conversation)}
 
 
+def recipe_image_ids(rendered):
+    """deepseek-recipe 0.2.0 writes each image's placeholder as the special text "<｜image｜>" (id
+    129279 in the V4-series vocabulary) and hands the backend IMAGE_SPECIAL_TOKEN_ID (129264, the
+    checkpoint's image_token_id and the official encoder's <｜deepseek_image｜>) in its place: the ids
+    a backend runs have 129264 there. Only placeholders are special ranges spelling "<｜image｜>"."""
+    ids, prompt = list(rendered["token_ids"]), rendered["prompt"]
+    n_placeholders = sum(prompt[a:b] == "<｜image｜>" for a, b in rendered["special_ranges"])
+    assert dr.IMAGE_SPECIAL_TOKEN_ID == 129264 and ids.count(129279) == n_placeholders, (ids, n_placeholders)
+    return [dr.IMAGE_SPECIAL_TOKEN_ID if t == 129279 else t for t in ids]
+
+
 def cedar_render_all(cedar, cases):
     """`cedar render --bodies`: every case in one process (one tokenizer load)."""
     lines = "".join(json.dumps(c, ensure_ascii=False) + "\n" for c in cases)
@@ -86,6 +97,8 @@ def main():
     differ = []
     for case, got in zip(cases, cedar_render_all(cedar, cases)):
         want = recipe_render(case["api"], case["body"], encoding, options)
+        if case["name"].startswith("image-") and "token_ids" in want:
+            want["token_ids"] = recipe_image_ids(want)
         if "error" in want or "error" in got:
             if "error" in want and "error" in got:
                 refused += 1

@@ -14,6 +14,7 @@ assistant history, reasoning, tool call arguments, Responses instructions, Messa
     python3 tests/serve/recipe/gen_corpus.py            # from the repository root
 """
 
+import base64
 import json
 import os
 import random
@@ -657,6 +658,36 @@ def trailing_assistant_cases():
     return out
 
 
+def image_cases():
+    """Image requests (issue 38): inline base64 images in user turns, where deepseek-recipe renders each
+    as its image token (<｜deepseek_image｜>, id 129264) joined to the text blocks by a blank line.
+    Remote URLs are left out: deepseek-recipe converts them (it fetches later), cedar refuses them."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    with open(os.path.join(here, "..", "..", "image", "fuzz", "corpus", "rgb.png"), "rb") as f:
+        b64 = base64.b64encode(f.read()).decode()
+    url = "data:image/png;base64," + b64
+    img = {"type": "image_url", "image_url": {"url": url}}
+    text = {"type": "text", "text": "What is in this picture?"}
+    out = [
+        ("chat", "image-chat-text-then-image", {"model": MODEL, "messages": [{"role": "user", "content": [text, img]}]}),
+        ("chat", "image-chat-image-first", {"model": MODEL, "messages": [{"role": "user", "content": [img, text]}],
+                                            "thinking": {"type": "disabled"}}),
+        ("chat", "image-chat-two-images", {"model": MODEL, "messages": [
+            {"role": "user", "content": [img, {"type": "text", "text": "and"}, img, text]}]}),
+        ("chat", "image-chat-earlier-turn", {"model": MODEL, "messages": [
+            {"role": "user", "content": [text, img]}, {"role": "assistant", "content": "A cat."},
+            {"role": "user", "content": "Are you sure?"}]}),
+        ("responses", "image-responses-input-image", {"model": MODEL, "input": [
+            {"role": "user", "content": [{"type": "input_text", "text": "What is this?"},
+                                         {"type": "input_image", "image_url": url}]}]}),
+        ("messages", "image-messages-base64", {"model": MODEL, "max_tokens": 64, "messages": [
+            {"role": "user", "content": [
+                {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": b64}},
+                {"type": "text", "text": "What is this?"}]}]}),
+    ]
+    return out
+
+
 BUILDERS = {"chat": chat_body, "responses": responses_body, "messages": messages_body}
 SHAPES = {
     "chat": ["user", "system", "user_parts", "multi", "multi_system", "tools_roundtrip"],
@@ -692,6 +723,8 @@ def main():
     for api, name, body in default_cases():
         out.append({"name": name, "api": api, "body": body})
     for api, name, body in trailing_assistant_cases():
+        out.append({"name": name, "api": api, "body": body})
+    for api, name, body in image_cases():
         out.append({"name": name, "api": api, "body": body})
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "corpus.jsonl")
     with open(path, "w", encoding="utf-8") as f:
