@@ -2,7 +2,7 @@
 # New files are picked up on the next configure (CONFIGURE_DEPENDS), so adding a file never needs
 # an edit here.
 function(cedar_module name)
-  cmake_parse_arguments(ARG "" "" "DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "SERIAL" "" "DEPS" ${ARGN})
   file(GLOB _src CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*.cc)
   if(NOT _src)  # a folder with headers only
     add_library(${name} INTERFACE)
@@ -19,7 +19,7 @@ endfunction()
 # cedar_test_suite(NAME DEPS ...): one GoogleTest binary from every *_test.cc in the folder,
 # registered with CTest under the label NAME.
 function(cedar_test_suite name)
-  cmake_parse_arguments(ARG "" "" "DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "SERIAL" "" "DEPS" ${ARGN})
   file(GLOB _src CONFIGURE_DEPENDS ${CMAKE_CURRENT_SOURCE_DIR}/*_test.cc)
   if(NOT _src)
     return()
@@ -31,5 +31,10 @@ function(cedar_test_suite name)
     CEDAR_BINARY_DIR="${PROJECT_BINARY_DIR}")
   cedar_set_warnings(test_${name})
   include(GoogleTest)
-  gtest_discover_tests(test_${name} PROPERTIES LABELS ${name} DISCOVERY_TIMEOUT 60)
+  # SERIAL: the suite's tests never run beside each other (they share a machine-wide resource).
+  set(_lock)
+  if(ARG_SERIAL)
+    set(_lock RESOURCE_LOCK ${name})
+  endif()
+  gtest_discover_tests(test_${name} PROPERTIES LABELS ${name} ${_lock} DISCOVERY_TIMEOUT 60)
 endfunction()
