@@ -124,6 +124,16 @@ SchemaError read_number(const OrderedJson& obj, const char* key, const std::stri
   return std::nullopt;
 }
 
+namespace {
+
+// The `type` of the content part `part` at `p` (an object with a string `type`).
+SchemaError read_part_type(const OrderedJson& part, const std::string& p, std::string* type) {
+  if (!part.is_object()) return wrong_type(p, "an object", part);
+  return read_string(part, "type", p, type, /*required=*/true);
+}
+
+}  // namespace
+
 SchemaError read_text_content(const OrderedJson& content, const std::string& path,
                               const std::vector<std::string_view>& text_types, std::string* out) {
   out->clear();
@@ -136,9 +146,8 @@ SchemaError read_text_content(const OrderedJson& content, const std::string& pat
   for (size_t i = 0; i < content.size(); ++i) {
     const OrderedJson& part = content[i];
     const std::string p = field_path(path, i);
-    if (!part.is_object()) return wrong_type(p, "an object", part);
     std::string type;
-    CEDAR_SCHEMA_TRY(read_string(part, "type", p, &type, /*required=*/true));
+    CEDAR_SCHEMA_TRY(read_part_type(part, p, &type));
     bool is_text = false;
     for (std::string_view t : text_types) is_text |= (type == t);
     if (!is_text)
@@ -199,9 +208,8 @@ SchemaError read_user_content(const OrderedJson& content, const std::string& pat
   for (size_t i = 0; i < content.size(); ++i) {
     const OrderedJson& part = content[i];
     const std::string p = field_path(path, i);
-    if (!part.is_object()) return wrong_type(p, "an object", part);
     std::string type;
-    CEDAR_SCHEMA_TRY(read_string(part, "type", p, &type, /*required=*/true));
+    CEDAR_SCHEMA_TRY(read_part_type(part, p, &type));
     bool is_image = false;
     for (std::string_view t : image_types) is_image |= (type == t);
     if (is_image) {

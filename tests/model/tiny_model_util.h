@@ -34,34 +34,36 @@ inline ModelConfig tiny_test_config(bool wide_kv) {
   return c;
 }
 
+// Writes a tiny checkpoint of config `c` (its Engram classes set from the test tokenizer) into `dir`.
+// CTest runs every test case as its own process, two at a time: it is written into a private folder
+// and renamed into place, so a process never sees another one's half-written checkpoint.
+inline void write_tiny_into(const std::string& dir, ModelConfig c, uint64_t seed) {
+  const std::string tmp = dir + ".tmp." + std::to_string(::getpid());
+  std::filesystem::remove_all(tmp);
+  auto tok = prepare_tiny_tokenizer(repo_tokenizer_dir());
+  if (!tok.ok()) throw std::runtime_error(tok.status().to_string());
+  c.engram_compressed_vocab_size = tok->engram_classes;
+  TinyOptions opt;
+  opt.out_dir = tmp;
+  opt.seed = seed;
+  opt.tokenizer = &*tok;
+  Status st = write_tiny_checkpoint(c, opt);
+  if (!st.ok()) throw std::runtime_error(st.to_string());
+  std::error_code ec;
+  std::filesystem::rename(tmp, dir, ec);  // fails if another process got there first: use theirs
+  if (ec) std::filesystem::remove_all(tmp);
+}
+
 inline std::string tiny_checkpoint(uint64_t seed, bool wide_kv = false) {
   static std::mutex mu;
   static std::map<std::pair<uint64_t, bool>, std::string> made;
   std::lock_guard<std::mutex> lock(mu);
   if (made.count({seed, wide_kv})) return made[{seed, wide_kv}];
-  // CTest runs every test case as its own process, two at a time: write into a private folder and
-  // rename it into place, so a process never sees another one's half-written checkpoint. The name
-  // says which tokenizer the checkpoint ships, so a build folder holding checkpoints made with an
+  // The name says which tokenizer the checkpoint ships, so a build folder holding checkpoints made with an
   // older test tokenizer (the V3 one) does not hand them to tests whose goldens expect the V4 one.
   const std::string dir = std::string(CEDAR_BINARY_DIR) + "/model_test_data/tiny_v4tok_" +
                           (wide_kv ? "widekv_" : "") + "seed" + std::to_string(seed);
-  if (!std::filesystem::exists(dir + "/config.json")) {
-    const std::string tmp = dir + ".tmp." + std::to_string(::getpid());
-    std::filesystem::remove_all(tmp);
-    auto tok = prepare_tiny_tokenizer(repo_tokenizer_dir());
-    if (!tok.ok()) throw std::runtime_error(tok.status().to_string());
-    ModelConfig c = tiny_test_config(wide_kv);
-    c.engram_compressed_vocab_size = tok->engram_classes;
-    TinyOptions opt;
-    opt.out_dir = tmp;
-    opt.seed = seed;
-    opt.tokenizer = &*tok;
-    Status st = write_tiny_checkpoint(c, opt);
-    if (!st.ok()) throw std::runtime_error(st.to_string());
-    std::error_code ec;
-    std::filesystem::rename(tmp, dir, ec);  // fails if another process got there first: use theirs
-    if (ec) std::filesystem::remove_all(tmp);
-  }
+  if (!std::filesystem::exists(dir + "/config.json")) write_tiny_into(dir, tiny_test_config(wide_kv), seed);
   made[{seed, wide_kv}] = dir;
   return dir;
 }
@@ -93,22 +95,9 @@ inline std::string vision_checkpoint(uint64_t seed) {
   std::lock_guard<std::mutex> lock(mu);
   const std::string dir = std::string(CEDAR_BINARY_DIR) + "/model_test_data/tiny_vision_seed" + std::to_string(seed);
   if (!std::filesystem::exists(dir + "/config.json")) {
-    const std::string tmp = dir + ".tmp." + std::to_string(::getpid());
-    std::filesystem::remove_all(tmp);
-    auto tok = prepare_tiny_tokenizer(repo_tokenizer_dir());
-    if (!tok.ok()) throw std::runtime_error(tok.status().to_string());
     ModelConfig c = tiny_config(TinyPreset::kTiny);
-    c.engram_compressed_vocab_size = tok->engram_classes;
     c.vision = tiny_vision_config();
-    TinyOptions opt;
-    opt.out_dir = tmp;
-    opt.seed = seed;
-    opt.tokenizer = &*tok;
-    Status st = write_tiny_checkpoint(c, opt);
-    if (!st.ok()) throw std::runtime_error(st.to_string());
-    std::error_code ec;
-    std::filesystem::rename(tmp, dir, ec);
-    if (ec) std::filesystem::remove_all(tmp);
+    write_tiny_into(dir, c, seed);
   }
   return dir;
 }
