@@ -9,7 +9,7 @@
 #include <sstream>
 
 #include "model/model.h"
-#include "model/weight_inventory.h"
+#include "spec/weight_inventory.h"
 
 namespace cedar::dist {
 

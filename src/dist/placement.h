@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "model/config.h"
-#include "model/layer_plan.h"
+#include "spec/config.h"
+#include "spec/layer_plan.h"
 
 namespace cedar::dist {
 

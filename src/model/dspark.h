@@ -16,9 +16,9 @@
 
 #include "core/status.h"
 #include "core/thread_pool.h"
-#include "model/config.h"
-#include "model/model_weights.h"
-#include "model/weight_map.h"
+#include "spec/config.h"
+#include "weights/model_weights.h"
+#include "weights/weight_map.h"
 #include "ops/rope.h"
 #include "ops/sample.h"
 

@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "core/status.h"
-#include "model/config.h"
-#include "model/engram_layout.h"
+#include "spec/config.h"
+#include "spec/engram_layout.h"
 
 namespace cedar::model {
 

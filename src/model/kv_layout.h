@@ -7,8 +7,8 @@
 #include <string>
 
 #include "kv/geometry.h"
-#include "model/config.h"
-#include "model/layer_plan.h"
+#include "spec/config.h"
+#include "spec/layer_plan.h"
 
 namespace cedar::io {
 class Checkpoint;

@@ -7,7 +7,7 @@
 #include <cstddef>
 
 #include "core/thread_pool.h"
-#include "model/config.h"
+#include "spec/config.h"
 #include "ops/hc.h"
 #include "ops/kernel_set.h"
 

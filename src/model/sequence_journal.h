@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "core/status.h"
-#include "model/config.h"
-#include "model/layer_plan.h"
+#include "spec/config.h"
+#include "spec/layer_plan.h"
 #include "model/sequence_state.h"
 
 namespace cedar::model {

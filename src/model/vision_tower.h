@@ -22,8 +22,8 @@
 
 #include "core/status.h"
 #include "core/thread_pool.h"
-#include "model/config.h"
-#include "model/weight_map.h"
+#include "spec/config.h"
+#include "weights/weight_map.h"
 #include "ops/kernel_set.h"
 
 namespace cedar::model {

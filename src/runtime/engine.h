@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "model/config.h"
+#include "spec/config.h"
 #include "model/image_spans.h"
 #include "runtime/prefix_levels.h"
 

@@ -5,7 +5,7 @@
 #include <limits>
 
 #include "core/log.h"
-#include "model/weight_inventory.h"
+#include "spec/weight_inventory.h"
 #include "runtime/sampler.h"
 
 namespace cedar::runtime {

@@ -1,6 +1,6 @@
 #include "serve/engine_setup.h"
 
-#include "model/residency_plan.h"
+#include "weights/residency_plan.h"
 
 #include <filesystem>
 

@@ -16,7 +16,7 @@
 
 #include "core/status.h"
 #include "image/image_types.h"
-#include "model/config.h"
+#include "spec/config.h"
 #include "model/image_spans.h"
 
 namespace cedar::serve {

@@ -12,8 +12,8 @@
 
 #include "core/file.h"
 #include "io/safetensors_writer.h"
-#include "model/engram_layout.h"
-#include "model/weight_inventory.h"
+#include "spec/engram_layout.h"
+#include "spec/weight_inventory.h"
 #include "ops/formats.h"
 #include "tokenizer/engram_token_map.h"
 #include "tokenizer/marker_tokens.h"

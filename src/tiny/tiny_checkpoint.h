@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/status.h"
-#include "model/config.h"
+#include "spec/config.h"
 
 namespace cedar::model {
 

@@ -23,7 +23,7 @@
 #include "core/timer.h"
 #include "model/model.h"
 #include "model_summary.h"
-#include "model/weight_inventory.h"
+#include "spec/weight_inventory.h"
 #include "ops/bf16_coded.h"
 #include "ops/formats.h"
 #include "ops/kernel_set.h"

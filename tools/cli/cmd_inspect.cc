@@ -7,12 +7,12 @@
 #include "command.h"
 #include "dist/placement.h"
 #include "io/checkpoint.h"
-#include "model/config.h"
-#include "model/layer_plan.h"
+#include "spec/config.h"
+#include "spec/layer_plan.h"
 #include "model_summary.h"
-#include "model/residency_plan.h"
-#include "model/weight_inventory.h"
-#include "model/weight_map.h"
+#include "weights/residency_plan.h"
+#include "spec/weight_inventory.h"
+#include "weights/weight_map.h"
 #include "progress.h"
 
 namespace cedar::cli {

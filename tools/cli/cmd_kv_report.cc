@@ -15,8 +15,8 @@
 #include "model/kv_layout.h"
 #include "kv/geometry.h"
 #include "kv/report.h"
-#include "model/config.h"
-#include "model/layer_plan.h"
+#include "spec/config.h"
+#include "spec/layer_plan.h"
 
 namespace cedar::cli {
 namespace {

@@ -4,7 +4,7 @@
 #include <cstdlib>
 
 #include "core/thread_pool.h"
-#include "model/layer_plan.h"
+#include "spec/layer_plan.h"
 
 namespace cedar::cli {
 namespace {

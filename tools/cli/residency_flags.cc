@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <functional>
 
-#include "model/residency_plan.h"
+#include "weights/residency_plan.h"
 
 namespace cedar::cli {
 

@@ -9,9 +9,9 @@
 #include <memory>
 #include <vector>
 
-#include "model/config.h"
-#include "model/layer_plan.h"
-#include "model/weight_map.h"
+#include "spec/config.h"
+#include "spec/layer_plan.h"
+#include "weights/weight_map.h"
 #include "ops/bf16_coded.h"
 #include "ops/linear.h"
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "model/config.h"
+#include "spec/config.h"
 
 namespace cedar::model {
 

@@ -14,9 +14,9 @@
 #include <nlohmann/json.hpp>
 
 #include "core/status.h"
-#include "model/config.h"
-#include "model/layer_plan.h"
-#include "model/weight_inventory.h"
+#include "spec/config.h"
+#include "spec/layer_plan.h"
+#include "spec/weight_inventory.h"
 
 namespace cedar::model {
 

@@ -1,4 +1,4 @@
-#include "model/weight_source.h"
+#include "weights/weight_source.h"
 
 #include <cstring>
 #include <vector>

@@ -1,4 +1,4 @@
-#include "model/engram_layout.h"
+#include "spec/engram_layout.h"
 
 #include <set>
 

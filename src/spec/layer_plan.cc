@@ -1,7 +1,7 @@
 // Derives the per-layer attention plan. V4.1 wiring mirrors how the reference's layers hand state
 // down the stack (SharedAttentionRuntime in model.py): a KV source publishes compressed KV and index
 // keys, an index source publishes its top-k, and every later layer reads the most recent of each.
-#include "model/layer_plan.h"
+#include "spec/layer_plan.h"
 
 #include <algorithm>
 

@@ -1,7 +1,7 @@
 // Builds the tensor inventory of spec §3 from a ModelConfig. The shapes follow the reference's
 // module constructors (inference/model.py, engram.py, vision.py): Linear stores [out, in], FP8
 // weights carry a [ceil(out/b), ceil(in/b)] E8M0 scale, FP4 experts a [out, in/32] E8M0 scale.
-#include "model/weight_inventory.h"
+#include "spec/weight_inventory.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "model/weight_map.h"
+#include "weights/weight_map.h"
 
 #include <sstream>
 

@@ -1,4 +1,4 @@
-#include "model/streaming_source.h"
+#include "weights/streaming_source.h"
 
 #include <algorithm>
 #include <cstring>

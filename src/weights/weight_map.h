@@ -10,7 +10,7 @@
 
 #include "core/status.h"
 #include "io/checkpoint.h"
-#include "model/weight_inventory.h"
+#include "spec/weight_inventory.h"
 
 namespace cedar::model {
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "model/config.h"
+#include "spec/config.h"
 
 namespace cedar::model {
 

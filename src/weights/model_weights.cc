@@ -1,4 +1,4 @@
-#include "model/model_weights.h"
+#include "weights/model_weights.h"
 
 #include <cstring>
 

@@ -1,4 +1,4 @@
-#include "model/residency_plan.h"
+#include "weights/residency_plan.h"
 
 #include <algorithm>
 #include <cmath>

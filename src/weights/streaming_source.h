@@ -14,10 +14,10 @@
 
 #include "core/status.h"
 #include "io/checkpoint.h"
-#include "model/config.h"
-#include "model/layer_plan.h"
-#include "model/weight_map.h"
-#include "model/weight_source.h"
+#include "spec/config.h"
+#include "spec/layer_plan.h"
+#include "weights/weight_map.h"
+#include "weights/weight_source.h"
 
 namespace cedar::model {
 

@@ -18,7 +18,7 @@
 #include <span>
 
 #include "core/status.h"
-#include "model/model_weights.h"
+#include "weights/model_weights.h"
 
 namespace cedar::model {
 

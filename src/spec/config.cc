@@ -1,6 +1,6 @@
 // Reading and validating config.json. Keys are the Hugging Face names (V4.1 nested under
 // text_config, V4-Flash flat); each is mapped to the reference's ModelArgs name in ModelConfig.
-#include "model/config.h"
+#include "spec/config.h"
 
 #include <algorithm>
 #include <fstream>
@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/engram_layout.h"
+#include "spec/engram_layout.h"
 
 namespace cedar::model {
 namespace {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "core/dtype.h"
-#include "model/config.h"
+#include "spec/config.h"
 
 namespace cedar::model {
 
