@@ -18,12 +18,12 @@
 
 #include "core/thread_pool.h"
 #include "io/checkpoint.h"
-#include "model/config.h"
+#include "spec/config.h"
 #include "tiny/tiny_checkpoint.h"
 #include "model/vision_aligner.h"
 #include "model/vision_tower.h"
-#include "model/weight_inventory.h"
-#include "model/weight_map.h"
+#include "spec/weight_inventory.h"
+#include "weights/weight_map.h"
 #include "ops/formats.h"
 
 namespace cedar::model {

@@ -22,8 +22,8 @@
 #include <thread>
 
 #include "dist/placement.h"
-#include "model/config.h"
-#include "model/layer_plan.h"
+#include "spec/config.h"
+#include "spec/layer_plan.h"
 #include "model/model.h"
 
 namespace cedar::dist {

@@ -11,10 +11,10 @@
 #include <map>
 
 #include "core/thread_pool.h"
-#include "model/layer_plan.h"
+#include "spec/layer_plan.h"
 #include "model/model.h"
 #include "tiny/tiny_checkpoint.h"
-#include "model/weight_inventory.h"
+#include "spec/weight_inventory.h"
 #include "model_test_util.h"
 #include "tiny_model_util.h"
 

@@ -1,6 +1,6 @@
 // Config parsing and validation: the shipped configs load with the spec's values, and every
 // class of bad input is rejected with a message naming the field.
-#include "model/config.h"
+#include "spec/config.h"
 
 #include <gtest/gtest.h>
 

@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/thread_pool.h"
-#include "model/weight_inventory.h"
+#include "spec/weight_inventory.h"
 #include "ops/sample.h"
 #include "tiny_model_util.h"
 

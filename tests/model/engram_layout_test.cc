@@ -1,6 +1,6 @@
 // Engram primes for the released config against the values in spec §4.3 (reproduced there with
 // sympy): 48 distinct ascending primes, first and last of each layer, and the row sums.
-#include "model/engram_layout.h"
+#include "spec/engram_layout.h"
 
 #include <gtest/gtest.h>
 

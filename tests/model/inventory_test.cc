@@ -1,7 +1,7 @@
 // Tensor inventory of the released config: counts and sizes reported for the released checkpoint
 // (48 shards, 96,085 tensors, 475.2 GiB of payload; 552B backbone + ~196.6B Engram + 14.2B DSpark +
 // 0.5B vision, per spec §3 and the landscape notes), plus shapes of spec §3's table.
-#include "model/weight_inventory.h"
+#include "spec/weight_inventory.h"
 
 #include <gtest/gtest.h>
 

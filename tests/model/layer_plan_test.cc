@@ -1,5 +1,5 @@
 // The layer plan against the spec's per-layer CSA2 table (§4.5), written out by hand here.
-#include "model/layer_plan.h"
+#include "spec/layer_plan.h"
 
 #include <gtest/gtest.h>
 

@@ -3,7 +3,7 @@
 
 #include <string>
 
-#include "model/config.h"
+#include "spec/config.h"
 
 namespace cedar::model::testing {
 

@@ -2,8 +2,8 @@
 // out by hand, and the plan's invariants at 64 / 128 / 256 / 512 GiB.
 #include <gtest/gtest.h>
 
-#include "model/residency_plan.h"
-#include "model/weight_inventory.h"
+#include "weights/residency_plan.h"
+#include "spec/weight_inventory.h"
 
 namespace cedar::model {
 namespace {

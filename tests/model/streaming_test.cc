@@ -8,8 +8,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "model/residency_plan.h"
-#include "model/weight_inventory.h"
+#include "weights/residency_plan.h"
+#include "spec/weight_inventory.h"
 #include "tiny_model_util.h"
 
 namespace cedar::model {
