@@ -123,16 +123,23 @@ Status Model::forward_round(std::span<const SeqChunk> chunks, float* logits, con
     source_->will_need_rows({rows, T * per_token}, per_token, engram_hasher_->n_columns());
   }
   // Room in the KV home for the new positions (a replay re-runs positions the home already holds:
-  // their ids must be the same).
+  // their ids must be the same). Image positions are recorded by their key ids (image_spans.h).
+  std::vector<int32_t> keyed;
   for (const ChunkSpan& s : spans) {
     kv::Sequence& kv = s.seq->kv();
+    const int32_t* ids = s.tokens;
+    if (s.images && !s.images->empty()) {
+      keyed.assign(s.tokens, s.tokens + s.n);
+      key_image_positions(*s.images, s.p0, keyed);
+      ids = keyed.data();
+    }
     const int64_t held = std::min<int64_t>(kv.n_tokens() - s.p0, static_cast<int64_t>(s.n));
     for (int64_t i = 0; i < held; ++i)
-      if (kv.tokens()[s.p0 + i] != s.tokens[i])
+      if (kv.tokens()[s.p0 + i] != ids[i])
         return invalid_argument("forward: position " + std::to_string(s.p0 + i) +
                                 " differs from the id the sequence's restored prefix holds");
     if (held < static_cast<int64_t>(s.n))
-      CEDAR_RETURN_IF_ERROR(s.seq->home().append(kv, {s.tokens + std::max<int64_t>(held, 0), s.n - std::max<int64_t>(held, 0)}));
+      CEDAR_RETURN_IF_ERROR(s.seq->home().append(kv, {ids + std::max<int64_t>(held, 0), s.n - std::max<int64_t>(held, 0)}));
   }
   std::vector<ChunkSpan> original = spans;
   ForwardPass pass(*this, spans, T, pool);

@@ -17,6 +17,7 @@
 
 #include <array>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -53,5 +54,16 @@ struct SequenceImages {
     return -1;
   }
 };
+
+// Prefix-cache keys of image positions. Every position of a span carries the same token id, so a
+// cache keyed by ids alone would serve one image's KV for another. The KV home therefore records, at
+// an image position, a key id instead: a negative number (never a vocabulary id) derived from the
+// image's SHA-256, its patch grid and the offset in the span (XXH3-64, 31 bits per position). Every
+// level of the prefix cache (memory, disk, tails, the shared tier) compares ids, so an identical image
+// at the same place hits and any other image misses at its span's first position; a span of L
+// positions carries 31 * L bits of the image's identity.
+int32_t image_key_id(const ImageSpan& span, int64_t pos);
+// `ids` (the sequence's ids from position p0) with every image-span position replaced by its key id.
+void key_image_positions(const SequenceImages& images, int64_t p0, std::span<int32_t> ids);
 
 }  // namespace cedar::model

@@ -172,9 +172,10 @@ class Model {
   // Prepares `seq` (fresh, with global KV of positions [0, restored) already copied in by a prefix
   // cache) for a bounded-replay resume: the next forward starts at `replay_from` (at most `restored`);
   // positions [replay_from, restored) rebuild only window KV and attend no window slot below
-  // replay_from (spec §8). tokens: the sequence's ids, at least `restored` of them.
+  // replay_from (spec §8). tokens: the sequence's ids, at least `restored` of them; images: its image
+  // spans or null (the home holds their positions' key ids, and the Engram history skips them).
   Status prepare_resume(SequenceState& seq, std::span<const int32_t> tokens, int64_t restored,
-                        int64_t replay_from) const;
+                        int64_t replay_from, const SequenceImages* images = nullptr) const;
 
   // Expert parallelism: routed experts that this process does not own are sent through `exchange`
   // (not owned; it must outlive every forward pass). A failed exchange fails the forward pass and

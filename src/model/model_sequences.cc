@@ -46,7 +46,7 @@ SequenceState Model::new_sequence(int64_t capacity) const {
 }
 
 Status Model::prepare_resume(SequenceState& seq, std::span<const int32_t> tokens, int64_t restored,
-                             int64_t replay_from) const {
+                             int64_t replay_from, const SequenceImages* images) const {
   if (restored < 0 || replay_from < 0 || replay_from > restored || static_cast<int64_t>(tokens.size()) < restored)
     return invalid_argument("resume: inconsistent positions");
   if (replay_from == 0) return invalid_argument("resume: a replay from position 0 is a cold prefill");
@@ -54,15 +54,23 @@ Status Model::prepare_resume(SequenceState& seq, std::span<const int32_t> tokens
   if (engram_hasher_) {
     const size_t per_token = static_cast<size_t>(engram_hasher_->n_layers()) * engram_hasher_->n_columns();
     std::vector<int64_t> rows(static_cast<size_t>(replay_from) * per_token);
+    std::vector<uint8_t> takes_part;  // image positions take part in no n-gram (as in forward_round)
+    if (images && !images->empty()) {
+      takes_part.assign(static_cast<size_t>(replay_from), 1);
+      for (const ImageSpan& s : images->spans)
+        for (int64_t q = s.start; q < std::min(s.end(), replay_from); ++q) takes_part[q] = 0;
+    }
     seq.engram.clear();
-    CEDAR_RETURN_IF_ERROR(engram_hasher_->hash(seq.engram, 0, tokens.first(replay_from), {}, rows));
+    CEDAR_RETURN_IF_ERROR(engram_hasher_->hash(seq.engram, 0, tokens.first(replay_from), takes_part, rows));
   }
   // The restored prefix's ids are the KV home's (attached or appended by the prefix cache): the
   // replayed positions are checked against them as they run.
   if (!seq.valid() || seq.n_tokens != 0 || seq.kv().n_tokens() < restored)
     return invalid_argument("resume: the sequence must be fresh with its restored prefix attached");
+  std::vector<int32_t> keyed(tokens.begin(), tokens.begin() + restored);
+  if (images) key_image_positions(*images, 0, keyed);
   for (int64_t p = 0; p < restored; ++p)
-    if (seq.kv().tokens()[p] != tokens[p]) return invalid_argument("resume: the restored ids differ from the prompt");
+    if (seq.kv().tokens()[p] != keyed[p]) return invalid_argument("resume: the restored ids differ from the prompt");
   seq.n_tokens = replay_from;
   seq.replay_until = restored;
   seq.window_floor = replay_from;

@@ -106,9 +106,8 @@ struct GenerationRequest {
   std::shared_ptr<TokenConstraint> constraint;
   // Image spans of the prompt (prompt_ids already expanded: image_token_id at every span position),
   // or null for text. Each span is prefilled in one chunk. Each span carries the SHA-256 of its
-  // image's bytes (ImageSpan::content_sha256) beside its position: what a prefix cache keyed by image
-  // content needs. Until the prefix store keys by it, a request with images neither restores nor
-  // saves a prefix, so a different image can never hit.
+  // image's bytes (ImageSpan::content_sha256): the prefix cache keys its positions by it
+  // (model::image_key_id), so the same image at the same place hits and another image never does.
   std::shared_ptr<model::SequenceImages> images;
 };
 

@@ -19,8 +19,6 @@
 namespace cedar::runtime {
 namespace {
 
-bool has_images(const GenerationRequest& r) { return r.images && !r.images->empty(); }
-
 // A prefill piece [done, done + n) never cuts an image span (the reference prefills a span in one
 // chunk): a span the budget would cut ends the piece before it, or, when the piece starts at the
 // span, is taken whole even past the budget.
@@ -223,10 +221,9 @@ class LocalEngine final : public Engine {
     job.result.decode_seconds = job.timer.seconds() - job.result.prefill_seconds - job.result.queue_seconds;
     // Keep the conversation's global KV for the next turn (memory, then disk, then the shared
     // tier): the store thread saves it, so the step does not wait for the caches' I/O.
-    // Not with images: the store keys prefixes by token ids only, and every image span has the same
-    // ids (GenerationRequest::images).
-    const bool save = store_ && job.seq && job.request.cache_prefix && !has_images(job.request) &&
-                      reason != FinishReason::kError && !job.prefilling();
+    // With images too: the home holds their positions' key ids (model/image_spans.h).
+    const bool save = store_ && job.seq && job.request.cache_prefix && reason != FinishReason::kError &&
+                      !job.prefilling();
     {
       std::lock_guard<std::mutex> lock(mu_);
       stats_.requests++;
@@ -263,9 +260,9 @@ class LocalEngine final : public Engine {
     }
     j.seq = std::make_unique<model::SequenceState>(std::move(*fresh));
     int64_t cached = 0;
-    if (store_ && !has_images(req)) {
+    if (store_) {
       auto plan = store_->restore(req.prompt_ids, options_.replay_full ? ReplayMode::kFull : ReplayMode::kBounded,
-                                  *j.seq);
+                                  *j.seq, req.images.get());
       if (plan.ok()) {
         cached = plan->cached_tokens;
         j.result.cached_tokens = static_cast<int>(plan->cached_tokens);

@@ -48,9 +48,18 @@ Result<std::unique_ptr<PrefixStore>> PrefixStore::create(const model::Model& mod
   return ps;
 }
 
-Result<ResumePlan> PrefixStore::restore(std::span<const int32_t> prompt, ReplayMode mode, model::SequenceState& seq) {
+Result<ResumePlan> PrefixStore::restore(std::span<const int32_t> ids, ReplayMode mode, model::SequenceState& seq,
+                                        const model::SequenceImages* images) {
   ResumePlan plan;
-  if (mode == ReplayMode::kFull || prompt.size() < 2) return plan;
+  if (mode == ReplayMode::kFull || ids.size() < 2) return plan;
+  // What the cache is keyed by: the ids, with image positions replaced by their key ids.
+  std::vector<int32_t> keyed;
+  std::span<const int32_t> prompt = ids;
+  if (images && !images->empty()) {
+    keyed.assign(ids.begin(), ids.end());
+    model::key_image_positions(*images, 0, keyed);
+    prompt = keyed;
+  }
   if (&seq.home() != cache_.get()) return invalid_argument("prefix cache: the sequence lives in another KV cache");
   kv::Sequence& ks = seq.kv();
   const uint64_t reused_disk_before = cache_->stats().reused_tokens_disk;
@@ -116,7 +125,14 @@ Result<ResumePlan> PrefixStore::restore(std::span<const int32_t> prompt, ReplayM
   plan.replay_from = cached - window;
   for (const kv::OwnerGeometry& og : geometry_.owners)
     plan.replay_from = std::min(plan.replay_from, cached / og.ratio * og.ratio);
-  CEDAR_RETURN_IF_ERROR(model_.prepare_resume(seq, prompt, plan.cached_tokens, plan.replay_from));
+  // The reference prefills an image span in one chunk: a replay starting inside one starts at it.
+  if (images)
+    if (const int span = images->span_at(plan.replay_from); span >= 0) plan.replay_from = images->spans[span].start;
+  if (plan.replay_from <= 0) {
+    CEDAR_RETURN_IF_ERROR(cache_->truncate(ks, 0));
+    return ResumePlan{};
+  }
+  CEDAR_RETURN_IF_ERROR(model_.prepare_resume(seq, ids, plan.cached_tokens, plan.replay_from, images));
   return plan;
 }
 

@@ -56,8 +56,11 @@ class PrefixStore {
 
   // Fills a fresh `seq` from the longest cached prefix of `prompt` (whole blocks and a tail, leaving
   // at least one prompt token to run) and prepares it for the replay mode. After this, feed
-  // prompt[replay_from:].
-  Result<ResumePlan> restore(std::span<const int32_t> prompt, ReplayMode mode, model::SequenceState& seq);
+  // prompt[replay_from:]. images: the prompt's image spans, or null: their positions are looked up by
+  // the images' key ids (model::image_key_id), so only the same image at the same place hits, and a
+  // replay never starts inside a span.
+  Result<ResumePlan> restore(std::span<const int32_t> prompt, ReplayMode mode, model::SequenceState& seq,
+                             const model::SequenceImages* images = nullptr);
   // Stores `seq` (its tokens and global KV): whole blocks in memory and on disk, and as tails the
   // prefix [0, prompt_tokens) (the request's prompt, which the next turn usually repeats even when it
   // re-renders the answer differently) and the whole sequence.

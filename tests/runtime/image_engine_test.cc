@@ -1,6 +1,7 @@
 // Image spans through the engine (GenerationRequest::images): the chunked prefill plans its pieces
-// around a span (the reference prefills a span in one chunk), and a request with images neither
-// restores nor saves a prefix, so a different image behind the same token ids never hits.
+// around a span (the reference prefills a span in one chunk), and the prefix cache keys a span's
+// positions by its image (model::image_key_id): the same image hits, another image behind the same
+// token ids never does.
 #include <gtest/gtest.h>
 
 #include "core/thread_pool.h"
@@ -109,26 +110,90 @@ TEST(ImageEngine, BadSpansAreRefusedAtSubmit) {
   EXPECT_NE(out.status().message().find("no vision tower"), std::string::npos) << out.status().message();
 }
 
-// With the prefix cache on: the same ids with another image after a finished request restore
-// nothing and give what a fresh engine gives; neither does a text request with those ids.
-TEST(ImageEngine, RequestsWithImagesBypassThePrefixCache) {
-  auto engine = make_engine(vision_checkpoint(1), exact_options(true, 0));
-  ASSERT_TRUE(engine.ok());
-  auto first = generate(**engine, image_request(one_image(1), 3));
+// A longer prompt for the cache: text ids, a 4x4-patch image (8 positions) at `span_at`, text ids to
+// 72 tokens. With 16-token blocks the cache holds its first 64 tokens; the tiny preset's window is 16.
+GenerationRequest long_image_request(int salt, int n, int64_t span_at = 34) {
+  auto images = std::make_shared<model::SequenceImages>();
+  images->spans.push_back(golden_span(span_at, 4, 4, salt, kPatch));
+  GenerationRequest r;
+  for (int i = 0; i < span_at; ++i) r.prompt_ids.push_back(i == 0 ? 0 : 1000 + 7 * i);
+  r.prompt_ids.insert(r.prompt_ids.end(), images->spans[0].types.size(), 129264);
+  for (int i = 0; r.prompt_ids.size() < 72; ++i) r.prompt_ids.push_back(2000 + 11 * i);
+  r.images = std::move(images);
+  r.sampling.temperature = 0;
+  r.sampling.max_tokens = n;
+  r.sampling.ignore_eos = true;
+  return r;
+}
+
+EngineOptions cache_options(bool prefix_cache) {
+  EngineOptions o = exact_options(prefix_cache, 0);
+  o.kv_block_tokens = 16;
+  return o;
+}
+
+// The same image at the same place after a finished request restores the prompt's whole blocks past
+// the span and replays one window after it (bounded replay: an approximation, spec §8, so its ids
+// are not compared with a cold run's).
+TEST(ImageEngine, TheSameImageHitsThePrefixCache) {
+  auto engine = make_engine(vision_checkpoint(1), cache_options(true));
+  ASSERT_TRUE(engine.ok()) << engine.status().to_string();
+  auto first = generate(**engine, long_image_request(1, 3));
   ASSERT_TRUE(first.ok()) << first.status().to_string();
-  auto second = generate(**engine, image_request(one_image(2), 3));
+  EXPECT_EQ(first->cached_tokens, 0);
+  auto second = generate(**engine, long_image_request(1, 3));
   ASSERT_TRUE(second.ok()) << second.status().to_string();
-  EXPECT_EQ(second->cached_tokens, 0);
-  auto fresh_engine = make_engine(vision_checkpoint(1), exact_options(false, 0));
+  EXPECT_EQ(second->cached_tokens, 64);  // the 4 whole blocks of the 72-token prompt
+  EXPECT_EQ(second->replayed_tokens, 16);  // one window, after the span: its ViT did not run again
+  auto fresh_engine = make_engine(vision_checkpoint(1), cache_options(false));
   ASSERT_TRUE(fresh_engine.ok());
-  auto fresh = generate(**fresh_engine, image_request(one_image(2), 3));
+  auto fresh = generate(**fresh_engine, long_image_request(1, 3));
   ASSERT_TRUE(fresh.ok());
-  EXPECT_EQ(second->output_ids, fresh->output_ids);
-  GenerationRequest text = image_request(one_image(1), 2);
+  EXPECT_EQ(first->output_ids, fresh->output_ids);
+}
+
+// A replay whose window would start inside the span starts at the span (the reference prefills a span
+// in one chunk): 64 - 16 = 48 lies in the span [44, 52), so 20 tokens are replayed.
+TEST(ImageEngine, AReplayStartsAtTheSpanItWouldCut) {
+  auto engine = make_engine(vision_checkpoint(1), cache_options(true));
+  ASSERT_TRUE(engine.ok());
+  ASSERT_TRUE(generate(**engine, long_image_request(1, 3, 44)).ok());
+  auto second = generate(**engine, long_image_request(1, 3, 44));
+  ASSERT_TRUE(second.ok()) << second.status().to_string();
+  EXPECT_EQ(second->cached_tokens, 64);
+  EXPECT_EQ(second->replayed_tokens, 20);
+}
+
+// Another image behind the same ids restores only the blocks before its span: it gives bit for bit
+// what an engine gives whose cache only ever held those ids as text (the KV of positions before the
+// span is the same whatever follows). The same image read at another grid, and a text request with
+// the image token at those positions, miss at the span too.
+TEST(ImageEngine, AnotherImageMissesAtItsSpan) {
+  auto engine = make_engine(vision_checkpoint(1), cache_options(true));
+  ASSERT_TRUE(engine.ok());
+  ASSERT_TRUE(generate(**engine, long_image_request(1, 3)).ok());
+  auto second = generate(**engine, long_image_request(2, 3));
+  ASSERT_TRUE(second.ok()) << second.status().to_string();
+  EXPECT_EQ(second->cached_tokens, 32);  // blocks 0 and 1; block 2 holds the span
+  auto text_first = make_engine(vision_checkpoint(1), cache_options(true));
+  ASSERT_TRUE(text_first.ok());
+  GenerationRequest text = long_image_request(1, 2);
   text.images.reset();
+  ASSERT_TRUE(generate(**text_first, text).ok());
+  auto expected = generate(**text_first, long_image_request(2, 3));
+  ASSERT_TRUE(expected.ok());
+  EXPECT_EQ(expected->cached_tokens, 32);
+  EXPECT_EQ(second->output_ids, expected->output_ids);
+
+  GenerationRequest regrid = long_image_request(1, 3);
+  regrid.images->spans[0].n_vit_w = 5;  // still ceil(5 / 3) = 2 tokens a row: the same span length
+  regrid.images->spans[0].patches = model::testing::golden_patches(4, 5, kPatch, 1);
+  auto third = generate(**engine, regrid);
+  ASSERT_TRUE(third.ok()) << third.status().to_string();
+  EXPECT_EQ(third->cached_tokens, 32);
   auto t = generate(**engine, text);
   ASSERT_TRUE(t.ok());
-  EXPECT_EQ(t->cached_tokens, 0);
+  EXPECT_EQ(t->cached_tokens, 32);
 }
 
 }  // namespace
