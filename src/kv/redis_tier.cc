@@ -7,9 +7,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cstdio>
 #include <cstring>
 
 #include "core/log.h"
+#include "kv/tail_cache.h"
 
 namespace cedar::kv {
 
@@ -21,6 +23,30 @@ using Clock = std::chrono::steady_clock;
 // then goes out again on a later save).
 constexpr auto kKnownTtl = std::chrono::seconds(60);
 constexpr size_t kKnownMax = 1 << 18;
+
+// A lookup in one round trip. KEYS: the n block keys in order, then the tail hash at each of the n + 1
+// block boundaries; ARGV[1]: n. Returns {the blocks of the longest run present, the tails (field,
+// value, ...) stored at the boundary where the run stops, the run's length, the 1-based index of a
+// key holding another type (0: none)}. Read-only: the client verifies every value and deletes bad ones.
+constexpr const char* kLookupScript = R"lua(
+local n = tonumber(ARGV[1])
+local blocks, stop, wrong = {}, n, 0
+for i = 1, n do
+  local v = redis.pcall('GET', KEYS[i])
+  if type(v) ~= 'string' then
+    if type(v) == 'table' and v.err then wrong = i end
+    stop = i - 1
+    break
+  end
+  blocks[i] = v
+end
+local tails = redis.pcall('HGETALL', KEYS[n + 1 + stop])
+if type(tails) ~= 'table' or tails.err then
+  if wrong == 0 then wrong = n + 1 + stop end
+  tails = {}
+end
+return {blocks, tails, stop, wrong}
+)lua";
 
 timeval to_timeval(int ms) {
   timeval tv{};
@@ -83,18 +109,47 @@ Reply command(redisContext* c, const std::vector<std::string_view>& args) {
 }
 
 bool append(redisContext* c, const std::vector<std::string_view>& args) {
-  const char* argv[3];
-  size_t lens[3];
-  for (size_t i = 0; i < args.size(); ++i) {
-    argv[i] = args[i].data();
-    lens[i] = args[i].size();
+  std::vector<const char*> argv;
+  std::vector<size_t> lens;
+  for (auto a : args) {
+    argv.push_back(a.data());
+    lens.push_back(a.size());
   }
-  return redisAppendCommandArgv(c, static_cast<int>(args.size()), argv, lens) == REDIS_OK;
+  return redisAppendCommandArgv(c, static_cast<int>(args.size()), argv.data(), lens.data()) == REDIS_OK;
 }
 
 Reply next_reply(redisContext* c) {
   void* r = nullptr;
   if (redisGetReply(c, &r) != REDIS_OK) return nullptr;
+  return Reply(static_cast<redisReply*>(r));
+}
+
+// The reply to what was appended, by `deadline` however Redis drips its bytes: each socket read waits
+// only for the time left (hiredis alone would give every read the full command timeout).
+Reply reply_by(redisContext* c, Clock::time_point deadline) {
+  auto left_ms = [&] {
+    return std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+  };
+  int done = 0;
+  while (!done) {
+    if (left_ms() <= 0) return nullptr;
+    redisSetTimeout(c, to_timeval(static_cast<int>(std::max<long long>(left_ms(), 1))));
+    if (redisBufferWrite(c, &done) != REDIS_OK) return nullptr;
+  }
+  void* r = nullptr;
+  if (redisGetReplyFromReader(c, &r) != REDIS_OK) return nullptr;
+  while (!r) {
+    const long long left = left_ms();
+    if (left <= 0) {
+      errno = EAGAIN;  // io_reason names a missed deadline
+      c->err = REDIS_ERR_IO;
+      std::snprintf(c->errstr, sizeof(c->errstr), "the lookup's deadline passed");
+      return nullptr;
+    }
+    redisSetTimeout(c, to_timeval(static_cast<int>(std::max<long long>(left, 1))));
+    if (redisBufferRead(c) != REDIS_OK) return nullptr;
+    if (redisGetReplyFromReader(c, &r) != REDIS_OK) return nullptr;
+  }
   return Reply(static_cast<redisReply*>(r));
 }
 
@@ -301,10 +356,11 @@ void RedisTier::count_bad(TierRecordStatus s, const std::string& key, const std:
   }
 }
 
-void RedisTier::delete_keys(Connection& c, const std::vector<std::string>& keys) {
+void RedisTier::delete_keys(Connection& c, const std::vector<std::pair<std::string, std::string>>& keys) {
   if (keys.empty() || !c.ctx) return;
-  for (const std::string& k : keys)
-    if (!append(c.ctx, {"DEL", k})) return fail(c, "DEL: " + io_reason(c.ctx));
+  for (const auto& [key, field] : keys)
+    if (!(field.empty() ? append(c.ctx, {"DEL", key}) : append(c.ctx, {"HDEL", key, field})))
+      return fail(c, "DEL: " + io_reason(c.ctx));
   uint64_t deleted = 0;
   for (size_t i = 0; i < keys.size(); ++i) {
     Reply r = next_reply(c.ctx);
@@ -315,144 +371,142 @@ void RedisTier::delete_keys(Connection& c, const std::vector<std::string>& keys)
   stats_.deleted += deleted;
 }
 
-size_t RedisTier::fetch_blocks(std::span<const int32_t> tokens, std::span<const uint64_t> hashes, size_t first_block,
-                               const BlockSink& sink) {
-  if (first_block >= hashes.size()) return 0;
+RedisTier::Found RedisTier::lookup(std::span<const int32_t> prompt, std::span<const uint64_t> hashes,
+                                   size_t first_block, int64_t max_tokens, const BlockSink& sink,
+                                   std::vector<uint8_t>* tail) {
+  Found found;
+  const uint32_t bt = g_.block_tokens;
+  if (first_block > hashes.size() || max_tokens <= static_cast<int64_t>(first_block) * bt) return found;
+  const size_t n = hashes.size() - first_block;
   std::lock_guard<std::mutex> guard(lookup_mu_);
   SigpipeGuard no_sigpipe;
-  if (!ensure(lookup_)) return 0;
+  if (!ensure(lookup_)) return found;
   const auto t0 = Clock::now();
-  const uint32_t bt = g_.block_tokens;
-  std::vector<int64_t> ends;
-  for (size_t k = 0; k < hashes.size(); ++k) ends.push_back(static_cast<int64_t>((k + 1) * bt));
-  const std::vector<PrefixDigest> digests = prefix_digests(tokens, ends, layout_);
+  // One deadline for the whole call: the command timeout, plus the time the requested bytes take at
+  // lookup_floor_mb_per_s (a long prefix is a large reply).
+  const uint64_t requested = n * (kTierRecordHeaderBytes + g_.boundary_state_bytes + g_.block_bytes) +
+                             TailCache::payload_bytes(g_, bt - 1);
+  const auto deadline = t0 + std::chrono::milliseconds(opt_.command_timeout_ms) +
+                        std::chrono::microseconds(requested / std::max(1, opt_.lookup_floor_mb_per_s));
+  // Digests of the prefix at every block boundary from first_block on: block k's record names
+  // [0, (k + 1) * bt); the tails at boundary b are keyed by [0, b * bt).
+  std::vector<int64_t> boundaries;
+  for (size_t b = first_block; b <= hashes.size(); ++b) boundaries.push_back(static_cast<int64_t>(b * bt));
+  const std::vector<PrefixDigest> at = prefix_digests(prompt, boundaries, layout_);
   std::vector<std::string> keys;
-  for (size_t k = first_block; k < hashes.size(); ++k) {
-    keys.push_back(tier_block_key(layout_, hashes[k]));
-    if (!append(lookup_.ctx, {"GET", keys.back()})) {
-      fail(lookup_, "GET: " + io_reason(lookup_.ctx));
-      return 0;
-    }
+  for (size_t k = first_block; k < hashes.size(); ++k) keys.push_back(tier_block_key(layout_, hashes[k]));
+  for (const PrefixDigest& d : at) keys.push_back(tier_tail_key(layout_, d));
+  const std::string numkeys = std::to_string(keys.size()), n_blocks = std::to_string(n);
+  std::vector<std::string_view> args = {"EVAL", kLookupScript, numkeys};
+  for (const std::string& k : keys) args.push_back(k);
+  args.push_back(n_blocks);
+  if (!append(lookup_.ctx, args)) {
+    fail(lookup_, "EVAL: " + io_reason(lookup_.ctx));
+    return found;
   }
-  size_t delivered = 0;
-  uint64_t bytes = 0;
-  bool run = true, error_reply = false;
-  std::vector<std::string> bad;
-  for (size_t i = 0; i < keys.size(); ++i) {
-    const size_t k = first_block + i;
-    Reply r = next_reply(lookup_.ctx);
-    if (!r) {
-      // What was delivered was verified; the rest of the prefix is computed.
-      fail(lookup_, "GET: " + io_reason(lookup_.ctx));
+  Reply r = reply_by(lookup_.ctx, deadline);
+  if (!r) {
+    fail(lookup_, "EVAL: " + io_reason(lookup_.ctx));
+    std::lock_guard<std::mutex> lock(mu_);
+    ++stats_.lookups;
+    return found;
+  }
+  if (r->type != REDIS_REPLY_ARRAY || r->elements != 4 || r->element[0]->type != REDIS_REPLY_ARRAY ||
+      r->element[2]->type != REDIS_REPLY_INTEGER || r->element[3]->type != REDIS_REPLY_INTEGER) {
+    // An error reply (scripting refused to this user, BUSY, ...): the lookup misses.
+    const std::string what = r->type == REDIS_REPLY_ERROR ? std::string(r->str, r->len) : "an unexpected reply";
+    r.reset();
+    {
       std::lock_guard<std::mutex> lock(mu_);
       ++stats_.lookups;
-      stats_.hit_blocks += delivered;
-      stats_.hit_tokens += delivered * bt;
-      stats_.fetched_bytes += bytes;
-      return delivered;
+      ++stats_.error_replies;
     }
-    if (r->type == REDIS_REPLY_STRING) {
-      bytes += r->len;
-      TierRecordIdentity id;
-      id.kind = TierRecordKind::kBlock;
-      id.chain_hash = hashes[k];
-      id.digest = digests[k];
-      id.start = static_cast<int64_t>(k * bt);
-      id.tokens = tokens.subspan(k * bt, bt);
-      std::span<const uint8_t> boundary, payload;
-      const TierRecordCheck check =
-          decode_tier_record(std::span(reinterpret_cast<const uint8_t*>(r->str), r->len), g_, id, &boundary, &payload);
-      if (!check.ok()) {
-        // Checked past the end of the run too: every bad value fetched is deleted.
-        count_bad(check.status, keys[i], check.reason);
-        bad.push_back(keys[i]);
-        run = false;
-      } else if (!run) {
-        continue;  // a sound block after a gap: not usable without the ones before it
-      } else if (!sink(k, boundary, payload)) {
-        run = false;
-      } else {
-        ++delivered;
-        remember(hashes[k]);
-      }
-    } else if (run) {
-      // nil: the prefix ends here. An error reply (WRONGTYPE: not ours) ends it too.
-      if (r->type == REDIS_REPLY_ERROR) {
-        error_reply = true;
-        if (std::string_view(r->str, r->len).rfind("WRONGTYPE", 0) == 0) bad.push_back(keys[i]);
-      }
-      run = false;
-    }
+    fail(lookup_, "EVAL: Redis answered " + what + " (the lookup is a Lua script: allow EVAL to this user)");
+    return found;
   }
-  delete_keys(lookup_, bad);
-  const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
-  std::lock_guard<std::mutex> lock(mu_);
-  ++stats_.lookups;
-  if (error_reply) ++stats_.error_replies;
-  stats_.hit_blocks += delivered;
-  stats_.hit_tokens += delivered * bt;
-  stats_.fetched_bytes += bytes;
-  stats_.lookup_seconds += seconds;
-  return delivered;
-}
-
-int64_t RedisTier::fetch_tail(std::span<const int32_t> prompt, int64_t start, int64_t max_tokens,
-                              std::vector<uint8_t>* payload) {
-  const int64_t longest = std::min<int64_t>(
-      {max_tokens, static_cast<int64_t>(g_.block_tokens) - 1, static_cast<int64_t>(prompt.size()) - start});
-  if (longest <= 0 || start < 0) return 0;
-  std::lock_guard<std::mutex> guard(lookup_mu_);
-  SigpipeGuard no_sigpipe;
-  if (!ensure(lookup_)) return 0;
-  const auto t0 = Clock::now();
-  std::vector<int64_t> ends;
-  for (int64_t n = 1; n <= longest; ++n) ends.push_back(start + n);
-  const std::vector<PrefixDigest> digests = prefix_digests(prompt, ends, layout_);
-  std::vector<std::string> keys;
-  std::vector<std::string_view> args = {"MGET"};
-  for (const PrefixDigest& d : digests) keys.push_back(tier_tail_key(layout_, d));
-  for (const std::string& k : keys) args.push_back(k);
-  Reply r = command(lookup_.ctx, args);
-  if (!r) {
-    fail(lookup_, "MGET: " + io_reason(lookup_.ctx));
-    return 0;
-  }
-  int64_t found = 0;
+  const redisReply* blocks = r->element[0];
+  const size_t stop = std::min<size_t>(static_cast<size_t>(std::max<long long>(r->element[2]->integer, 0)), n);
+  std::vector<std::pair<std::string, std::string>> bad;  // (key, hash field or empty)
+  if (const long long wrong = r->element[3]->integer; wrong >= 1 && static_cast<size_t>(wrong) <= keys.size())
+    bad.push_back({keys[wrong - 1], {}});  // WRONGTYPE: not ours
   uint64_t bytes = 0;
-  std::vector<std::string> bad;
-  if (r->type == REDIS_REPLY_ARRAY && r->elements == keys.size()) {
-    for (int64_t n = longest; n >= 1 && found == 0; --n) {
-      const redisReply* v = r->element[n - 1];
-      if (v->type != REDIS_REPLY_STRING) continue;
+  bool run = true;
+  for (size_t i = 0; i < blocks->elements && i < stop; ++i) {
+    const redisReply* v = blocks->element[i];
+    if (v->type != REDIS_REPLY_STRING) break;
+    bytes += v->len;
+    const size_t k = first_block + i;
+    TierRecordIdentity id;
+    id.kind = TierRecordKind::kBlock;
+    id.chain_hash = hashes[k];
+    id.digest = at[i + 1];
+    id.start = static_cast<int64_t>(k * bt);
+    id.tokens = prompt.subspan(k * bt, bt);
+    std::span<const uint8_t> boundary, payload;
+    const TierRecordCheck check =
+        decode_tier_record(std::span(reinterpret_cast<const uint8_t*>(v->str), v->len), g_, id, &boundary, &payload);
+    if (!check.ok()) {
+      // Checked past the end of the run too: every bad value fetched is deleted.
+      count_bad(check.status, keys[i], check.reason);
+      bad.push_back({keys[i], {}});
+      run = false;
+    } else if (run && sink(k, boundary, payload)) {
+      ++found.blocks;
+      remember(hashes[k]);
+    } else {
+      run = false;  // a sound block after a gap is not usable without the ones before it
+    }
+  }
+  // The tails the script fetched start where its run of blocks stopped: usable when every block of the
+  // run was delivered. The longest that fits and names this prompt's tokens wins; one of another
+  // continuation of the same prefix is simply not ours.
+  const redisReply* tails = r->element[1];
+  if (found.blocks == stop && tails->type == REDIS_REPLY_ARRAY && tails->elements >= 2) {
+    const int64_t start = static_cast<int64_t>((first_block + stop) * bt);
+    const int64_t longest = std::min<int64_t>(
+        {max_tokens - start, static_cast<int64_t>(bt) - 1, static_cast<int64_t>(prompt.size()) - start});
+    std::vector<int64_t> ends;
+    for (int64_t e = 1; e <= longest; ++e) ends.push_back(start + e);
+    const std::vector<PrefixDigest> digests = prefix_digests(prompt, ends, layout_);
+    const std::string& key = keys[n + stop];
+    for (size_t f = 0; f + 1 < tails->elements; f += 2) {
+      const redisReply* field = tails->element[f];
+      const redisReply* v = tails->element[f + 1];
+      if (field->type != REDIS_REPLY_STRING || v->type != REDIS_REPLY_STRING) continue;
+      int len = 0;
+      const std::string name(field->str, field->len);
+      if (!parse_int(name, 1, static_cast<int>(bt) - 1, &len)) {
+        bad.push_back({key, name});
+        continue;
+      }
+      if (len > longest || len <= found.tail_tokens) continue;
       bytes += v->len;
       TierRecordIdentity id;
       id.kind = TierRecordKind::kTail;
-      id.digest = digests[n - 1];
+      id.digest = digests[len - 1];
       id.start = start;
-      id.tokens = prompt.subspan(static_cast<size_t>(start), static_cast<size_t>(n));
+      id.tokens = prompt.subspan(static_cast<size_t>(start), static_cast<size_t>(len));
       std::span<const uint8_t> body;
       const TierRecordCheck check =
           decode_tier_record(std::span(reinterpret_cast<const uint8_t*>(v->str), v->len), g_, id, nullptr, &body);
+      if (check.status == TierRecordStatus::kMismatch) continue;
       if (!check.ok()) {
-        count_bad(check.status, keys[n - 1], check.reason);
-        bad.push_back(keys[n - 1]);
+        count_bad(check.status, key + " " + name, check.reason);
+        bad.push_back({key, name});
         continue;
       }
-      payload->assign(body.begin(), body.end());
-      found = n;
+      tail->assign(body.begin(), body.end());
+      found.tail_tokens = len;
     }
   }
-  const bool error_reply = r->type == REDIS_REPLY_ERROR;
   r.reset();
   delete_keys(lookup_, bad);
   const double seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   std::lock_guard<std::mutex> lock(mu_);
   ++stats_.lookups;
-  if (error_reply) ++stats_.error_replies;
-  if (found) {
-    ++stats_.hit_tails;
-    stats_.hit_tokens += static_cast<uint64_t>(found);
-  }
+  stats_.hit_blocks += found.blocks;
+  if (found.tail_tokens) ++stats_.hit_tails;
+  stats_.hit_tokens += found.blocks * bt + static_cast<uint64_t>(found.tail_tokens);
   stats_.fetched_bytes += bytes;
   stats_.lookup_seconds += seconds;
   return found;
@@ -490,7 +544,8 @@ void RedisTier::write_job(WriteJob& job) {
   if (ok) {
     for (const Record& r : job.records) {
       const std::string_view value(reinterpret_cast<const char*>(r.value.data()), r.value.size());
-      if (!append(writer_.ctx, {"SET", r.key, value})) {
+      if (!(r.field.empty() ? append(writer_.ctx, {"SET", r.key, value})
+                            : append(writer_.ctx, {"HSET", r.key, r.field, value}))) {
         fail(writer_, "SET: " + io_reason(writer_.ctx));
         ok = false;
         break;

@@ -4,9 +4,9 @@
 // restores its prefix instead of a cold prefill. Records and keys: tier_record.h.
 //
 // The tier never holds a request up and never hands out wrong KV:
-//   * Lookups (the caller's thread) run on a local miss: every block key after the local prefix in one
-//     pipelined round, then at most one MGET of the candidate tails. Every socket operation has a
-//     deadline (hiredis connect and command timeouts).
+//   * A lookup (the caller's thread) is one round trip: a read-only Lua script (EVAL) walks the block
+//     keys after the local prefix and returns the longest run present with the tails stored where it
+//     stops. The whole lookup has one deadline, however Redis drips its reply; connecting has its own.
 //   * Writes are asynchronous: save() encodes the records and queues them (a byte-bounded queue; when
 //     it is full the write is dropped and counted); one writer thread with its own connection sends
 //     them, pipelined.
@@ -31,6 +31,7 @@
 #include <string>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/status.h"
@@ -58,7 +59,8 @@ struct RedisTierOptions {
   std::string url;       // empty: no shared tier
   std::string password;  // when set, replaces the URL's (from a file or the environment)
   int connect_timeout_ms = 300;
-  int command_timeout_ms = 1000;  // each socket read or write of a call
+  int command_timeout_ms = 1000;  // a call's deadline (a lookup: plus its bytes at lookup_floor_mb_per_s)
+  int lookup_floor_mb_per_s = 100;  // the slowest transfer a lookup's deadline allows for
   int min_backoff_ms = 250;       // first retry after a failure, doubling up to max_backoff_ms
   int max_backoff_ms = 30000;
   uint64_t write_queue_bytes = 256ull << 20;  // encoded records waiting for the writer
@@ -94,13 +96,16 @@ class RedisTier {
 
   // Receives block k's verified boundary state and KV; returns false to stop.
   using BlockSink = std::function<bool(size_t k, std::span<const uint8_t> boundary, std::span<const uint8_t> kv)>;
-  // Blocks [first_block, hashes.size()) of `tokens` (hashes: their chain hashes): the longest run that
-  // Redis holds, each verified, handed to `sink` in order. Returns the number delivered.
-  size_t fetch_blocks(std::span<const int32_t> tokens, std::span<const uint64_t> hashes, size_t first_block,
-                      const BlockSink& sink);
-  // The longest stored tail of `prompt` after [0, start) of at most max_tokens tokens; its payload
-  // (TailCache layout) goes to *payload. Returns its length (0: none).
-  int64_t fetch_tail(std::span<const int32_t> prompt, int64_t start, int64_t max_tokens, std::vector<uint8_t>* payload);
+  struct Found {
+    size_t blocks = 0;        // delivered to the sink
+    int64_t tail_tokens = 0;  // the tail's length (0: none)
+  };
+  // One round trip. Blocks [first_block, hashes.size()) of `prompt` (hashes: their chain hashes): the
+  // longest run that Redis holds, each verified, handed to `sink` in order; and, where that run ends,
+  // the longest stored tail of `prompt` that keeps the restored prefix within max_tokens tokens, its
+  // payload (TailCache layout) in *tail. Bad values fetched are counted and deleted.
+  Found lookup(std::span<const int32_t> prompt, std::span<const uint64_t> hashes, size_t first_block,
+               int64_t max_tokens, const BlockSink& sink, std::vector<uint8_t>* tail);
 
   // Whether block `hash` still needs sending (not written or fetched within the last known_ttl).
   bool wants_block(uint64_t hash);
@@ -108,6 +113,7 @@ class RedisTier {
   struct Record {
     std::string key;
     std::vector<uint8_t> value;
+    std::string field;  // a tail's length: the record is that field of the hash `key` (empty: a string key)
   };
   void save_async(std::vector<Record> records, std::vector<uint64_t> block_hashes);
   // Blocks until the queue is empty and the writer idle (tests and benchmarks); false on timeout.
@@ -139,7 +145,7 @@ class RedisTier {
   void writer_loop();
   void write_job(WriteJob& job);
   void remember(uint64_t hash);
-  void delete_keys(Connection& c, const std::vector<std::string>& keys);
+  void delete_keys(Connection& c, const std::vector<std::pair<std::string, std::string>>& keys);  // (key, field)
   void count_bad(TierRecordStatus s, const std::string& key, const std::string& reason);
 
   RedisTierOptions opt_;

@@ -1,12 +1,15 @@
 // The shared tier's keys and values: what cedar replicas store in Redis (redis_tier.h) so that one
 // replica's prefix is another's cache hit.
 //
-// Keys: cedar:kv:v<version>:<layout fingerprint>:b:<chain hash>   a whole block of global KV
-//       cedar:kv:v<version>:<layout fingerprint>:t:<prefix digest> a tail (a partial last block)
+// Keys: cedar:kv:v<version>:<layout fingerprint>:b:<chain hash>   a whole block of global KV (a string)
+//       cedar:kv:v<version>:<layout fingerprint>:t:<prefix digest> the tails (partial last blocks) that
+//                                                                 start after that prefix (a hash:
+//                                                                 field = the tail's length)
 // The layout fingerprint (CacheGeometry::layout_fingerprint) covers the model fingerprint and the
 // cache layout, so other models, checkpoints or formats never look at each other's keys. A block's
-// key is the chain hash of the prefix index (prefix_index.h), a tail's the 128-bit digest of every
-// token up to its end (prefix_digests below).
+// key is the chain hash of the prefix index (prefix_index.h); a tail hash's the 128-bit digest of
+// every token before the tails (prefix_digests below), so one lookup can ask for the tails at any
+// block boundary without knowing their tokens. Version 2: tails became hashes.
 //
 // Values (little-endian), one record per key:
 //    0  8  magic "CEDARKVR"
@@ -39,7 +42,7 @@
 
 namespace cedar::kv {
 
-inline constexpr uint32_t kTierRecordVersion = 1;
+inline constexpr uint32_t kTierRecordVersion = 2;
 inline constexpr size_t kTierRecordHeaderBytes = 96;
 
 enum class TierRecordKind : uint32_t { kBlock = 1, kTail = 2 };
@@ -57,6 +60,7 @@ std::vector<PrefixDigest> prefix_digests(std::span<const int32_t> tokens, std::s
 // "cedar:kv:v1:<16 hex>:" : every key of one model and layout starts with it.
 std::string tier_key_prefix(uint64_t layout_fingerprint);
 std::string tier_block_key(uint64_t layout_fingerprint, uint64_t chain_hash);
+// The tails after the prefix `digest` names ([0, start)).
 std::string tier_tail_key(uint64_t layout_fingerprint, const PrefixDigest& digest);
 
 // What a lookup expects a record to be.

@@ -68,16 +68,22 @@ Result<ResumePlan> PrefixStore::restore(std::span<const int32_t> ids, ReplayMode
   CEDAR_ASSIGN_OR_RETURN(const int64_t local_full, cache_->attach_prefix(ks, prompt, static_cast<int64_t>(prompt.size()) - 1));
   const int64_t bt = geometry_.block_tokens;
   const int64_t max_tokens = static_cast<int64_t>(prompt.size()) - 1;
-  // On a local miss, the shared tier's blocks after the local prefix.
-  const size_t tier_blocks =
-      tier_ ? restore_from_tier(prompt, static_cast<size_t>(local_full / bt), static_cast<size_t>(max_tokens / bt), seq)
-            : 0;
-  const int64_t full = local_full + static_cast<int64_t>(tier_blocks) * bt;
-  // The longest tail after the whole blocks (still leaving one prompt token to run): local, then shared.
+  // The longest tail after the whole blocks (still leaving one prompt token to run), local first.
   std::vector<uint8_t> tail;  // [TailCache::payload_bytes(n_tail)]
-  int64_t n_tail = tails_->lookup(prompt, full, max_tokens - full, &tail);
-  const bool tail_from_tier =
-      n_tail == 0 && tier_ && (n_tail = tier_->fetch_tail(prompt, full, max_tokens - full, &tail)) > 0;
+  int64_t n_tail = tails_->lookup(prompt, local_full, max_tokens - local_full, &tail);
+  // On a local miss, the shared tier in one round trip: its blocks after the local prefix and the
+  // tail where they end (not asked when the local cache has every whole block and a tail).
+  kv::RedisTier::Found from_tier;
+  std::vector<uint8_t> tier_tail;
+  if (tier_ && (local_full / bt < max_tokens / bt || n_tail == 0))
+    from_tier = restore_from_tier(prompt, static_cast<size_t>(local_full / bt), max_tokens, seq, &tier_tail);
+  const int64_t full = local_full + static_cast<int64_t>(from_tier.blocks) * bt;
+  if (from_tier.blocks > 0) n_tail = tails_->lookup(prompt, full, max_tokens - full, &tail);  // after the tier's
+  const bool tail_from_tier = from_tier.tail_tokens > n_tail;
+  if (tail_from_tier) {
+    tail.swap(tier_tail);
+    n_tail = from_tier.tail_tokens;
+  }
   const int64_t cached = full + n_tail;
   const int64_t window = model_.config().window_size;
   // A prefix no longer than the window is replayed whole: that is a cold prefill.
@@ -93,7 +99,7 @@ Result<ResumePlan> PrefixStore::restore(std::span<const int32_t> ids, ReplayMode
     const uint64_t from_disk = after.reused_tokens_disk - reused_disk_before;
     const uint64_t from_memory = static_cast<uint64_t>(local_full) - from_disk;
     const bool tail_disk = !tail_from_tier && tails_after.hits_disk > tail_disk_before;
-    const uint64_t tier_tokens = tier_blocks * bt + (tail_from_tier ? n_tail : 0);
+    const uint64_t tier_tokens = from_tier.blocks * bt + (tail_from_tier ? n_tail : 0);
     levels_.tokens_memory += from_memory + (!tail_from_tier && !tail_disk ? n_tail : 0);
     levels_.tokens_disk += from_disk + (tail_disk ? n_tail : 0);
     levels_.tokens_tier += tier_tokens;
@@ -195,15 +201,15 @@ Status PrefixStore::save(model::SequenceState& seq, int64_t prompt_tokens) {
   return st;
 }
 
-size_t PrefixStore::restore_from_tier(std::span<const int32_t> prompt, size_t first, size_t n,
-                                      model::SequenceState& seq) {
-  if (first >= n) return 0;
+kv::RedisTier::Found PrefixStore::restore_from_tier(std::span<const int32_t> prompt, size_t first, int64_t max_tokens,
+                                                    model::SequenceState& seq, std::vector<uint8_t>* tail) {
   const uint32_t bt = geometry_.block_tokens;
+  const size_t n = static_cast<size_t>(max_tokens / bt);
   kv::Sequence& ks = seq.kv();
   const std::vector<uint64_t> hashes =
       kv::chain_hashes(prompt, bt, n, kv::chain_root_hash(geometry_.layout_fingerprint()));
-  return tier_->fetch_blocks(
-      prompt.first(n * bt), hashes, first,
+  return tier_->lookup(
+      prompt, hashes, first, max_tokens,
       [&](size_t k, std::span<const uint8_t> boundary, std::span<const uint8_t> block) {
         // Blocks arrive in order right after the sequence's last one; each gets a block of its own.
         if (static_cast<size_t>(ks.n_tokens()) != k * bt || !cache_->append(ks, prompt.subspan(k * bt, bt)).ok())
@@ -222,7 +228,8 @@ size_t PrefixStore::restore_from_tier(std::span<const int32_t> prompt, size_t fi
         if (boundary.size() == geometry_.boundary_state_bytes)
           std::memcpy(ks.boundary_state_mut(k), boundary.data(), boundary.size());
         return true;
-      });
+      },
+      tail);
 }
 
 void PrefixStore::save_to_tier(const kv::Sequence* ks, const model::SequenceState& seq, int64_t prompt_tokens) {
@@ -236,8 +243,9 @@ void PrefixStore::save_to_tier(const kv::Sequence* ks, const model::SequenceStat
     if (end % bt != 0 && (tail_ends.empty() || tail_ends.back() != end)) tail_ends.push_back(end);
   std::vector<int64_t> ends;
   for (size_t k = 0; k < n_blocks; ++k) ends.push_back(static_cast<int64_t>((k + 1) * bt));
-  ends.insert(ends.end(), tail_ends.begin(), tail_ends.end());
+  for (const int64_t end : tail_ends) ends.insert(ends.end(), {end, end / bt * bt});  // a tail and its start
   std::sort(ends.begin(), ends.end());
+  ends.erase(std::unique(ends.begin(), ends.end()), ends.end());
   const std::vector<kv::PrefixDigest> digests = kv::prefix_digests(tokens, ends, layout);
   auto digest_at = [&](int64_t end) { return digests[std::lower_bound(ends.begin(), ends.end(), end) - ends.begin()]; };
 
@@ -269,7 +277,9 @@ void PrefixStore::save_to_tier(const kv::Sequence* ks, const model::SequenceStat
     id.digest = digest_at(end);
     id.start = start;
     id.tokens = tokens.subspan(static_cast<size_t>(start), static_cast<size_t>(end - start));
-    records.push_back({kv::tier_tail_key(layout, id.digest), kv::encode_tier_record(geometry_, id, {}, payload)});
+    // Keyed by the prefix before the tail, field = its length: one lookup finds it (tier_record.h).
+    records.push_back({kv::tier_tail_key(layout, digest_at(start)), kv::encode_tier_record(geometry_, id, {}, payload),
+                       std::to_string(end - start)});
   }
   tier_->save_async(std::move(records), std::move(block_hashes));
 }

@@ -84,8 +84,10 @@ class PrefixStore {
   Status save_tail(const model::SequenceState& seq, int64_t end);
   // The tail of [0, end) after its last whole block: its first token and its payload (TailCache layout).
   int64_t tail_payload(const model::SequenceState& seq, int64_t end, std::vector<uint8_t>* payload) const;
-  // Blocks [first, n) of `prompt` from the shared tier, written straight into `seq`.
-  size_t restore_from_tier(std::span<const int32_t> prompt, size_t first, size_t n, model::SequenceState& seq);
+  // Blocks from `first` on of `prompt` from the shared tier, written straight into `seq`, and the
+  // tier's tail where they end (into *tail), restoring at most max_tokens tokens: one round trip.
+  kv::RedisTier::Found restore_from_tier(std::span<const int32_t> prompt, size_t first, int64_t max_tokens,
+                                         model::SequenceState& seq, std::vector<uint8_t>* tail);
   void save_to_tier(const kv::Sequence* ks, const model::SequenceState& seq, int64_t prompt_tokens);
   std::unique_ptr<kv::RedisTier> tier_;
   // Level counters; restore() runs on one thread at a time (the engine's scheduler), stats read them.

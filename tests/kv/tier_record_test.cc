@@ -186,11 +186,11 @@ TEST(TierRecord, TailsRoundTripWithTheTailCachePayload) {
 TEST(TierRecord, KeysNameTheVersionTheLayoutAndTheHash) {
   Fixture f;
   char want[80];
-  std::snprintf(want, sizeof want, "cedar:kv:v1:%016llx:b:%016llx",
+  std::snprintf(want, sizeof want, "cedar:kv:v2:%016llx:b:%016llx",
                 static_cast<unsigned long long>(f.g.layout_fingerprint()),
                 static_cast<unsigned long long>(f.hashes[0]));
   EXPECT_EQ(tier_block_key(f.g.layout_fingerprint(), f.hashes[0]), want);
-  std::snprintf(want, sizeof want, "cedar:kv:v1:%016llx:t:%016llx%016llx",
+  std::snprintf(want, sizeof want, "cedar:kv:v2:%016llx:t:%016llx%016llx",
                 static_cast<unsigned long long>(f.g.layout_fingerprint()),
                 static_cast<unsigned long long>(f.digests[0].hi), static_cast<unsigned long long>(f.digests[0].lo));
   EXPECT_EQ(tier_tail_key(f.g.layout_fingerprint(), f.digests[0]), want);
@@ -237,14 +237,15 @@ TEST(RedisTierDown, MissesAtOnceDropsWritesAndCountsOneOutage) {
   auto tier = RedisTier::open(o, f.g);
   ASSERT_TRUE(tier.ok()) << tier.status().to_string();
   size_t calls = 0;
-  EXPECT_EQ((*tier)->fetch_blocks(f.tokens, f.hashes, 0,
-                                  [&](size_t, std::span<const uint8_t>, std::span<const uint8_t>) {
-                                    ++calls;
-                                    return true;
-                                  }),
-            0u);
   std::vector<uint8_t> payload;
-  EXPECT_EQ((*tier)->fetch_tail(f.tokens, 8, 3, &payload), 0);
+  const RedisTier::Found found = (*tier)->lookup(f.tokens, f.hashes, 0, static_cast<int64_t>(f.tokens.size()) - 1,
+                                                 [&](size_t, std::span<const uint8_t>, std::span<const uint8_t>) {
+                                                   ++calls;
+                                                   return true;
+                                                 },
+                                                 &payload);
+  EXPECT_EQ(found.blocks, 0u);
+  EXPECT_EQ(found.tail_tokens, 0);
   EXPECT_EQ(calls, 0u);
   std::vector<RedisTier::Record> records;
   records.push_back({tier_block_key(f.g.layout_fingerprint(), f.hashes[1]), f.record()});

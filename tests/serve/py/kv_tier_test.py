@@ -48,7 +48,9 @@ def main():
 
         second = turn2(first, answer_a)
         before = b.metrics()
+        evals_before = redis.calls("eval")
         answer_b, u2 = b.chat(second, 16)
+        evals = redis.calls("eval") - evals_before
         after = b.metrics()
         answer_local, u_local = ref.chat(second, 16)
         p1, p2 = u1["prompt_tokens"], u2["prompt_tokens"]
@@ -68,6 +70,9 @@ def main():
         check("the replay is at most one window", 0 < replayed <= 16 + 1, f"{replayed:.0f}")
         check("B restores what a local hit restores", cached == u_local["prompt_tokens_details"]["cached_tokens"])
         check("B answers exactly as a local hit", answer_b == answer_local, f"{answer_b!r} vs {answer_local!r}")
+        lookups = after['cedar_kv_tier_events_total{event="lookup"}'] - before['cedar_kv_tier_events_total{event="lookup"}']
+        check("B's lookup, blocks and tail, was one round trip (one EVAL)", lookups == 1 and evals == 1,
+              f"{lookups:.0f} lookups, {evals} EVAL calls")
         check("the hit is counted at the redis level",
               after['cedar_prefix_cache_hits_total{level="redis"}'] - before['cedar_prefix_cache_hits_total{level="redis"}'] == 1)
         b.wait_written(0)

@@ -66,6 +66,21 @@ class Redis:
             raise RuntimeError(f"redis-cli {args}: {r.stderr}")
         return r.stdout.strip()
 
+    def calls(self, command):
+        """Calls of `command` the server has answered (INFO commandstats)."""
+        for line in self.cli("INFO", "commandstats").splitlines():
+            if line.startswith(f"cmdstat_{command}:"):
+                return int(line.split("calls=")[1].split(",")[0])
+        return 0
+
+    def corrupt(self, key, offset, text):
+        """Overwrites bytes of a stored value, a string or every field of a hash (the tails)."""
+        self.cli("EVAL", "if redis.call('TYPE', KEYS[1]).ok == 'hash' then "
+                 "for _, f in ipairs(redis.call('HKEYS', KEYS[1])) do local v = redis.call('HGET', KEYS[1], f); "
+                 "redis.call('HSET', KEYS[1], f, string.sub(v, 1, ARGV[1]) .. ARGV[2] .. "
+                 "string.sub(v, ARGV[1] + #ARGV[2] + 1)) end else redis.call('SETRANGE', KEYS[1], ARGV[1], ARGV[2]) "
+                 "end return 1", "1", key, str(offset), text)
+
     def keys(self, pattern="cedar:kv:*"):
         out = self.cli("--scan", "--pattern", pattern)
         return [k for k in out.splitlines() if k]
