@@ -7,8 +7,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <gtest/gtest.h>
-
 #include <array>
 #include <atomic>
 #include <chrono>
@@ -16,10 +14,14 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <mutex>
 #include <sstream>
 #include <string>
 #include <thread>
+
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include "dist/placement.h"
 #include "spec/config.h"
@@ -132,6 +134,50 @@ TEST(MpiJob, BenchRunsOnTwoRanks) {
   const JobRun two_modes = run(std::string(CEDAR_BIN) + " bench -m " + dir + " --numerics fast,exact --expert-parallel");
   EXPECT_EQ(two_modes.exit_code, 2);
   EXPECT_NE(two_modes.err.find("one --numerics mode"), std::string::npos) << two_modes.err;
+}
+
+// `cedar eval` scores the same text to the same cross-entropy with the experts on two ranks (exact
+// numerics: every logit is the single-process one). Timings aside, the JSON reports are equal.
+TEST(MpiJob, EvalScoresIdenticallyOnTwoRanks) {
+  const std::string dir = tiny_checkpoint(0);
+  const std::string text = data_dir() + "/eval_text.txt";
+  {
+    std::ofstream f(text);
+    for (int i = 0; i < 12; ++i) f << "def f" << i << "(x):\n    return x * " << i << " + 1\n\n";
+  }
+  const std::string args = " eval -m " + dir + " --files " + text + " --ctx 24 --max-tokens 80 --numerics exact --json --threads 1";
+  const JobRun single = run(std::string(CEDAR_BIN) + args);
+  ASSERT_EQ(single.exit_code, 0) << single.err;
+  const JobRun job = run(mpirun(2) + " " + CEDAR_BIN + args + " --expert-parallel");
+  ASSERT_EQ(job.exit_code, 0) << job.err;
+  auto scores = [](const std::string& out) {
+    nlohmann::json j = nlohmann::json::parse(out, nullptr, false);
+    EXPECT_FALSE(j.is_discarded()) << out;
+    std::string keep;  // every number but the timings
+    std::function<void(const nlohmann::json&, const std::string&)> walk = [&](const nlohmann::json& v, const std::string& path) {
+      if (v.is_object()) {
+        for (auto it = v.begin(); it != v.end(); ++it)
+          if (it.key().find("seconds") == std::string::npos && it.key().find("per_s") == std::string::npos)
+            walk(it.value(), path + "." + it.key());
+      } else if (v.is_array()) {
+        for (size_t i = 0; i < v.size(); ++i) walk(v[i], path + "[" + std::to_string(i) + "]");
+      } else {
+        keep += path + "=" + v.dump() + "\n";
+      }
+    };
+    walk(j, "");
+    return keep;
+  };
+  const std::string want = scores(single.out);
+  EXPECT_NE(want.find("cross_entropy"), std::string::npos) << want;
+  EXPECT_EQ(scores(job.out), want);
+  const size_t at = job.err.find("expert exchange: ");
+  ASSERT_NE(at, std::string::npos) << job.err;
+  EXPECT_GT(std::strtol(job.err.c_str() + at + 17, nullptr, 10), 0) << job.err;
+  // --compare switches numerics on the head alone: refused.
+  const JobRun compare = run(std::string(CEDAR_BIN) + " eval -m " + dir + " --files " + text + " --compare --expert-parallel");
+  EXPECT_EQ(compare.exit_code, 2) << compare.err;
+  EXPECT_NE(compare.err.find("--compare cannot run with --expert-parallel"), std::string::npos) << compare.err;
 }
 
 TEST(MpiJob, MismatchedCheckpointsAreRefusedAtStart) {

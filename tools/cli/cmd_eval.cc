@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "args.h"
+#include "expert_parallel.h"
 #include "residency_flags.h"
 #include "command.h"
 #include "core/file.h"
@@ -38,6 +39,8 @@ constexpr const char* kUsage =
     "  --numerics MODE          fast (default) or exact\n"
     "  --threads K              worker threads (default: all cores)\n"
     "  --json                   print one JSON object instead of the text report\n"
+    "  --expert-parallel        under mpirun: every rank computes a share of the routed experts, rank 0\n"
+    "                           scores (docs/DISTRIBUTED.md); --exchange-timeout S as for generate\n"
     "  --memory-budget SIZE     RAM for weights, e.g. 64G (default: what the machine can spare); what does\n"
     "                           not fit streams from the SSD (docs/STREAMING.md)\n"
     "  --residency-stats PATH   routing statistics for warm restarts (default DIR/.cedar-expert-stats, or\n"
@@ -284,8 +287,9 @@ int run_compare(model::Model& m, const std::vector<Doc>& docs, bool has_bos, run
 int cmd_eval(const std::vector<std::string>& argv) {
   auto args = Args::parse(argv,
                           {"--model", "--ctx", "--stride", "--max-tokens", "--numerics", "--threads", "--kv-dtype",
-                           "--resume-at", "--replay", "--memory-budget", "--residency-stats"},
-                          {"--json", "--decoder-narrowing", "--compare", "--help"}, {{"-m", "--model"}},
+                           "--resume-at", "--replay", "--memory-budget", "--residency-stats", kExpertParallelFlags[0]},
+                          {"--json", "--decoder-narrowing", "--compare", "--expert-parallel", "--help"},
+                          {{"-m", "--model"}},
                           {"--files", "--baseline-files"});
   if (!args.ok()) {
     std::fprintf(stderr, "cedar eval: %s\n%s", args.status().message().c_str(), kUsage);
@@ -335,11 +339,17 @@ int cmd_eval(const std::vector<std::string>& argv) {
   mopts.kv_dtype = kv_dtype == "bf16" ? model::KvDtype::kBf16 : model::KvDtype::kReference;
   mopts.decoder_narrowing = args->has("--decoder-narrowing");
   if (Status st = residency_from_flags(*args, dir, &mopts.residency); !st.ok()) return usage_error(st.message());
+  // --compare switches the numerics mode on the head alone, which the ranks agreed on at start.
+  if (compare && args->has("--expert-parallel")) return usage_error("--compare cannot run with --expert-parallel");
+  // Expert parallelism: a worker rank serves the head inside this call and exits.
+  auto expert_parallel = start_expert_parallel(*args, dir, &mopts, args->has("--memory-budget"));
+  if (!expert_parallel.ok()) return fail(expert_parallel.status());
   ProgressBar load_bar("mapping checkpoint");
   mopts.progress = [&](const io::CheckpointProgress& p) { load_bar.update(p.bytes_done, p.bytes_total); };
   auto model = model::Model::load(dir, mopts);
   load_bar.finish();
   if (!model.ok()) return fail(model.status());
+  if (*expert_parallel) (*expert_parallel)->attach(**model);
   model::Model& m = **model;
   print_residency_line(m);
   // Routing statistics for a warm restart when streaming, on every way out (a failure is reported,
