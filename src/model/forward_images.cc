@@ -1,11 +1,11 @@
 // Image spans in the forward pass (image_spans.h): checking a chunk's spans, and the ViT + aligner
 // run that gives a span its embedding rows, as inference/model.py merge_image_embeddings lays them
-// out. Where the rows go in (embed), bias_vl (moe) and the Engram mask (engram, the hash) are in
-// forward.cc and forward_moe.cc.
+// out. Where the rows go in (Transformer::embed), bias_vl (Gate) and the Engram mask (Engram) are in
+// transformer.cc, moe.cc and engram.cc.
 #include <cstring>
 
 #include "core/check.h"
-#include "model/forward_internal.h"
+#include "model/model.h"
 #include "model/vision_aligner.h"
 #include "model/vision_tower.h"
 #include "ops/formats.h"

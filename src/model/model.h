@@ -107,7 +107,7 @@ using RowLogitsSink = std::function<void(size_t first, size_t n, const float* lo
 // hyper-connection streams of each chunk's last token, [n_chunks, hc_mult, dim].
 using LayerObserver = std::function<void(int layer, const float* last_token_streams, size_t n_chunks)>;
 
-struct Workspace;
+class Transformer;
 class VisionTower;
 class VisionAligner;
 struct VisionTensorStore;
@@ -121,8 +121,8 @@ class Model {
   const ModelWeights& weights() const { return *weights_; }
   const LayerPlan& plan() const { return plan_; }
   const ModelOptions& options() const { return options_; }
-  void set_index_key_mode(IndexKeyMode m) { options_.index_keys = m; }
-  void set_decoder_narrowing(bool on) { options_.decoder_narrowing = on; }
+  void set_index_key_mode(IndexKeyMode m);
+  void set_decoder_narrowing(bool on);
   // Fast numerics also re-code the head for the fast GEMV, once (ModelWeights::head_coded; under a
   // memory budget only when the model was loaded fast, as the residency plan holds it). Not while a
   // forward pass runs: it writes the shared weights.
@@ -161,11 +161,8 @@ class Model {
   const ResidencyPlan& residency_plan() const { return residency_plan_; }
   bool streaming() const { return source_->streaming(); }
   ResidencyStats residency_stats() const { return source_->stats(); }
-  LookaheadStats lookahead_stats() const { return {lookahead_predicted_, lookahead_correct_}; }
-  void reset_residency_stats() {
-    source_->reset_stats();
-    lookahead_predicted_ = lookahead_correct_ = 0;
-  }
+  LookaheadStats lookahead_stats() const;
+  void reset_residency_stats();
   // Writes the routing statistics sidecar (streaming with a stats file only).
   Status save_residency_stats() { return source_->save_stats(); }
 
@@ -180,7 +177,7 @@ class Model {
   // Expert parallelism: routed experts that this process does not own are sent through `exchange`
   // (not owned; it must outlive every forward pass). A failed exchange fails the forward pass and
   // every later one with its error (exchange_error()).
-  void set_expert_exchange(ExpertExchange* exchange) { exchange_ = exchange; }
+  void set_expert_exchange(ExpertExchange* exchange);
   const Status& exchange_error() const { return exchange_error_; }
   // A worker's loop: computes the requests the head sends until it says stop; returns the
   // exchange's error if one fails.
@@ -230,11 +227,10 @@ class Model {
   std::unique_ptr<WeightSource> source_;
   ResidencyPlan residency_plan_;
   bool stream_ = false;  // experts and Engram rows come from the SSD (unmapped)
-  uint64_t lookahead_predicted_ = 0, lookahead_correct_ = 0;
   std::unique_ptr<ops::RopeTable> rope_swa_, rope_compressed_;
   EngramLayout engram_layout_;
   std::unique_ptr<NgramHasher> engram_hasher_;
-  std::unique_ptr<Workspace> ws_;
+  std::unique_ptr<Transformer> transformer_;  // the forward pass (transformer.h)
   LayerObserver observer_;
   std::unique_ptr<DraftHead> draft_head_;
   DsparkHook dspark_hook_;
@@ -247,8 +243,6 @@ class Model {
   const uint16_t* image_start_ = nullptr;  // bf16 [dim]: merge_image_embeddings' learned delimiters
   const uint16_t* image_end_ = nullptr;
   const uint16_t* image_newline_ = nullptr;
-
-  friend class ForwardPass;
 };
 
 }  // namespace cedar::model

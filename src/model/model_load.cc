@@ -1,14 +1,14 @@
 // Model::load: from a checkpoint folder to a model ready to run. The config and layer plan, the
 // residency plan (what is mapped and what is streamed under --memory-budget), the weight binding,
 // the numerics mode's kernel set and re-coded head, the RoPE tables and the Engram hash. The forward
-// pass itself is forward*.cc.
+// pass itself is transformer.cc and the layer types it runs.
 #include <algorithm>
 #include <fstream>
 #include <sstream>
 
 #include "core/log.h"
-#include "model/forward_internal.h"
 #include "model/kv_layout.h"
+#include "model/transformer.h"
 #include "weights/streaming_source.h"
 #include "model/vision_aligner.h"
 #include "model/vision_tower.h"
@@ -116,7 +116,10 @@ Result<std::unique_ptr<Model>> Model::load(const std::string& dir, const ModelOp
     CEDAR_ASSIGN_OR_RETURN(NgramHasher hasher, NgramHasher::create(c, m->engram_layout_, std::move(token_map)));
     m->engram_hasher_ = std::make_unique<NgramHasher>(std::move(hasher));
   }
-  m->ws_ = std::make_unique<Workspace>();
+  // The forward pass's layer types, with the run modes resolved (look-ahead only when streaming).
+  const ModelParts parts{m->config_, m->plan_, *m->weights_, *m->source_, *m->rope_swa_, *m->rope_compressed_};
+  m->transformer_ = std::make_unique<Transformer>(parts, options, m->engram_hasher_.get(),
+                                                  m->source_->streaming() && options.residency.lookahead);
   if (run_dspark) {
     CEDAR_ASSIGN_OR_RETURN(m->draft_head_, DraftHead::create(*m));
     if (m->draft_head_) m->dspark_hook_.configure(c, m->draft_head_->state_capacity());

@@ -5,6 +5,7 @@
 #include "core/check.h"
 #include "model/kv_layout.h"
 #include "model/model.h"
+#include "model/transformer.h"
 
 namespace cedar::model {
 
@@ -16,6 +17,7 @@ Result<kv::CacheGeometry> Model::kv_geometry(uint32_t block_tokens) const {
 
 void Model::set_kv_dtype(KvDtype d) {
   options_.kv_dtype = d;
+  if (transformer_) transformer_->set_kv_dtype(d);  // attention's entry codec
   auto g = kv_geometry(own_geometry_.block_tokens);
   CEDAR_CHECK(g.ok(), "set_kv_dtype: %s", g.status().to_string().c_str());
   own_geometry_ = std::move(*g);

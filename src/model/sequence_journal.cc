@@ -143,7 +143,7 @@ Status SequenceJournal::rollback(SequenceState& seq, int keep) {
     }
   }
   // The index-key slot as the last kept position's forward left it: the last owner (layer order)
-  // publishing at the latest kept position where any owner publishes (ForwardPass::reference_slot).
+  // publishing at the latest kept position where any owner publishes (reference_index_key_slot, csa2_state.h).
   seq.index_key_slot = index_key_slot_;
   for (int64_t q = end - 1, found = 0; q >= p0_ && !found; --q)
     for (size_t o = owner_layer_.size(); o-- > 0;)

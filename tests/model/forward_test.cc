@@ -7,7 +7,7 @@
 #include <cstring>
 
 #include "core/thread_pool.h"
-#include "model/forward_internal.h"
+#include "model/forward_batch.h"
 #include "ops/bf16_coded.h"
 #include "tiny_model_util.h"
 
