@@ -14,9 +14,9 @@
 #include "residency_flags.h"
 #include "command.h"
 #include "core/timer.h"
-#include "serve/chat_service.h"
-#include "serve/engine_setup.h"
-#include "serve/schema_util.h"
+#include "serve/api/chat_service.h"
+#include "serve/api/engine_setup.h"
+#include "serve/api/schema_util.h"
 
 namespace cedar::cli {
 namespace {

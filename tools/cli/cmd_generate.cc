@@ -17,7 +17,7 @@
 #include "kv_tier_flags.h"
 #include "residency_flags.h"
 #include "runtime/local_engine.h"
-#include "serve/image_inputs.h"
+#include "serve/api/image_inputs.h"
 #include "tokenizer/tokenizer.h"
 
 namespace cedar::cli {

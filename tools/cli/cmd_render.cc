@@ -11,10 +11,10 @@
 #include "bundled_tokenizer.h"
 #include "command.h"
 #include "core/file.h"
-#include "serve/anthropic_schema.h"
-#include "serve/chat_prompt.h"
-#include "serve/openai_schema.h"
-#include "serve/responses_schema.h"
+#include "serve/api/anthropic_schema.h"
+#include "serve/api/chat_prompt.h"
+#include "serve/api/openai_schema.h"
+#include "serve/api/responses_schema.h"
 #include "tokenizer/tokenizer_files.h"
 
 namespace cedar::cli {
