@@ -15,10 +15,8 @@
 #include "kv_tier_flags.h"
 #include "residency_flags.h"
 #include "command.h"
-#include "core/log.h"
-#include "serve/http/auth.h"
-#include "serve/api/engine_setup.h"
-#include "serve/api/api_server.h"
+#include "cedar/platform.h"
+#include "cedar/server.h"
 
 namespace cedar::cli {
 namespace {
