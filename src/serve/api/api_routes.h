@@ -54,8 +54,8 @@ class ApiRoutes final : public RouteHandler {
   // 429 for a key whose tokens per minute are spent (or 429 without Retry-After for a prompt over
   // the whole budget), in the endpoint's error format.
   Reply token_limit_reply(Api api, const TokenBudget::Decision& budget, size_t prompt_tokens, int64_t output_budget);
-  void stream(Api api, const PreparedGeneration& prepared, runtime::GenerationStream& generation,
-              bool include_usage, ClientChannel& conn);
+  void stream(Api api, const PreparedGeneration& prepared, runtime::GenerationStream& generation, bool include_usage,
+              ClientChannel& conn);
   // The generations in flight, so that stopping() can end them; a handler registers its own.
   void track(const std::shared_ptr<runtime::GenerationStream>& stream, bool add);
   Reply fail(Endpoint endpoint, bool anthropic, const ApiError& error) {
@@ -74,7 +74,7 @@ class ApiRoutes final : public RouteHandler {
   ChatService service_;
   std::mutex live_mu_;
   std::unordered_set<std::shared_ptr<runtime::GenerationStream>> live_;  // generations in flight
-  bool stopped_ = false;  // under live_mu_
+  bool stopped_ = false;                                                 // under live_mu_
   ServerMetrics metrics_;
 };
 

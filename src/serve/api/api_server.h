@@ -24,13 +24,13 @@
 namespace cedar::serve {
 
 struct ServerOptions : HttpOptions {
-  int max_concurrent_per_key = 0;  // generation requests in flight per API key (keyless clients
-                                   // share one bucket); over it: 429. 0 = no limit
+  int max_concurrent_per_key = 0;             // generation requests in flight per API key (keyless clients
+                                              // share one bucket); over it: 429. 0 = no limit
   int64_t max_tokens_per_minute_per_key = 0;  // prompt + generated tokens per key and minute
                                               // (rate_limit.h); over it: 429. 0 = no limit
   ServiceConfig service;
-  size_t replay_turns = 4096;      // ReplayStore capacity
-  int max_waiting = 64;            // the engine's queue (--queue); sizes the default http_threads
+  size_t replay_turns = 4096;  // ReplayStore capacity
+  int max_waiting = 64;        // the engine's queue (--queue); sizes the default http_threads
 };
 
 class ApiRoutes;  // api_routes.h
@@ -51,7 +51,7 @@ class ApiServer {
   // Safe from any thread; idempotent.
   void stop();
 
-  int open_connections() const;  // tests: connections held now (rejected ones not counted)
+  int open_connections() const;         // tests: connections held now (rejected ones not counted)
   size_t body_bytes_in_flight() const;  // tests: request-body bytes reserved now
 
  private:

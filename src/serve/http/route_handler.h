@@ -47,7 +47,7 @@ struct Refusal {
   };
   Kind kind = Kind::kMalformed;
   std::string message;
-  std::string_view path;        // the request's path; empty when its header was not read
+  std::string_view path;           // the request's path; empty when its header was not read
   bool counts_as_response = true;  // false for a connection refused before any request was read
 };
 
