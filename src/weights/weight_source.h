@@ -1,6 +1,6 @@
 // WeightSource: the one interface through which the forward pass obtains routed experts and Engram
 // table rows. It hides whether they are resident (mapped checkpoint) or streamed from the SSD into a
-// bounded cache (model/streaming_source.h); the forward pass only says what it will need, as early
+// bounded cache (weights/streaming_source.h); the forward pass only says what it will need, as early
 // as it knows, and asks for the bytes when it computes.
 //
 // Contract for experts, per MoE layer: will_need(layer, ids) once the router has chosen (ids

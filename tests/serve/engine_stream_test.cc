@@ -7,7 +7,7 @@
 #include <thread>
 
 #include "runtime/scripted_engine.h"
-#include "serve/replay_store.h"
+#include "serve/api/replay_store.h"
 #include "serve_test_util.h"
 
 namespace cedar::serve {

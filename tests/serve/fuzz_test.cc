@@ -11,10 +11,10 @@
 #include <cstdlib>
 #include <random>
 
-#include "serve/anthropic_schema.h"
-#include "serve/chat_service.h"
-#include "serve/openai_schema.h"
-#include "serve/responses_schema.h"
+#include "serve/api/anthropic_schema.h"
+#include "serve/api/chat_service.h"
+#include "serve/api/openai_schema.h"
+#include "serve/api/responses_schema.h"
 #include "serve_test_util.h"
 
 namespace cedar::serve {

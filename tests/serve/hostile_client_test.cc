@@ -18,7 +18,7 @@
 #include <optional>
 #include <thread>
 
-#include "serve/auth.h"
+#include "serve/http/auth.h"
 #include "serve_test_util.h"
 
 namespace cedar::serve {
@@ -145,7 +145,7 @@ class HostileClientTest : public ::testing::Test {
     options.port = 0;
     options.service.model_id = "cedar-test";
     options.service.default_thinking = false;  // the reply is a chat-mode answer (as test::TestServer)
-    server_ = std::make_unique<HttpServer>(*engine_, test::test_tokenizer(), options);
+    server_ = std::make_unique<ApiServer>(*engine_, test::test_tokenizer(), options);
     auto port = server_->start();
     ASSERT_TRUE(port.ok()) << port.status().to_string();
     port_ = *port;
@@ -162,7 +162,7 @@ class HostileClientTest : public ::testing::Test {
 
   asio::io_context io_;
   std::unique_ptr<ScriptedEngine> engine_;
-  std::unique_ptr<HttpServer> server_;
+  std::unique_ptr<ApiServer> server_;
   int port_ = 0;
 };
 

@@ -418,7 +418,7 @@ TEST_F(HttpServerTest, APortInUseIsRefusedNotShared) {
   auto engine = test::make_engine({{"", kAnswer}});
   ServerOptions options;
   options.port = server_->port();
-  HttpServer second(*engine, test::test_tokenizer(), options);
+  ApiServer second(*engine, test::test_tokenizer(), options);
   auto bound = second.bind();
   ASSERT_FALSE(bound.ok());
   EXPECT_EQ(bound.status().code(), StatusCode::kIo);

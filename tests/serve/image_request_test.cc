@@ -6,7 +6,7 @@
 #include <array>
 
 #include "runtime/scripted_engine.h"
-#include "serve/image_inputs.h"
+#include "serve/api/image_inputs.h"
 #include "serve_test_util.h"
 
 namespace cedar::serve {

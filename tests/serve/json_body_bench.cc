@@ -17,7 +17,7 @@
 #include <new>
 #include <string>
 
-#include "serve/json_body.h"
+#include "serve/api/json_body.h"
 
 namespace {
 

@@ -4,8 +4,8 @@
 
 #include <string>
 
-#include "serve/json_body.h"
-#include "serve/schema_util.h"
+#include "serve/api/json_body.h"
+#include "serve/api/schema_util.h"
 
 namespace cedar::serve {
 namespace {

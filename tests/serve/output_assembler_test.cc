@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 #include <map>
 
-#include "serve/output_assembler.h"
+#include "serve/api/output_assembler.h"
 #include "serve_test_util.h"
 
 namespace cedar::serve {

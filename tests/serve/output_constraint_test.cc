@@ -2,13 +2,13 @@
 // formats in the three APIs become the constraint deepseek-recipe 0.2.0 derives
 // (InferenceOptions.output_constraint; the expected kinds below are what it returns for the same
 // bodies), and the strict json_schema rules it enforces.
-#include "serve/output_constraint.h"
+#include "serve/api/output_constraint.h"
 
 #include <gtest/gtest.h>
 
-#include "serve/anthropic_schema.h"
-#include "serve/openai_schema.h"
-#include "serve/responses_schema.h"
+#include "serve/api/anthropic_schema.h"
+#include "serve/api/openai_schema.h"
+#include "serve/api/responses_schema.h"
 #include "serve_test_util.h"
 
 namespace cedar::serve {

@@ -4,8 +4,8 @@
 // level, thinking and effort through reasoning_effort / thinking.
 #include <gtest/gtest.h>
 
-#include "serve/chat_service.h"
-#include "serve/openai_schema.h"
+#include "serve/api/chat_service.h"
+#include "serve/api/openai_schema.h"
 #include "serve_test_util.h"
 
 namespace cedar::serve {

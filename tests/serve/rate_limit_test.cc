@@ -4,7 +4,7 @@
 
 #include <chrono>
 
-#include "serve/rate_limit.h"
+#include "serve/http/rate_limit.h"
 #include "serve_test_util.h"
 
 namespace cedar::serve {

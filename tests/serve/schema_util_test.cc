@@ -1,7 +1,7 @@
 // Body parsing and typed field access: hand-worked inputs and the exact 400 each one earns.
 #include <gtest/gtest.h>
 
-#include "serve/schema_util.h"
+#include "serve/api/schema_util.h"
 
 namespace cedar::serve {
 namespace {

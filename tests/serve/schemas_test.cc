@@ -2,9 +2,9 @@
 // ChatRequest, and neutral turns back into each API's response and event stream.
 #include <gtest/gtest.h>
 
-#include "serve/anthropic_schema.h"
-#include "serve/openai_schema.h"
-#include "serve/responses_schema.h"
+#include "serve/api/anthropic_schema.h"
+#include "serve/api/openai_schema.h"
+#include "serve/api/responses_schema.h"
 #include "serve_test_util.h"
 
 namespace cedar::serve {

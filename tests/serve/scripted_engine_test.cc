@@ -2,7 +2,7 @@
 // is tested against the behaviour the real engine promises. Expectations are hand-worked.
 #include <gtest/gtest.h>
 
-#include "serve/script_file.h"
+#include "serve/api/script_file.h"
 #include "runtime/scripted_engine.h"
 #include "serve_test_util.h"
 

@@ -15,8 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "serve/http_server.h"
-#include "serve/script_file.h"
+#include "serve/api/api_server.h"
+#include "serve/api/script_file.h"
 #include "tokenizer/tokenizer.h"
 
 namespace cedar::serve::test {
@@ -100,7 +100,7 @@ class TestServer {
     options.host = "127.0.0.1";
     options.port = 0;
     if (options.service.model_id.empty()) options.service.model_id = "cedar-test";
-    server_ = std::make_unique<HttpServer>(engine, test_tokenizer(), options);
+    server_ = std::make_unique<ApiServer>(engine, test_tokenizer(), options);
     auto port = server_->start();
     if (!port.ok()) {
       ADD_FAILURE() << port.status().to_string();
@@ -119,7 +119,7 @@ class TestServer {
   void stop() { server_->stop(); }
 
  private:
-  std::unique_ptr<HttpServer> server_;
+  std::unique_ptr<ApiServer> server_;
   int port_ = 0;
 };
 

@@ -1,7 +1,7 @@
 // Server-sent events framing, checked against hand-written event-stream text (WHATWG format).
 #include <gtest/gtest.h>
 
-#include "serve/sse.h"
+#include "serve/http/sse.h"
 #include "serve_test_util.h"
 
 namespace cedar::serve {

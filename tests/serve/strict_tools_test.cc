@@ -3,8 +3,8 @@
 // tests/serve/recipe compares the whole prompts when its venv is present).
 #include <gtest/gtest.h>
 
-#include "serve/openai_schema.h"
-#include "serve/responses_schema.h"
+#include "serve/api/openai_schema.h"
+#include "serve/api/responses_schema.h"
 
 namespace cedar::serve {
 namespace {

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "core/status.h"
+#include "cedar/status.h"
 
 namespace cedar::cli {
 

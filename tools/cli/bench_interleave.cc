@@ -8,8 +8,8 @@
 #include <thread>
 #include <vector>
 
-#include "core/thread_pool.h"
-#include "runtime/local_engine.h"
+#include "cedar/platform.h"
+#include "cedar/engine.h"
 
 namespace cedar::cli {
 namespace {

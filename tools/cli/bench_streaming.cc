@@ -8,15 +8,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/file.h"
-#include "core/thread_pool.h"
-#include "core/timer.h"
-#include "model/model.h"
-#include "weights/residency_plan.h"
+#include "cedar/platform.h"
+#include "cedar/model.h"
 #include "spec/weight_inventory.h"
 #include "ops/kernel_set.h"
 #include "ops/sample.h"
-#include "tokenizer/tokenizer.h"
+#include "cedar/tokenizer.h"
 
 namespace cedar::cli {
 namespace {

@@ -19,9 +19,8 @@
 #include "bench_streaming.h"
 #include "command.h"
 #include "expert_parallel.h"
-#include "core/thread_pool.h"
-#include "core/timer.h"
-#include "model/model.h"
+#include "cedar/platform.h"
+#include "cedar/model.h"
 #include "model_summary.h"
 #include "spec/weight_inventory.h"
 #include "ops/bf16_coded.h"
@@ -30,7 +29,7 @@
 #include "ops/prefetch.h"
 #include "ops/sample.h"
 #include "runtime/sampler.h"
-#include "runtime/speculative.h"
+#include "cedar/engine.h"
 
 namespace cedar::cli {
 namespace {

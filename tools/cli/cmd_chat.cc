@@ -13,10 +13,9 @@
 #include "kv_tier_flags.h"
 #include "residency_flags.h"
 #include "command.h"
-#include "core/timer.h"
-#include "serve/chat_service.h"
-#include "serve/engine_setup.h"
-#include "serve/schema_util.h"
+#include "cedar/platform.h"
+#include "cedar/server.h"
+#include "cedar/prompt.h"
 
 namespace cedar::cli {
 namespace {

@@ -7,7 +7,7 @@
 
 #include "args.h"
 #include "command.h"
-#include "io/checkpoint.h"
+#include "cedar/checkpoint.h"
 #include "progress.h"
 
 namespace cedar::cli {

@@ -13,14 +13,11 @@
 #include "expert_parallel.h"
 #include "residency_flags.h"
 #include "command.h"
-#include "core/file.h"
-#include "core/thread_pool.h"
-#include "model/model.h"
-#include "model/sequence_state.h"
+#include "cedar/platform.h"
+#include "cedar/model.h"
 #include "progress.h"
-#include "runtime/eval.h"
-#include "runtime/ngram_baseline.h"
-#include "tokenizer/tokenizer.h"
+#include "cedar/eval.h"
+#include "cedar/tokenizer.h"
 
 namespace cedar::cli {
 namespace {

@@ -11,14 +11,14 @@
 #include "args.h"
 #include "command.h"
 #include "expert_parallel.h"
-#include "core/thread_pool.h"
-#include "model/model.h"
+#include "cedar/platform.h"
+#include "cedar/model.h"
 #include "progress.h"
 #include "kv_tier_flags.h"
 #include "residency_flags.h"
-#include "runtime/local_engine.h"
-#include "serve/image_inputs.h"
-#include "tokenizer/tokenizer.h"
+#include "cedar/engine.h"
+#include "cedar/prompt.h"
+#include "cedar/tokenizer.h"
 
 namespace cedar::cli {
 namespace {

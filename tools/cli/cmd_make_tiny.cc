@@ -5,7 +5,7 @@
 #include "args.h"
 #include "bundled_tokenizer.h"
 #include "command.h"
-#include "tiny/tiny_checkpoint.h"
+#include "cedar/checkpoint.h"
 #include "progress.h"
 
 namespace cedar::cli {

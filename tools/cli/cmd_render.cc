@@ -10,12 +10,9 @@
 #include "args.h"
 #include "bundled_tokenizer.h"
 #include "command.h"
-#include "core/file.h"
-#include "serve/anthropic_schema.h"
-#include "serve/chat_prompt.h"
-#include "serve/openai_schema.h"
-#include "serve/responses_schema.h"
-#include "tokenizer/tokenizer_files.h"
+#include "cedar/platform.h"
+#include "cedar/prompt.h"
+#include "cedar/tokenizer.h"
 
 namespace cedar::cli {
 namespace {

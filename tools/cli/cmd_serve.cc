@@ -15,10 +15,8 @@
 #include "kv_tier_flags.h"
 #include "residency_flags.h"
 #include "command.h"
-#include "core/log.h"
-#include "serve/auth.h"
-#include "serve/engine_setup.h"
-#include "serve/http_server.h"
+#include "cedar/platform.h"
+#include "cedar/server.h"
 
 namespace cedar::cli {
 namespace {
@@ -291,7 +289,7 @@ int cmd_serve(const std::vector<std::string>& argv) {
   }
   serve::ServerOptions options = config->server;
   options.service.model_id = config->served_name.empty() ? opened->engine->info().model_id : config->served_name;
-  serve::HttpServer server(*opened->engine, *opened->tokenizer, options);
+  serve::ApiServer server(*opened->engine, *opened->tokenizer, options);
   auto port = server.bind();
   if (!port.ok()) {
     std::fprintf(stderr, "cedar serve: %s\n", port.status().message().c_str());

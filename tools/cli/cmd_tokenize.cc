@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "args.h"
-#include "chat/chat_encoding.h"
+#include "cedar/prompt.h"
 #include "command.h"
-#include "tokenizer/tokenizer.h"
+#include "cedar/tokenizer.h"
 
 namespace cedar::cli {
 namespace {

@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "core/thread_pool.h"
+#include "cedar/platform.h"
 #include "spec/layer_plan.h"
 
 namespace cedar::cli {

@@ -7,9 +7,9 @@
 #include <string>
 
 #include "args.h"
-#include "core/status.h"
+#include "cedar/status.h"
 #include "dist/cluster.h"
-#include "model/model.h"
+#include "cedar/model.h"
 
 namespace cedar::cli {
 

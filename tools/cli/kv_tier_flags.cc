@@ -4,7 +4,7 @@
 #include <cstdlib>
 #include <fstream>
 
-#include "core/log.h"
+#include "cedar/platform.h"
 
 namespace cedar::cli {
 

@@ -3,8 +3,8 @@
 #pragma once
 
 #include "args.h"
-#include "core/status.h"
-#include "kv/redis_tier.h"
+#include "cedar/status.h"
+#include "cedar/engine.h"
 
 namespace cedar::cli {
 

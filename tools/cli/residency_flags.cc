@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <functional>
 
-#include "weights/residency_plan.h"
+#include "cedar/model.h"
 
 namespace cedar::cli {
 

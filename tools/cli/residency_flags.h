@@ -4,8 +4,8 @@
 #include <string>
 
 #include "args.h"
-#include "core/status.h"
-#include "model/model.h"
+#include "cedar/status.h"
+#include "cedar/model.h"
 
 namespace cedar::cli {
 
