@@ -98,7 +98,8 @@ class DSparkAttention {
     for (size_t g = 0; g < G; ++g) {
       for (size_t t = 0; t < B; ++t) std::memcpy(gin + t * K, o + t * H * hd + g * K, K * sizeof(float));
       const ops::Fp8Weight wg{w_.wo_a.codes + g * R * K, w_.wo_a.scales + (g * R / 32) * (K / 32), R, K};
-      const ops::Fp8LinearJob job{ops::Fp8LinearJob::Kind::kAsBf16, ops::Fp8Activations{gin, nullptr, B, K}, wg, gout};
+      const ops::Fp8LinearJob job{ops::Fp8LinearJob::Kind::kAsBf16, ops::PreparedActivations::unquantized(gin, B, K),
+                                  wg, gout};
       ops::fp8_linear_batch(k, {&job, 1}, pool);
       for (size_t t = 0; t < B; ++t) std::memcpy(wo_in + t * G * R + g * R, gout + t * R, R * sizeof(float));
     }

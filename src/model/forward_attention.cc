@@ -82,7 +82,7 @@ void ForwardPass::attention(int l, const float* x, float* out) {
   // Window KV: kv_norm(wkv(x)), RoPE, FP8 QDQ of all head_dim dims (block 32).
   float* qr = scratch(ws_.qr, T_ * ql);      // [T, q_lora]
   float* kv = scratch(ws_.kv, T_ * hd);      // [T, head_dim]
-  const ops::Fp8Activations xa = k_.quantize_activations_fp8(x, T_, a.wq_a.k, act_span);
+  const ops::PreparedActivations xa = k_.quantize_activations_fp8(x, T_, a.wq_a.k, act_span);
   ws_.fp8_jobs.clear();
   ws_.fp8_jobs.push_back({ops::Fp8LinearJob::Kind::kGemm, xa, a.wq_a, qr});
   ws_.fp8_jobs.push_back({ops::Fp8LinearJob::Kind::kGemm, xa, a.wkv, kv});
@@ -90,7 +90,7 @@ void ForwardPass::attention(int l, const float* x, float* out) {
   ops::rms_norm(qr, T_, ql, a.q_norm, eps, qr);
   float* q = scratch(ws_.q, T_ * H * hd);    // [T, H, head_dim]
   float* iq = index_query ? scratch(ws_.idx_q, T_ * nih * ihd) : nullptr;  // [T, index_heads, index_head_dim]
-  const ops::Fp8Activations qa = k_.quantize_activations_fp8(qr, T_, ql, act_span);
+  const ops::PreparedActivations qa = k_.quantize_activations_fp8(qr, T_, ql, act_span);
   ws_.fp8_jobs.clear();
   ws_.fp8_jobs.push_back({ops::Fp8LinearJob::Kind::kGemm, qa, a.wq_b, q});
   if (index_query) ws_.fp8_jobs.push_back({ops::Fp8LinearJob::Kind::kGemm, qa, a.idx_wq_b, iq});
@@ -149,7 +149,7 @@ void ForwardPass::attention(int l, const float* x, float* out) {
       for (size_t t = 0; t < T_; ++t) std::memcpy(in + t * K, o + t * H * hd + g * K, K * sizeof(float));
     // Group g's rows; R is a multiple of 32 (checked at load), so its scales start at a block row.
     const ops::Fp8Weight wg{a.wo_a.codes + g * R * K, a.wo_a.scales + (g * R / 32) * (K / 32), R, K};
-    ws_.fp8_jobs.push_back({ops::Fp8LinearJob::Kind::kAsBf16, ops::Fp8Activations{in, nullptr, T_, K}, wg,
+    ws_.fp8_jobs.push_back({ops::Fp8LinearJob::Kind::kAsBf16, ops::PreparedActivations::unquantized(in, T_, K), wg,
                             one_token ? wo_in + g * R : group_out + g * T_ * R});
   }
   ops::fp8_linear_batch(k_, ws_.fp8_jobs, pool_);

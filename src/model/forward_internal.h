@@ -151,7 +151,7 @@ class ForwardPass {
   // row i reads x's row tokens[i], is scaled by row_w[i] and writes ye's row i. xq: x quantised
   // whole, for experts that every token chose (nullptr: quantise each expert's rows).
   void routed_experts(int l, const float* x, size_t n_tokens, const int32_t* tokens, const float* row_w,
-                      const ops::Fp8Activations* xq, float* ye);
+                      const ops::PreparedActivations* xq, float* ye);
   // Expert parallelism, head side: send the rows of the experts other ranks own (returns false when
   // nothing was sent), and copy their outputs into ye's rows.
   bool post_remote_experts(int l, const float* x, const int32_t* tokens, const float* row_w);

@@ -86,7 +86,7 @@ void ForwardPass::moe(int l, const float* x, float* out) {
   // expert takes the same path whatever the placement.)
   const bool x_shared = std::any_of(ws_.moe_experts.begin(), ws_.moe_experts.end(),
                                     [&](const auto& ae) { return ae.rows == T_; });
-  ops::Fp8Activations xq;
+  ops::PreparedActivations xq;
   if (x_shared) {
     float* held = scratch(ws_.moe_shared_act, k_.act_scratch_floats(T_, dim));
     xq = k_.quantize_activations(x, T_, dim, {held, ws_.moe_shared_act.size()});
@@ -96,7 +96,7 @@ void ForwardPass::moe(int l, const float* x, float* out) {
   float* sg = scratch(ws_.shared_g, T_ * inter);
   float* su = scratch(ws_.shared_u, T_ * inter);
   float* sy = scratch(ws_.shared_out, T_ * dim);
-  const ops::Fp8Activations xs = x_shared ? xq : k_.quantize_activations_fp8(x, T_, dim, act_span);
+  const ops::PreparedActivations xs = x_shared ? xq : k_.quantize_activations_fp8(x, T_, dim, act_span);
   ws_.fp8_jobs.clear();
   ws_.fp8_jobs.push_back({ops::Fp8LinearJob::Kind::kGemm, xs, bw.shared.w1, sg});
   ws_.fp8_jobs.push_back({ops::Fp8LinearJob::Kind::kGemm, xs, bw.shared.w3, su});
@@ -121,7 +121,7 @@ void ForwardPass::moe(int l, const float* x, float* out) {
 }
 
 void ForwardPass::routed_experts(int l, const float* x, size_t n_tokens, const int32_t* tokens, const float* row_w,
-                                 const ops::Fp8Activations* xq, float* ye) {
+                                 const ops::PreparedActivations* xq, float* ye) {
   const size_t dim = c_.dim, inter = c_.moe_inter_dim;
   const float limit = static_cast<float>(c_.swiglu_limit);
   WeightSource& src = *m_.source_;
@@ -151,7 +151,7 @@ void ForwardPass::routed_experts(int l, const float* x, size_t n_tokens, const i
     for (size_t j = g0; j < g1; ++j) {
       const auto& ae = ws_.moe_experts[ws_.moe_local[j]];
       const ExpertWeights& we = ws_.moe_held[j - g0];
-      ops::Fp8Activations xa;
+      ops::PreparedActivations xa;
       if (xq != nullptr && ae.rows == n_tokens) {
         xa = *xq;
       } else {  // the expert's tokens' rows, gathered
@@ -171,7 +171,7 @@ void ForwardPass::routed_experts(int l, const float* x, size_t n_tokens, const i
       const auto& ae = ws_.moe_experts[ws_.moe_local[j]];
       for (size_t i = ae.row0; i < ae.row0 + ae.rows; ++i)
         k_.swiglu_clamped(g + i * inter, u + i * inter, inter, limit, row_w[i], g + i * inter);
-      const ops::Fp8Activations ga = k_.quantize_activations(
+      const ops::PreparedActivations ga = k_.quantize_activations(
           g + ae.row0 * inter, ae.rows, inter, {moe_act + ae.act_offset, k_.act_scratch_floats(ae.rows, inter)});
       ws_.fp4_jobs[j - g0] = {ga, ws_.moe_held[j - g0].w2, ye + ae.row0 * dim};
     };

@@ -50,7 +50,7 @@ void panel_tiles_amx(size_t m16, const uint32_t* act_pairs, size_t lda_pairs, co
 // The most activation rows fp4_rows_amx takes (four 16-row tiles share each weight tile).
 inline constexpr size_t kAmxSmallGemmRows = 64;
 
-// amx_pairs (Fp8Activations::amx_pairs's layout) from bf16 pairs [m, k/2], m <= kAmxSmallGemmRows.
+// amx_pairs (ActivationLayout::amx_pairs's layout) from bf16 pairs [m, k/2], m <= kAmxSmallGemmRows.
 void amx_pairs_from_rows(const uint32_t* pairs, size_t m, size_t k, uint32_t* amx_pairs);
 
 // A prefill GEMM for few rows (an expert's share of a chunk: ~8 of 512 tokens): weight rows [n0, n0

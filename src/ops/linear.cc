@@ -10,6 +10,7 @@
 
 #include "core/check.h"
 #include "core/thread_pool.h"
+#include "ops/activation_access.h"
 #include "ops/formats.h"
 #include "ops/linear_internal.h"
 #include "ops/quant.h"
@@ -57,7 +58,7 @@ HWY_INLINE float BlockPartial(const float* act, const VW* wv, double unscale) {
 }
 
 template <bool kFp4>
-void BlockGemmRows(const Fp8Activations& a, const uint8_t* wdata, const uint8_t* wscales, size_t n_total,
+void BlockGemmRows(const ActivationLayout& a, const uint8_t* wdata, const uint8_t* wscales, size_t n_total,
                    size_t k, float* y, size_t n_begin, size_t n_end) {
   const size_t kblocks = k / 32;
   const float* e8m0 = e8m0_table();
@@ -92,7 +93,7 @@ using DH = hn::Rebind<float, DD>;
 constexpr size_t kWeightChunk = 16;
 
 template <bool kFp4>
-void BlockGemmTiles(const Fp8Activations& a, const uint8_t* wdata, const uint8_t* wscales, size_t n_total,
+void BlockGemmTiles(const ActivationLayout& a, const uint8_t* wdata, const uint8_t* wscales, size_t n_total,
                     size_t k, float* y, size_t n_begin, size_t n_end) {
   const DD dd;
   const DH dh;
@@ -145,14 +146,14 @@ void BlockGemmTiles(const Fp8Activations& a, const uint8_t* wdata, const uint8_t
   }
 }
 
-void GemmFp8Rows(const Fp8Activations& a, const Fp8Weight& w, float* y, size_t n_begin, size_t n_end) {
+void GemmFp8Rows(const ActivationLayout& a, const Fp8Weight& w, float* y, size_t n_begin, size_t n_end) {
   if (a.values_t != nullptr && a.m >= kActTileMinRows) {
     BlockGemmTiles<false>(a, w.codes, w.scales, w.n, w.k, y, n_begin, n_end);
   } else {
     BlockGemmRows<false>(a, w.codes, w.scales, w.n, w.k, y, n_begin, n_end);
   }
 }
-void GemmFp4Rows(const Fp8Activations& a, const Fp4Weight& w, float* y, size_t n_begin, size_t n_end) {
+void GemmFp4Rows(const ActivationLayout& a, const Fp4Weight& w, float* y, size_t n_begin, size_t n_end) {
   if (a.values_t != nullptr && a.m >= kActTileMinRows) {
     BlockGemmTiles<true>(a, w.packed, w.scales, w.n, w.k, y, n_begin, n_end);
   } else {
@@ -190,23 +191,26 @@ HWY_EXPORT(GemmFp4Rows);
 HWY_EXPORT(LinearBf16Rows);
 HWY_EXPORT(LinearF32Rows);
 
-void gemm_fp8(const Fp8Activations& a, const Fp8Weight& w, float* y, ThreadPool* pool) {
+void gemm_fp8(const PreparedActivations& act, const Fp8Weight& w, float* y, ThreadPool* pool) {
+  const ActivationLayout& a = ActivationAccess::layout(act);
   CEDAR_CHECK(a.k == w.k && w.k % 32 == 0, "gemm_fp8: activation k %zu vs weight k %zu (multiple of 32)", a.k,
               w.k);
   for_rows(pool, w.n, [&](size_t b, size_t e) { HWY_DYNAMIC_DISPATCH(GemmFp8Rows)(a, w, y, b, e); });
 }
 
-void gemm_fp4(const Fp8Activations& a, const Fp4Weight& w, float* y, ThreadPool* pool) {
+void gemm_fp4(const PreparedActivations& act, const Fp4Weight& w, float* y, ThreadPool* pool) {
+  const ActivationLayout& a = ActivationAccess::layout(act);
   CEDAR_CHECK(a.k == w.k && w.k % 32 == 0, "gemm_fp4: activation k %zu vs weight k %zu (multiple of 32)", a.k,
               w.k);
   for_rows(pool, w.n, [&](size_t b, size_t e) { HWY_DYNAMIC_DISPATCH(GemmFp4Rows)(a, w, y, b, e); });
 }
 
-void gemm_fp4_rows(const Fp8Activations& a, const Fp4Weight& w, float* y, size_t n_begin, size_t n_end) {
-  HWY_DYNAMIC_DISPATCH(GemmFp4Rows)(a, w, y, n_begin, n_end);
+void gemm_fp4_rows(const PreparedActivations& a, const Fp4Weight& w, float* y, size_t n_begin, size_t n_end) {
+  HWY_DYNAMIC_DISPATCH(GemmFp4Rows)(ActivationAccess::layout(a), w, y, n_begin, n_end);
 }
 
-void gemm_fp8_rows(const Fp8Activations& a, const Fp8Weight& w, float* y, size_t n_begin, size_t n_end) {
+void gemm_fp8_rows(const PreparedActivations& act, const Fp8Weight& w, float* y, size_t n_begin, size_t n_end) {
+  const ActivationLayout& a = ActivationAccess::layout(act);
   CEDAR_CHECK(a.k == w.k && w.k % 32 == 0, "gemm_fp8_rows: activation k %zu vs weight k %zu (multiple of 32)", a.k,
               w.k);
   HWY_DYNAMIC_DISPATCH(GemmFp8Rows)(a, w, y, n_begin, n_end);

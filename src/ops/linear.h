@@ -17,7 +17,7 @@
 // scalar references agree bit for bit by construction, whatever their summation order.
 //
 // The GEMV (m = 1..3) and the multi-row tiled kernel (m >= kActTileMinRows, using the row-interleaved
-// copies in Fp8Activations) both compute exactly this; both equal the references bit for bit.
+// copies the quantiser prepares) both compute exactly this; both equal the references bit for bit.
 //
 // bf16 / f32 weights: y = f32( Σ_k x·w ), the exact products summed in float64 in the canonical 32-lane
 // order of dot_canonical.h and rounded once (then to bf16 for LinearOut::kBf16); fast path and
@@ -27,6 +27,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+
+#include "ops/activation_layout.h"
 
 namespace cedar {
 class ThreadPool;
@@ -70,67 +72,32 @@ struct F32Weight {
   size_t k = 0;
 };
 
-// The act_quant codes of FP4 GEMV rows as int16, so the kernel multiplies on integers (vpmaddwd).
-// Each block's codes are exact integers v = q · 2^9 (|v| <= 448 · 2^9 < 2^18). The block stores
-// v >> shift, with the smallest shift (0..3) that fits int16, in `plane`, and 2^(shift-18) · s in
-// `factor` (2^-9 undoes the integer scaling, 2^-9 the kernel's 256·2·E2M1 weight values). When some
-// v is not a multiple of 2^shift (an element more than ~2^11 below the block's largest; rare in real
-// activations) the block is also listed in `residual_block` with v & (2^shift - 1) in
-// `residual_plane`, whose products the kernel adds with factor 2^-18 · s: the sum stays exact.
-// Element order inside a block: even elements 0-7, odd 0-7, even 8-15, odd 8-15 (element j is the
-// (j % 2) nibble of packed byte j / 2; the kernel decodes low nibbles into one 128-bit lane and high
-// nibbles into the other).
-// On CPUs with AVX512-VNNI the planes are packed as bytes for that kernel instead (ops/fp4_gemv_x86.h):
-// `plane` is then nullptr and `vnni_plane` / `vnni_correction` are set; factor and the residuals are
-// the same in both forms.
-struct Fp4GemvPlanes {
-  const int16_t* plane = nullptr;           // [m, k/32, 32]
-  const float* factor = nullptr;            // [m, k/32]
-  const uint32_t* residual_count = nullptr; // [m]
-  const uint32_t* residual_block = nullptr; // [m, k/32], the first residual_count[r] used
-  const int16_t* residual_plane = nullptr;  // [m, k/32, 32], likewise
-  const int8_t* vnni_plane = nullptr;       // [m, padded k/32, 64]
-  const int32_t* vnni_correction = nullptr; // [m, padded k/32]
-  // On CPUs with AVX512-BF16: the values as bf16 in fp4_gemv_x86.h's layout, [m, fp4_bf16_plane_words(k)];
-  // when present the other planes are absent.
-  const uint16_t* bf16_plane = nullptr;
-};
+// Activations prepared for the FP8/FP4 linears: an opaque handle. The model gets one only from the
+// kernel set's quantisers (KernelSet::quantize_activations*, one quantisation feeding several GEMMs,
+// e.g. w1 and w3 of every selected expert) or, for the linears that take x unquantised (wo_a, the
+// kAsBf16 jobs of fp8_linear_batch), from unquantized(); it passes the handle back into kernel-set
+// calls and may ask its shape. What is inside (codes as floats, scales, the row-interleaved,
+// integer-plane, bf16-pair and AMX copies some kernels read) depends on the kernel set and the CPU;
+// only ops code reads it (ops/activation_access.h). A handle views the scratch it was built in.
+class PreparedActivations {
+ public:
+  PreparedActivations() = default;
+  // x [m, k] as given (bf16 values held as floats), not quantised.
+  static PreparedActivations unquantized(const float* x, size_t m, size_t k) {
+    PreparedActivations a;
+    a.layout_.values = x;
+    a.layout_.m = m;
+    a.layout_.k = k;
+    return a;
+  }
+  size_t m() const { return layout_.m; }
+  size_t k() const { return layout_.k; }
+  // Whether this is x as given (unquantized()) rather than a quantiser's output.
+  bool is_unquantized() const { return layout_.scales == nullptr; }
 
-// Where element j of a block goes in its int16 plane: even elements 0-7, odd 0-7, even 8-15, odd 8-15
-// (element j is the (j % 2) nibble of byte j / 2).
-constexpr size_t fp4_plane_slot(size_t j) { return (j / 16) * 16 + (j % 2) * 8 + (j / 2) % 8; }
-
-// Activations already quantised by act_quant_fp8 (lets one quantisation feed several GEMMs, e.g. the
-// w1 and w3 projections of every selected expert). The E4M3 codes are kept decoded (exactly) as f32
-// so the kernels decode only the weights.
-struct Fp8Activations {
-  const float* values = nullptr;  // [m, k] E4M3 code values as f32 (q, not q·s)
-  const float* scales = nullptr;  // [m, k/32] the power-of-two block scales s
-  size_t m = 0;
-  size_t k = 0;
-  // Optional row-interleaved copies for the multi-row (prefill) kernels, filled by
-  // quantize_activations when m >= kActTileMinRows: rows grouped in tiles of kActTileRows (the last
-  // tile zero-padded), values_t [tiles, k, 16] and scales_t [tiles, k/32, 16]. nullptr = not present
-  // (the kernels then use the row-by-row path; results are identical either way).
-  const float* values_t = nullptr;
-  const float* scales_t = nullptr;
-  // Set by fast::quantize_activations: `values` hold the dequantised activations q·s (exact in f32)
-  // and `scales` still hold s. Only the fast kernels (ops/linear_fast.h) accept this form.
-  bool dequantized = false;
-  // Also from fast::quantize_activations, for rows that take the FP4 GEMV (m < 6); plane == nullptr:
-  // absent.
-  Fp4GemvPlanes fp4_planes = {};
-  // Also from fast::quantize_activations, for GEMM-sized m on CPUs with AVX512-BF16
-  // (ops/gemm_bf16_x86.h): the values as bf16 pairs [m, k/2] (element 2p in the low half), present
-  // only when every value is zero or a normal bf16 number; bf16_exp_lo / hi: the smallest and largest
-  // f32 exponent field among the nonzero values. nullptr = absent (the fp32 tile runs).
-  const uint32_t* bf16_pairs = nullptr;
-  int bf16_exp_lo = 0, bf16_exp_hi = 0;
-  // Also from fast::quantize_activations, with bf16_pairs, for 6..64 rows on CPUs with AMX-BF16: the
-  // pairs as the AMX tiles' right-hand operand (ops/gemm_amx_x86.h, fp4_rows_amx), 16 rows per tile
-  // (the last zero-padded): per 32-K step j and tile t, 256 u32 at (j * tiles + t) * 256, pair p of
-  // row 16t + r at p * 16 + r. nullptr = absent.
-  const uint32_t* amx_pairs = nullptr;
+ private:
+  friend class ActivationAccess;
+  ActivationLayout layout_;
 };
 
 inline constexpr size_t kActTileRows = 16;
@@ -148,7 +115,7 @@ size_t fp8_act_scratch_floats(size_t m, size_t k);
 
 // Quantises x [m, k] (act_quant, block 32, UE8M0) into `scratch` (>= fp8_act_scratch_floats(m, k))
 // and returns a view of it.
-Fp8Activations quantize_activations(const float* x, size_t m, size_t k, std::span<float> scratch);
+PreparedActivations quantize_activations(const float* x, size_t m, size_t k, std::span<float> scratch);
 
 // y [m, n] (bf16 values) = x [m, k] · Wᵀ with FP8 block-scaled weights. scratch as above.
 void linear_fp8(const float* x, size_t m, const Fp8Weight& w, float* y, std::span<float> scratch,
@@ -157,27 +124,27 @@ void linear_fp8(const float* x, size_t m, const Fp8Weight& w, float* y, std::spa
 void linear_fp4(const float* x, size_t m, const Fp4Weight& w, float* y, std::span<float> scratch,
                 ThreadPool* pool);
 // The same two GEMMs on pre-quantised activations (a.k must equal w.k).
-void gemm_fp8(const Fp8Activations& a, const Fp8Weight& w, float* y, ThreadPool* pool);
-void gemm_fp4(const Fp8Activations& a, const Fp4Weight& w, float* y, ThreadPool* pool);
+void gemm_fp8(const PreparedActivations& a, const Fp8Weight& w, float* y, ThreadPool* pool);
+void gemm_fp4(const PreparedActivations& a, const Fp4Weight& w, float* y, ThreadPool* pool);
 
 // One GEMM of a batch (gemm_fp4_batch): y = a · wᵀ.
 struct Fp4GemmJob {
-  Fp8Activations a;
+  PreparedActivations a;
   Fp4Weight w;
   float* y = nullptr;
 };
 // Rows [n_begin, n_end) of gemm_fp4 on the calling thread (the unit the batch splits).
-void gemm_fp4_rows(const Fp8Activations& a, const Fp4Weight& w, float* y, size_t n_begin, size_t n_end);
+void gemm_fp4_rows(const PreparedActivations& a, const Fp4Weight& w, float* y, size_t n_begin, size_t n_end);
 // Rows [n_begin, n_end) of gemm_fp8 on the calling thread (the unit fp8_linear_batch splits).
-void gemm_fp8_rows(const Fp8Activations& a, const Fp8Weight& w, float* y, size_t n_begin, size_t n_end);
+void gemm_fp8_rows(const PreparedActivations& a, const Fp8Weight& w, float* y, size_t n_begin, size_t n_end);
 
 // One FP8 linear of a batch (fp8_linear_batch, kernel_set.h):
 //   kGemm:   y = a · wᵀ, a from quantize_activations (gemm_fp8);
-//   kAsBf16: y = linear_fp8_bf16(a.values, a.m, w) with bf16 output; a.values is x unquantised.
+//   kAsBf16: y = linear_fp8_bf16(x, a.m(), w) with bf16 output; a is PreparedActivations::unquantized(x, ...).
 struct Fp8LinearJob {
   enum class Kind { kGemm, kAsBf16 };
   Kind kind = Kind::kGemm;
-  Fp8Activations a;
+  PreparedActivations a;
   Fp8Weight w;
   float* y = nullptr;
 };
@@ -203,8 +170,8 @@ void dequantize_fp8_rows_to_bf16(const Fp8Weight& w, size_t n_begin, size_t n_en
 
 // Plain scalar references (the definitions above, no SIMD) that the fast paths are tested against.
 namespace ref {
-void gemm_fp8(const Fp8Activations& a, const Fp8Weight& w, float* y);
-void gemm_fp4(const Fp8Activations& a, const Fp4Weight& w, float* y);
+void gemm_fp8(const PreparedActivations& a, const Fp8Weight& w, float* y);
+void gemm_fp4(const PreparedActivations& a, const Fp4Weight& w, float* y);
 void linear_bf16(const float* x, size_t m, const Bf16Weight& w, float* y, LinearOut out);
 void linear_f32(const float* x, size_t m, const F32Weight& w, float* y);
 }  // namespace ref

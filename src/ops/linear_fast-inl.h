@@ -156,7 +156,7 @@ HWY_INLINE void Bf16PanelTiles(bool amx, size_t m, size_t k, size_t k0, size_t k
 
 // y[m, n_begin..n_end) = out(act[m, k] · decoded weight rows). decode_row(n, k0, kc, dst) writes the
 // exact fp32 values of weight row n, columns [k0, k0 + kc), to dst.
-// act_pairs (may be nullptr): the activations as bf16 pairs (Fp8Activations::bf16_pairs, exponent
+// act_pairs (may be nullptr): the activations as bf16 pairs (ActivationLayout::bf16_pairs, exponent
 // fields act_lo..act_hi); a panel whose weights are bf16 values too, with products that can neither
 // flush to zero nor overflow, then runs on the AMX tiles (gemm_amx_x86.h) or the AVX512-BF16 tile.
 // decode_panel (optional): decode_panel(n0, nr, k0, kc, panel_pairs, &lo, &hi) writes the bf16

@@ -20,6 +20,7 @@
 
 #include "core/check.h"
 #include "core/thread_pool.h"
+#include "ops/activation_access.h"
 #include "ops/formats.h"
 #include "ops/fp4_gemv_x86.h"
 #include "ops/fp8_gemv_x86.h"
@@ -399,7 +400,7 @@ HWY_INLINE void PrefetchPanelRows(const uint8_t* first, size_t rows, size_t stri
 }
 
 template <bool kFp4>
-void FastBlockGemm(const Fp8Activations& a, const uint8_t* wdata, const uint8_t* wscales, size_t n_total, size_t k,
+void FastBlockGemm(const ActivationLayout& a, const uint8_t* wdata, const uint8_t* wscales, size_t n_total, size_t k,
                    float* y, size_t n_begin, size_t n_end) {
 #if HWY_TARGET <= HWY_AVX2
   if (kFp4 && a.m < fast::kFastGemmMinRows && a.fp4_planes.bf16_plane != nullptr) {
@@ -551,10 +552,10 @@ void FastBlockGemm(const Fp8Activations& a, const uint8_t* wdata, const uint8_t*
   }
 }
 
-void FastGemmFp8(const Fp8Activations& a, const Fp8Weight& w, float* y, size_t n_begin, size_t n_end) {
+void FastGemmFp8(const ActivationLayout& a, const Fp8Weight& w, float* y, size_t n_begin, size_t n_end) {
   FastBlockGemm<false>(a, w.codes, w.scales, w.n, w.k, y, n_begin, n_end);
 }
-void FastGemmFp4(const Fp8Activations& a, const Fp4Weight& w, float* y, size_t n_begin, size_t n_end) {
+void FastGemmFp4(const ActivationLayout& a, const Fp4Weight& w, float* y, size_t n_begin, size_t n_end) {
   FastBlockGemm<true>(a, w.packed, w.scales, w.n, w.k, y, n_begin, n_end);
 }
 
@@ -666,17 +667,17 @@ Fp4GemvPlanes quantize_fp4_planes(const float* x, size_t m, size_t k, float* val
 namespace {
 // fp4_planes: also fill the FP4 GEMV's integer planes (rows < kFastGemmMinRows). The FP8 linears skip
 // them: they are scalar work on the calling thread, and an FP8 GEMV never reads them.
-Fp8Activations quantize(const float* x, size_t m, size_t k, std::span<float> scratch, bool fp4_planes) {
+PreparedActivations quantize(const float* x, size_t m, size_t k, std::span<float> scratch, bool fp4_planes) {
   CEDAR_CHECK(k % kFp8ActBlock == 0, "activation width %zu is not a multiple of 32", k);
   CEDAR_CHECK(scratch.size() >= act_scratch_floats(m, k), "linear scratch too small: %zu < %zu", scratch.size(),
               act_scratch_floats(m, k));
   float* values = scratch.data();          // [m, k]
   float* scales = scratch.data() + m * k;  // [m, k/32]
-  Fp8Activations a{values, scales, m, k};
+  ActivationLayout a{values, scales, m, k};
   a.dequantized = true;
   if (fp4_planes && m < kFastGemmMinRows) {
     a.fp4_planes = quantize_fp4_planes(x, m, k, values, scales, scales + m * (k / kFp8ActBlock));
-    return a;
+    return ActivationAccess::wrap(a);
   }
   for (size_t b = 0; b < m * k / kFp8ActBlock; ++b) {
     scales[b] = HWY_DYNAMIC_DISPATCH(FastActBlockScale)(x + b * kFp8ActBlock);
@@ -697,40 +698,44 @@ Fp8Activations quantize(const float* x, size_t m, size_t k, std::span<float> scr
       }
     }
   }
-  return a;
+  return ActivationAccess::wrap(a);
 }
 
 }  // namespace
 
-Fp8Activations quantize_activations(const float* x, size_t m, size_t k, std::span<float> scratch) {
+PreparedActivations quantize_activations(const float* x, size_t m, size_t k, std::span<float> scratch) {
   return quantize(x, m, k, scratch, true);
 }
 
-void gemm_fp8(const Fp8Activations& a, const Fp8Weight& w, float* y, ThreadPool* pool) {
+void gemm_fp8(const PreparedActivations& act, const Fp8Weight& w, float* y, ThreadPool* pool) {
+  const ActivationLayout& a = ActivationAccess::layout(act);
   CEDAR_CHECK(a.dequantized, "fast::gemm_fp8 needs activations from fast::quantize_activations");
   CEDAR_CHECK(a.k == w.k && w.k % 32 == 0, "gemm_fp8: activation k %zu vs weight k %zu (multiple of 32)", a.k,
               w.k);
   for_rows(pool, w.n, [&](size_t b, size_t e) { HWY_DYNAMIC_DISPATCH(FastGemmFp8)(a, w, y, b, e); }, 32);
 }
 
-void gemm_fp4(const Fp8Activations& a, const Fp4Weight& w, float* y, ThreadPool* pool) {
+void gemm_fp4(const PreparedActivations& act, const Fp4Weight& w, float* y, ThreadPool* pool) {
+  const ActivationLayout& a = ActivationAccess::layout(act);
   CEDAR_CHECK(a.dequantized, "fast::gemm_fp4 needs activations from fast::quantize_activations");
   CEDAR_CHECK(a.k == w.k && w.k % 32 == 0, "gemm_fp4: activation k %zu vs weight k %zu (multiple of 32)", a.k,
               w.k);
   for_rows(pool, w.n, [&](size_t b, size_t e) { HWY_DYNAMIC_DISPATCH(FastGemmFp4)(a, w, y, b, e); });
 }
 
-Fp8Activations quantize_activations_fp8(const float* x, size_t m, size_t k, std::span<float> scratch) {
+PreparedActivations quantize_activations_fp8(const float* x, size_t m, size_t k, std::span<float> scratch) {
   return quantize(x, m, k, scratch, false);
 }
 
-void gemm_fp8_rows(const Fp8Activations& a, const Fp8Weight& w, float* y, size_t n_begin, size_t n_end) {
+void gemm_fp8_rows(const PreparedActivations& act, const Fp8Weight& w, float* y, size_t n_begin, size_t n_end) {
+  const ActivationLayout& a = ActivationAccess::layout(act);
   CEDAR_CHECK(a.dequantized && a.k == w.k && w.k % 32 == 0,
               "fast::gemm_fp8_rows: activations from fast::quantize_activations, k %zu", w.k);
   HWY_DYNAMIC_DISPATCH(FastGemmFp8)(a, w, y, n_begin, n_end);
 }
 
-void gemm_fp4_rows(const Fp8Activations& a, const Fp4Weight& w, float* y, size_t n_begin, size_t n_end) {
+void gemm_fp4_rows(const PreparedActivations& act, const Fp4Weight& w, float* y, size_t n_begin, size_t n_end) {
+  const ActivationLayout& a = ActivationAccess::layout(act);
   CEDAR_CHECK(a.dequantized && a.k == w.k, "fast::gemm_fp4_rows: activations from fast::quantize_activations, k %zu",
               w.k);
   HWY_DYNAMIC_DISPATCH(FastGemmFp4)(a, w, y, n_begin, n_end);
@@ -746,14 +751,15 @@ void linear_fp4(const float* x, size_t m, const Fp4Weight& w, float* y, std::spa
   fast::gemm_fp4(fast::quantize_activations(x, m, w.k, scratch), w, y, pool);
 }
 
-void linear_fp8_bf16_rows(const Fp8Activations& x, const Fp8Weight& w, float* y, LinearOut out, size_t n_begin,
+void linear_fp8_bf16_rows(const PreparedActivations& act, const Fp8Weight& w, float* y, LinearOut out, size_t n_begin,
                           size_t n_end) {
+  const ActivationLayout& x = ActivationAccess::layout(act);
   CEDAR_CHECK(w.k % 32 == 0, "linear_fp8_bf16: k %zu is not a multiple of 32", w.k);
   CEDAR_CHECK(x.k == w.k, "linear_fp8_bf16: x has %zu columns, the weight %zu", x.k, w.k);
   // The FP8 GEMMs read `values` as given when dequantized: x itself, unquantised. They round to bf16;
   // an f32 output needs the unrounded sums, which only bf16 output (wo_a) uses here.
   CEDAR_CHECK(out == LinearOut::kBf16, "fast::linear_fp8_bf16 supports bf16 output only");
-  Fp8Activations a{x.values, nullptr, x.m, w.k};
+  ActivationLayout a{x.values, nullptr, x.m, w.k};
   a.dequantized = true;
   a.bf16_pairs = x.bf16_pairs;
   a.bf16_exp_lo = x.bf16_exp_lo;
@@ -761,7 +767,8 @@ void linear_fp8_bf16_rows(const Fp8Activations& x, const Fp8Weight& w, float* y,
   HWY_DYNAMIC_DISPATCH(FastGemmFp8)(a, w, y, n_begin, n_end);
 }
 
-bool pair_unquantized(Fp8Activations* a, uint32_t* pairs) {
+bool pair_unquantized(PreparedActivations* act, uint32_t* pairs) {
+  ActivationLayout* a = &ActivationAccess::layout(*act);
   if (a->m < kFastGemmMinRows || a->k % 32 != 0 || !x86::gemm_bf16_usable()) return false;
   int lo = 255, hi = 0;
   if (!HWY_DYNAMIC_DISPATCH(ToBf16Pairs)(a->values, a->m * a->k / 2, pairs, &lo, &hi)) return false;
@@ -773,7 +780,7 @@ bool pair_unquantized(Fp8Activations* a, uint32_t* pairs) {
 
 void linear_fp8_bf16(const float* x, size_t m, const Fp8Weight& w, float* y, LinearOut out, ThreadPool* pool) {
   // x is packed into pairs once, before the threads split the rows (a thread's buffer, grown once).
-  Fp8Activations a{x, nullptr, m, w.k};
+  PreparedActivations a = PreparedActivations::unquantized(x, m, w.k);
   thread_local std::vector<uint32_t> pairs;
   if (m >= kFastGemmMinRows && w.k % 32 == 0 && x86::gemm_bf16_usable()) {
     if (pairs.size() < m * w.k / 2) pairs.resize(m * w.k / 2);

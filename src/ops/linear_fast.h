@@ -31,24 +31,24 @@ namespace cedar::ops::fast {
 inline constexpr size_t kFastGemmMinRows = 6;
 
 size_t act_scratch_floats(size_t m, size_t k);
-Fp8Activations quantize_activations(const float* x, size_t m, size_t k, std::span<float> scratch);
-void gemm_fp8(const Fp8Activations& a, const Fp8Weight& w, float* y, ThreadPool* pool);
-void gemm_fp4(const Fp8Activations& a, const Fp4Weight& w, float* y, ThreadPool* pool);
-void gemm_fp4_rows(const Fp8Activations& a, const Fp4Weight& w, float* y, size_t n_begin, size_t n_end);
-void gemm_fp8_rows(const Fp8Activations& a, const Fp8Weight& w, float* y, size_t n_begin, size_t n_end);
+PreparedActivations quantize_activations(const float* x, size_t m, size_t k, std::span<float> scratch);
+void gemm_fp8(const PreparedActivations& a, const Fp8Weight& w, float* y, ThreadPool* pool);
+void gemm_fp4(const PreparedActivations& a, const Fp4Weight& w, float* y, ThreadPool* pool);
+void gemm_fp4_rows(const PreparedActivations& a, const Fp4Weight& w, float* y, size_t n_begin, size_t n_end);
+void gemm_fp8_rows(const PreparedActivations& a, const Fp8Weight& w, float* y, size_t n_begin, size_t n_end);
 // Activations for the FP8 GEMMs only: quantize_activations without the FP4 GEMV's integer planes.
-Fp8Activations quantize_activations_fp8(const float* x, size_t m, size_t k, std::span<float> scratch);
+PreparedActivations quantize_activations_fp8(const float* x, size_t m, size_t k, std::span<float> scratch);
 void linear_fp8(const float* x, size_t m, const Fp8Weight& w, float* y, std::span<float> scratch,
                 ThreadPool* pool);
 void linear_fp8_bf16(const float* x, size_t m, const Fp8Weight& w, float* y, LinearOut out, ThreadPool* pool);
-// Rows [n_begin, n_end) of linear_fp8_bf16 with x given as activations (a.values, a.m, a.k), carrying
-// x as bf16 pairs when pair_unquantized packed them.
-void linear_fp8_bf16_rows(const Fp8Activations& a, const Fp8Weight& w, float* y, LinearOut out, size_t n_begin,
+// Rows [n_begin, n_end) of linear_fp8_bf16 with x given as PreparedActivations::unquantized(x, ...),
+// carrying x as bf16 pairs when pair_unquantized packed them.
+void linear_fp8_bf16_rows(const PreparedActivations& a, const Fp8Weight& w, float* y, LinearOut out, size_t n_begin,
                           size_t n_end);
-// Where the CPU has AVX512-BF16 and a is GEMM-sized (a->m >= kFastGemmMinRows, a->k % 32 == 0): packs
-// a->values into pairs (a->m * a->k / 2 words) and, when every value is zero or a normal bf16 number,
-// points a->bf16_pairs at them with their exponent range. Returns whether it did.
-bool pair_unquantized(Fp8Activations* a, uint32_t* pairs);
+// Where the CPU has AVX512-BF16 and a is GEMM-sized (a->m() >= kFastGemmMinRows, a->k() % 32 == 0): packs
+// its x into pairs (a->m() * a->k() / 2 words) and, when every value is zero or a normal bf16 number,
+// points a at them with their exponent range. Returns whether it did.
+bool pair_unquantized(PreparedActivations* a, uint32_t* pairs);
 void linear_fp4(const float* x, size_t m, const Fp4Weight& w, float* y, std::span<float> scratch,
                 ThreadPool* pool);
 void linear_bf16(const float* x, size_t m, const Bf16Weight& w, float* y, LinearOut out, ThreadPool* pool);

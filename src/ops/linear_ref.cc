@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "core/check.h"
+#include "ops/activation_access.h"
 #include "ops/dot_canonical.h"
 #include "ops/formats.h"
 #include "ops/linear.h"
@@ -20,7 +21,7 @@ size_t fp8_act_scratch_floats(size_t m, size_t k) {
   return plain + padded_rows(m) * k + padded_rows(m) * (k / kFp8ActBlock);
 }
 
-Fp8Activations quantize_activations(const float* x, size_t m, size_t k, std::span<float> scratch) {
+PreparedActivations quantize_activations(const float* x, size_t m, size_t k, std::span<float> scratch) {
   CEDAR_CHECK(k % kFp8ActBlock == 0, "activation width %zu is not a multiple of 32", k);
   CEDAR_CHECK(scratch.size() >= fp8_act_scratch_floats(m, k), "linear scratch too small: %zu < %zu",
               scratch.size(), fp8_act_scratch_floats(m, k));
@@ -32,7 +33,7 @@ Fp8Activations quantize_activations(const float* x, size_t m, size_t k, std::spa
     act_quant_fp8_f32_scales(x + i * kFp8ActBlock, kFp8ActBlock, codes, scales + i);
     for (size_t j = 0; j < kFp8ActBlock; ++j) values[i * kFp8ActBlock + j] = table[codes[j]];
   }
-  Fp8Activations a{values, scales, m, k};
+  ActivationLayout a{values, scales, m, k};
   if (m >= kActTileMinRows) {
     // Row-interleaved copies: tile t, column c, row r of the tile at [(t * k + c) * 16 + r].
     const size_t kblocks = k / kFp8ActBlock;
@@ -49,7 +50,7 @@ Fp8Activations quantize_activations(const float* x, size_t m, size_t k, std::spa
     a.values_t = values_t;
     a.scales_t = scales_t;
   }
-  return a;
+  return ActivationAccess::wrap(a);
 }
 
 void dequantize_fp8_weight_to_bf16(const Fp8Weight& w, uint16_t* out_bits) {
@@ -69,7 +70,8 @@ void dequantize_fp8_rows_to_bf16(const Fp8Weight& w, size_t n_begin, size_t n_en
 
 namespace ref {
 
-void gemm_fp8(const Fp8Activations& a, const Fp8Weight& w, float* y) {
+void gemm_fp8(const PreparedActivations& act, const Fp8Weight& w, float* y) {
+  const ActivationLayout& a = ActivationAccess::layout(act);
   CEDAR_CHECK(a.k == w.k && w.k % 32 == 0, "gemm_fp8: k mismatch (%zu vs %zu)", a.k, w.k);
   const size_t kblocks = w.k / 32;
   const float* table = e4m3_table();
@@ -88,7 +90,8 @@ void gemm_fp8(const Fp8Activations& a, const Fp8Weight& w, float* y) {
   }
 }
 
-void gemm_fp4(const Fp8Activations& a, const Fp4Weight& w, float* y) {
+void gemm_fp4(const PreparedActivations& act, const Fp4Weight& w, float* y) {
+  const ActivationLayout& a = ActivationAccess::layout(act);
   CEDAR_CHECK(a.k == w.k && w.k % 32 == 0, "gemm_fp4: k mismatch (%zu vs %zu)", a.k, w.k);
   const size_t kblocks = w.k / 32;
   float wblock[32];

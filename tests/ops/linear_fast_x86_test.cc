@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "ops/activation_access.h"
 #include "ops/formats.h"
 #include "ops/fp4_gemv_x86.h"
 #include "ops/fp8_gemv_x86.h"
@@ -203,7 +204,7 @@ TEST(LinearFast, Fp8GemvBf16DeclinesActivationsItCannotTakeExactly) {
   }();
   const auto x = random_bf16(k, rng, 2.0f);
   std::vector<float> scratch(fast::act_scratch_floats(1, k));
-  const Fp8Activations a = fast::quantize_activations(x.data(), 1, k, scratch);
+  const ActivationLayout a = ActivationAccess::layout(fast::quantize_activations(x.data(), 1, k, scratch));
   std::vector<float> y(n, -1.0f);
   EXPECT_EQ(x86::fp8_gemv_bf16(a.values, 1, w.data.data(), w.scales.data(), n, k, y.data(), 0, n), 32u);
   EXPECT_EQ(x86::fp8_gemv_bf16(a.values, 1, w.data.data(), w.scales.data(), n, k, y.data(), 40, n), 40u);
