@@ -10,13 +10,13 @@
 
 #include "model/mhc_mixes.h"
 #include "model/model.h"
-#include "ops/attention.h"
-#include "ops/formats.h"
-#include "ops/hc.h"
-#include "ops/linear.h"
-#include "ops/moe.h"
-#include "ops/norm.h"
-#include "ops/quant.h"
+#include "ops/attention/attention.h"
+#include "ops/formats/formats.h"
+#include "ops/block/hc.h"
+#include "ops/linear/linear.h"
+#include "ops/block/moe.h"
+#include "ops/block/norm.h"
+#include "ops/formats/quant.h"
 
 namespace cedar::model {
 namespace {

@@ -19,8 +19,8 @@
 #include "model/config.h"
 #include "model/model_weights.h"
 #include "model/weight_map.h"
-#include "ops/rope.h"
-#include "ops/sample.h"
+#include "ops/attention/rope.h"
+#include "ops/sample/sample.h"
 
 namespace cedar::model {
 

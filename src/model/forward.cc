@@ -6,10 +6,10 @@
 #include "core/check.h"
 #include "model/forward_internal.h"
 #include "model/mhc_mixes.h"
-#include "ops/formats.h"
-#include "ops/hc.h"
-#include "ops/linear.h"
-#include "ops/norm.h"
+#include "ops/formats/formats.h"
+#include "ops/block/hc.h"
+#include "ops/linear/linear.h"
+#include "ops/block/norm.h"
 
 namespace cedar::model {
 

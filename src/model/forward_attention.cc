@@ -10,13 +10,13 @@
 #include "core/check.h"
 #include "model/forward_internal.h"
 #include "model/sequence_journal.h"
-#include "ops/attention.h"
-#include "ops/exact_math.h"
-#include "ops/formats.h"
-#include "ops/linear.h"
-#include "ops/norm.h"
-#include "ops/quant.h"
-#include "ops/rope.h"
+#include "ops/attention/attention.h"
+#include "ops/simd/exact_math.h"
+#include "ops/formats/formats.h"
+#include "ops/linear/linear.h"
+#include "ops/block/norm.h"
+#include "ops/formats/quant.h"
+#include "ops/attention/rope.h"
 
 namespace cedar::model {
 namespace {

@@ -8,9 +8,9 @@
 
 #include "model/engram_module.h"
 #include "model/model.h"
-#include "ops/attention.h"
-#include "ops/index_key_store.h"
-#include "ops/linear.h"
+#include "ops/attention/attention.h"
+#include "ops/attention/index_key_store.h"
+#include "ops/linear/linear.h"
 
 namespace cedar::model {
 

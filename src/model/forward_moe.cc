@@ -6,9 +6,9 @@
 #include "core/thread_pool.h"
 #include "model/engram_module.h"
 #include "model/forward_internal.h"
-#include "ops/linear.h"
-#include "ops/formats.h"
-#include "ops/moe.h"
+#include "ops/linear/linear.h"
+#include "ops/formats/formats.h"
+#include "ops/block/moe.h"
 
 namespace cedar::model {
 

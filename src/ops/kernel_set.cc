@@ -6,10 +6,10 @@
 #include "core/check.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
-#include "ops/activation_access.h"
-#include "ops/hc.h"
-#include "ops/linear_fast.h"
-#include "ops/moe.h"
+#include "ops/linear/activation_access.h"
+#include "ops/block/hc.h"
+#include "ops/linear/linear_fast.h"
+#include "ops/block/moe.h"
 
 namespace cedar::ops {
 

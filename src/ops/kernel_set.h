@@ -4,7 +4,7 @@
 //   exact: the numerics contract (docs/NUMERICS.md §1): exact sums rounded once; bit-identical to the
 //          golden reference. The speed of float64 accumulation.
 //   fast:  the same model semantics (FP8 activations with E8M0 scales, exact weight decoding) with fp32
-//          summation in registers (ops/linear_fast.h); bounded difference from exact, tested per op.
+//          summation in registers (ops/linear/linear_fast.h); bounded difference from exact, tested per op.
 #pragma once
 
 #include <cstddef>
@@ -13,9 +13,9 @@
 #include <span>
 #include <string_view>
 
-#include "ops/attention.h"
-#include "ops/bf16_coded.h"
-#include "ops/linear.h"
+#include "ops/attention/attention.h"
+#include "ops/linear/bf16_coded.h"
+#include "ops/linear/linear.h"
 
 namespace cedar::ops {
 

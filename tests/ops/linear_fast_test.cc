@@ -1,4 +1,4 @@
-// The fast linear kernels (ops/linear_fast.h) against the exact ones, on every compiled SIMD target:
+// The fast linear kernels (ops/linear/linear_fast.h) against the exact ones, on every compiled SIMD target:
 //   * the error bound derived in docs/NUMERICS.md ("Fast numerics"): with every product exact in fp32,
 //     |fast - exact| <= (d_fast + d_exact) · 2^-24 · Σ|a·w| before the output rounding, plus one
 //     rounding of each side to the output format (bf16: 2^-8 relative each);
@@ -9,7 +9,7 @@
 // The dense weights' cases are in linear_fast_dense_test.cc, the x86 forms against their scalar
 // references in linear_fast_x86_test.cc; the kernel variants every case runs over (for_each_kernel) in
 // simd_targets.h.
-#include "ops/linear_fast.h"
+#include "ops/linear/linear_fast.h"
 
 #include <gtest/gtest.h>
 
@@ -23,11 +23,11 @@
 #include <vector>
 
 #include "core/thread_pool.h"
-#include "ops/activation_access.h"
-#include "ops/formats.h"
-#include "ops/fp4_gemv_x86.h"
+#include "ops/linear/activation_access.h"
+#include "ops/formats/formats.h"
+#include "ops/linear/x86_fp4_gemv.h"
 #include "ops/kernel_set.h"
-#include "ops/quant.h"
+#include "ops/formats/quant.h"
 #include "ops_test_util.h"
 #include "simd_targets.h"
 

@@ -1,7 +1,7 @@
 // Linear kernels: hand-worked values, the scalar references against the numerics contract restated
 // with exact integer arithmetic (docs/NUMERICS.md §1: exact sums rounded once), and every SIMD target
 // bit-identical to the references.
-#include "ops/linear.h"
+#include "ops/linear/linear.h"
 
 #include <gtest/gtest.h>
 
@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "core/thread_pool.h"
-#include "ops/activation_access.h"
-#include "ops/formats.h"
-#include "ops/quant.h"
+#include "ops/linear/activation_access.h"
+#include "ops/formats/formats.h"
+#include "ops/formats/quant.h"
 #include "ops_test_util.h"
 #include "simd_targets.h"
 

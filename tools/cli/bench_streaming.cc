@@ -15,7 +15,7 @@
 #include "model/residency_plan.h"
 #include "model/weight_inventory.h"
 #include "ops/kernel_set.h"
-#include "ops/sample.h"
+#include "ops/sample/sample.h"
 #include "tokenizer/tokenizer.h"
 
 namespace cedar::cli {

@@ -1,4 +1,4 @@
-// Registry cases of the linears (ops/linear.h through the kernel set): block-scaled FP8 and FP4, the
+// Registry cases of the linears (ops/linear/linear.h through the kernel set): block-scaled FP8 and FP4, the
 // FP8 weight read as bf16, bf16 (plain and 12-bit coded) and f32 weights. Exact: bitwise equal to the
 // scalar references (ref::). Fast: the derived fp32-summation bound of docs/NUMERICS.md ("Fast
 // numerics"), the one linear_fast_test.cc and linear_fast_dense_test.cc check with.
@@ -9,11 +9,11 @@
 
 #include "core/huge_pages.h"
 #include "op_registry.h"
-#include "ops/bf16_coded.h"
-#include "ops/activation_access.h"
-#include "ops/formats.h"
-#include "ops/linear_fast.h"
-#include "ops/quant.h"
+#include "ops/linear/bf16_coded.h"
+#include "ops/linear/activation_access.h"
+#include "ops/formats/formats.h"
+#include "ops/linear/linear_fast.h"
+#include "ops/formats/quant.h"
 #include "ops_test_util.h"
 
 namespace cedar::ops::testing {
