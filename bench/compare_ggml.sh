@@ -8,7 +8,7 @@
 # cases. ggml's MXFP4 has the same 4.25 bits/weight as V4.1's FP4 experts (E2M1 + E8M0 per 32);
 # q8_0 stands in for FP8 (8.5 bits/weight vs 8 + 1/128); bf16 is bf16 on ggml's side, and cedar's bf16
 # row is its GEMV as the model runs the head in fast numerics, on the weights re-coded losslessly in 12
-# bits (ops/bf16_coded.h), with a second row of the same kernel family on the plain bf16 bits.
+# bits (ops/linear/bf16_coded.h), with a second row of the same kernel family on the plain bf16 bits.
 #
 # usage: [ROUNDS=3] [SHAPES=...] bench/compare_ggml.sh [BUILD_DIR]   (default build; cedar_bench must be built there)
 set -euo pipefail

@@ -6,7 +6,7 @@
 // not part of cedar's build (cedar never links ggml).
 //
 // cedar runs the GEMV as its model runs the head in fast numerics: on the 12-bit coded form of the
-// weights (ops/bf16_coded.h); it also runs its kernel on the plain bf16 bits, the same bytes as ggml.
+// weights (ops/linear/bf16_coded.h); it also runs its kernel on the plain bf16 bits, the same bytes as ggml.
 //
 // usage: ggml_bf16_side_by_side THREADS [ROUNDS]
 // prints: threads, ggml us, cedar us (medians per call), median of the per-round time ratios ggml/cedar,
@@ -24,10 +24,10 @@
 #include "core/thread_pool.h"
 #include "ggml-cpu.h"
 #include "ggml.h"
-#include "ops/bf16_coded.h"
-#include "ops/formats.h"
+#include "ops/linear/bf16_coded.h"
+#include "ops/formats/formats.h"
 #include "ops/kernel_set.h"
-#include "ops/linear.h"
+#include "ops/linear/linear.h"
 
 namespace {
 

@@ -14,8 +14,8 @@
 #include "kv/block_file.h"
 #include "kv/disk_cache.h"
 #include "kv/kv_cache.h"
-#include "ops/formats.h"
-#include "ops/quant.h"
+#include "ops/formats/formats.h"
+#include "ops/formats/quant.h"
 
 namespace cedar::kv {
 namespace {

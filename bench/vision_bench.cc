@@ -24,7 +24,7 @@
 #include "model/vision_tower.h"
 #include "spec/weight_inventory.h"
 #include "weights/weight_map.h"
-#include "ops/formats.h"
+#include "ops/formats/formats.h"
 
 namespace cedar::model {
 namespace {

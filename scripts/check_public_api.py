@@ -23,9 +23,9 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 EXCEPTIONS = {
     # `cedar bench` times the kernels, the quantisers and the weight prefetch on the model's own
     # weights, and the sampler: what it measures is the inside.
-    "tools/cli/cmd_bench.cc": {"spec/weight_inventory.h", "ops/bf16_coded.h", "ops/formats.h", "ops/kernel_set.h",
-                               "ops/prefetch.h", "ops/sample.h", "runtime/sampler.h"},
-    "tools/cli/bench_streaming.cc": {"spec/weight_inventory.h", "ops/kernel_set.h", "ops/sample.h"},
+    "tools/cli/cmd_bench.cc": {"spec/weight_inventory.h", "ops/linear/bf16_coded.h", "ops/formats/formats.h", "ops/kernel_set.h",
+                               "ops/simd/prefetch.h", "ops/sample/sample.h", "runtime/sampler.h"},
+    "tools/cli/bench_streaming.cc": {"spec/weight_inventory.h", "ops/kernel_set.h", "ops/sample/sample.h"},
     # `cedar inspect`, `cedar kv-report` and the model summary print the model's layout: config,
     # layer plan, tensor inventory and weight map, KV geometry, expert placement.
     "tools/cli/cmd_inspect.cc": {"dist/placement.h", "spec/config.h", "spec/layer_plan.h", "spec/weight_inventory.h",

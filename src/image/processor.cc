@@ -6,7 +6,7 @@
 
 #include "image/decode.h"
 #include "image/resample.h"
-#include "ops/formats.h"
+#include "ops/formats/formats.h"
 
 namespace cedar::image {
 namespace {

@@ -12,7 +12,7 @@
 // Global KV lives in fixed-size token blocks (block_pool.h). A block of `block_tokens` tokens stores,
 // owner after owner, `block_tokens / ratio` main entries then as many index keys; nothing else, so
 // `block_bytes / block_tokens` is exactly the global bytes per token (890 for V4.1).
-// Entries are opaque fixed-size byte records: the formats (ops/quant.h for V4.1) only set their sizes.
+// Entries are opaque fixed-size byte records: the formats (ops/formats/quant.h for V4.1) only set their sizes.
 #pragma once
 
 #include <cstdint>

@@ -6,9 +6,9 @@
 
 #include "core/check.h"
 #include "model/model.h"
-#include "ops/attention.h"
-#include "ops/norm.h"
-#include "ops/rope.h"
+#include "ops/attention/attention.h"
+#include "ops/block/norm.h"
+#include "ops/attention/rope.h"
 
 namespace cedar::model {
 namespace {
@@ -38,14 +38,14 @@ void Attention::forward(int l, const Batch& b, Csa2State& s, const float* x, flo
   // Window KV: kv_norm(wkv(x)), RoPE, FP8 QDQ of all head_dim dims (block 32).
   float* qr = scratch(qr_, T * ql);  // [T, q_lora]
   float* kv = scratch(kv_, T * hd);  // [T, head_dim]
-  const ops::Fp8Activations xa = b.k.quantize_activations_fp8(x, T, a.wq_a.k, act_span);
+  const ops::PreparedActivations xa = b.k.quantize_activations_fp8(x, T, a.wq_a.k, act_span);
   fp8_jobs_.clear();
   fp8_jobs_.push_back({ops::Fp8LinearJob::Kind::kGemm, xa, a.wq_a, qr});
   fp8_jobs_.push_back({ops::Fp8LinearJob::Kind::kGemm, xa, a.wkv, kv});
   ops::fp8_linear_batch(b.k, fp8_jobs_, b.pool);
   ops::rms_norm(qr, T, ql, a.q_norm, eps, qr);
   float* q = scratch(q_, T * H * hd);  // [T, H, head_dim]
-  const ops::Fp8Activations qa = b.k.quantize_activations_fp8(qr, T, ql, act_span);
+  const ops::PreparedActivations qa = b.k.quantize_activations_fp8(qr, T, ql, act_span);
   fp8_jobs_.clear();
   fp8_jobs_.push_back({ops::Fp8LinearJob::Kind::kGemm, qa, a.wq_b, q});
   if (index_query) fp8_jobs_.push_back({ops::Fp8LinearJob::Kind::kGemm, qa, a.idx_wq_b, indexer_.query_rows(T)});
@@ -86,7 +86,7 @@ void Attention::forward(int l, const Batch& b, Csa2State& s, const float* x, flo
       for (size_t t = 0; t < T; ++t) std::memcpy(in + t * K, o + t * H * hd + g * K, K * sizeof(float));
     // Group g's rows; R is a multiple of 32 (checked at load), so its scales start at a block row.
     const ops::Fp8Weight wg{a.wo_a.codes + g * R * K, a.wo_a.scales + (g * R / 32) * (K / 32), R, K};
-    fp8_jobs_.push_back({ops::Fp8LinearJob::Kind::kAsBf16, ops::Fp8Activations{in, nullptr, T, K}, wg,
+    fp8_jobs_.push_back({ops::Fp8LinearJob::Kind::kAsBf16, ops::PreparedActivations::unquantized(in, T, K), wg,
                          one_token ? wo_in + g * R : group_out + g * T * R});
   }
   ops::fp8_linear_batch(b.k, fp8_jobs_, b.pool);

@@ -13,7 +13,7 @@
 #include "model/forward_batch.h"
 #include "model/indexer.h"
 #include "model/kv_entries.h"
-#include "ops/linear.h"
+#include "ops/linear/linear.h"
 
 namespace cedar::model {
 

@@ -3,8 +3,8 @@
 #include <utility>
 
 #include "model/mhc_mixes.h"
-#include "ops/hc.h"
-#include "ops/norm.h"
+#include "ops/block/hc.h"
+#include "ops/block/norm.h"
 
 namespace cedar::model {
 

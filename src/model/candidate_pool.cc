@@ -5,7 +5,7 @@
 #include <limits>
 
 #include "core/check.h"
-#include "ops/attention.h"
+#include "ops/attention/attention.h"
 
 namespace cedar::model {
 namespace {

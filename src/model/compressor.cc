@@ -5,11 +5,11 @@
 
 #include "core/check.h"
 #include "model/sequence_journal.h"
-#include "ops/exact_math.h"
-#include "ops/formats.h"
-#include "ops/norm.h"
-#include "ops/quant.h"
-#include "ops/rope.h"
+#include "ops/simd/exact_math.h"
+#include "ops/formats/formats.h"
+#include "ops/block/norm.h"
+#include "ops/formats/quant.h"
+#include "ops/attention/rope.h"
 
 namespace cedar::model {
 

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "model/forward_batch.h"
-#include "ops/index_key_store.h"
+#include "ops/attention/index_key_store.h"
 
 namespace cedar::model {
 

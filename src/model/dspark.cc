@@ -10,13 +10,13 @@
 
 #include "model/mhc_mixes.h"
 #include "model/model.h"
-#include "ops/attention.h"
-#include "ops/formats.h"
-#include "ops/hc.h"
-#include "ops/linear.h"
-#include "ops/moe.h"
-#include "ops/norm.h"
-#include "ops/quant.h"
+#include "ops/attention/attention.h"
+#include "ops/formats/formats.h"
+#include "ops/block/hc.h"
+#include "ops/linear/linear.h"
+#include "ops/block/moe.h"
+#include "ops/block/norm.h"
+#include "ops/formats/quant.h"
 
 namespace cedar::model {
 namespace {
@@ -98,7 +98,8 @@ class DSparkAttention {
     for (size_t g = 0; g < G; ++g) {
       for (size_t t = 0; t < B; ++t) std::memcpy(gin + t * K, o + t * H * hd + g * K, K * sizeof(float));
       const ops::Fp8Weight wg{w_.wo_a.codes + g * R * K, w_.wo_a.scales + (g * R / 32) * (K / 32), R, K};
-      const ops::Fp8LinearJob job{ops::Fp8LinearJob::Kind::kAsBf16, ops::Fp8Activations{gin, nullptr, B, K}, wg, gout};
+      const ops::Fp8LinearJob job{ops::Fp8LinearJob::Kind::kAsBf16, ops::PreparedActivations::unquantized(gin, B, K),
+                                  wg, gout};
       ops::fp8_linear_batch(k, {&job, 1}, pool);
       for (size_t t = 0; t < B; ++t) std::memcpy(wo_in + t * G * R + g * R, gout + t * R, R * sizeof(float));
     }

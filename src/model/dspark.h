@@ -19,8 +19,8 @@
 #include "spec/config.h"
 #include "weights/model_weights.h"
 #include "weights/weight_map.h"
-#include "ops/rope.h"
-#include "ops/sample.h"
+#include "ops/attention/rope.h"
+#include "ops/sample/sample.h"
 
 namespace cedar::model {
 

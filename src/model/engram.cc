@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "core/check.h"
-#include "ops/linear.h"
+#include "ops/linear/linear.h"
 
 namespace cedar::model {
 

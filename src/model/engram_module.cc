@@ -6,10 +6,10 @@
 
 #include "core/check.h"
 #include "core/thread_pool.h"
-#include "ops/dot_canonical.h"
-#include "ops/exact_math.h"
-#include "ops/formats.h"
-#include "ops/norm.h"
+#include "ops/simd/dot_canonical.h"
+#include "ops/simd/exact_math.h"
+#include "ops/formats/formats.h"
+#include "ops/block/norm.h"
 
 namespace cedar::model {
 

@@ -12,7 +12,7 @@
 //   h_out  = bf16(h + gate * value)
 // Numerics contract (docs/NUMERICS.md §1): the products are fp32 as above, the sums over d are float64
 // rounded once (ops::dot_rounded_products_f64, ops::rms_rsqrt), the rsqrt and the sigmoid are
-// evaluated in double and rounded once (ops/exact_math.h).
+// evaluated in double and rounded once (ops/simd/exact_math.h).
 #pragma once
 
 #include <cstdint>

@@ -1,7 +1,7 @@
 #include "model/expert_lookahead.h"
 
-#include "ops/linear.h"
-#include "ops/moe.h"
+#include "ops/linear/linear.h"
+#include "ops/block/moe.h"
 
 namespace cedar::model {
 

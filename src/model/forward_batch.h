@@ -14,7 +14,7 @@
 #include "model/sequence_state.h"
 #include "weights/weight_source.h"
 #include "ops/kernel_set.h"
-#include "ops/rope.h"
+#include "ops/attention/rope.h"
 
 namespace cedar::model {
 

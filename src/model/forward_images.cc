@@ -8,7 +8,7 @@
 #include "model/model.h"
 #include "model/vision_aligner.h"
 #include "model/vision_tower.h"
-#include "ops/formats.h"
+#include "ops/formats/formats.h"
 
 namespace cedar::model {
 

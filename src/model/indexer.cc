@@ -7,10 +7,10 @@
 #include "core/check.h"
 #include "model/candidate_pool.h"
 #include "model/model.h"
-#include "ops/attention.h"
-#include "ops/formats.h"
-#include "ops/quant.h"
-#include "ops/rope.h"
+#include "ops/attention/attention.h"
+#include "ops/formats/formats.h"
+#include "ops/formats/quant.h"
+#include "ops/attention/rope.h"
 
 namespace cedar::model {
 

@@ -9,8 +9,8 @@
 #include <span>
 
 #include "model/sequence_state.h"
-#include "ops/formats.h"
-#include "ops/quant.h"
+#include "ops/formats/formats.h"
+#include "ops/formats/quant.h"
 
 namespace cedar::model {
 

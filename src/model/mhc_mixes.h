@@ -8,7 +8,7 @@
 
 #include "core/thread_pool.h"
 #include "spec/config.h"
-#include "ops/hc.h"
+#include "ops/block/hc.h"
 #include "ops/kernel_set.h"
 
 namespace cedar::model {

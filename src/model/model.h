@@ -32,7 +32,7 @@
 #include "model/sequence_state.h"
 #include "weights/weight_map.h"
 #include "ops/kernel_set.h"
-#include "ops/rope.h"
+#include "ops/attention/rope.h"
 
 namespace cedar::model {
 
@@ -199,7 +199,7 @@ class Model {
   // instead of on the last token only (what scoring text needs: `cedar eval`). In exact numerics each
   // row's logits are bit-identical to the last-token logits forward() gives when the chunk ends at that
   // row (the head is per-row); fast numerics sum a block of rows in another order than a single row
-  // (the GEMM against the GEMV on the re-coded head), within the bound of ops/linear_fast.h. With decoder narrowing, a prefill chunk longer than the window only has rows for its
+  // (the GEMM against the GEMV on the re-coded head), within the bound of ops/linear/linear_fast.h. With decoder narrowing, a prefill chunk longer than the window only has rows for its
   // last window_size tokens (the others never reach the head); `sink` sees just those.
   Status forward_all_rows(const SeqChunk& chunk, const RowLogitsSink& sink, ThreadPool* pool);
 

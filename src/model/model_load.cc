@@ -13,7 +13,7 @@
 #include "model/vision_aligner.h"
 #include "model/vision_tower.h"
 #include "spec/weight_inventory.h"
-#include "ops/formats.h"
+#include "ops/formats/formats.h"
 #include "tokenizer/engram_token_map.h"
 #include "tokenizer/tokenizer.h"
 

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "ops/formats.h"
-#include "ops/moe.h"
+#include "ops/formats/formats.h"
+#include "ops/block/moe.h"
 
 namespace cedar::model {
 
@@ -77,7 +77,7 @@ void MoE::forward(int l, const Batch& b, const float* x, float* out) {
   // decode that is every expert. (Decided over every chosen expert, local or not, so that the shared
   // expert takes the same path whatever the placement.)
   const bool x_shared = std::any_of(rows_.experts.begin(), rows_.experts.end(), [&](const auto& ae) { return ae.rows == T; });
-  ops::Fp8Activations xq;
+  ops::PreparedActivations xq;
   if (x_shared) {
     float* held = scratch(shared_act_, b.k.act_scratch_floats(T, dim));
     xq = b.k.quantize_activations(x, T, dim, {held, shared_act_.size()});
@@ -87,7 +87,7 @@ void MoE::forward(int l, const Batch& b, const float* x, float* out) {
   float* sg = scratch(shared_g_, T * inter);
   float* su = scratch(shared_u_, T * inter);
   float* sy = scratch(shared_out_, T * dim);
-  const ops::Fp8Activations xs = x_shared ? xq : b.k.quantize_activations_fp8(x, T, dim, act_span);
+  const ops::PreparedActivations xs = x_shared ? xq : b.k.quantize_activations_fp8(x, T, dim, act_span);
   fp8_jobs_.clear();
   fp8_jobs_.push_back({ops::Fp8LinearJob::Kind::kGemm, xs, bw.shared.w1, sg});
   fp8_jobs_.push_back({ops::Fp8LinearJob::Kind::kGemm, xs, bw.shared.w3, su});
@@ -111,7 +111,7 @@ void MoE::forward(int l, const Batch& b, const float* x, float* out) {
 }
 
 void MoE::routed_experts(int l, const ops::KernelSet& k, ThreadPool* pool, const float* x, size_t n_tokens,
-                         const int32_t* tokens, const float* row_w, const ops::Fp8Activations* xq, float* ye) {
+                         const int32_t* tokens, const float* row_w, const ops::PreparedActivations* xq, float* ye) {
   const size_t dim = m_.c.dim, inter = m_.c.moe_inter_dim, n_local = local_.size();
   const float limit = static_cast<float>(m_.c.swiglu_limit);
   WeightSource& src = m_.source;
@@ -139,7 +139,7 @@ void MoE::routed_experts(int l, const ops::KernelSet& k, ThreadPool* pool, const
     fp4_jobs_.clear();
     for (size_t j = g0; j < g1; ++j) {
       const ActiveExpert& ae = rows_.experts[local_[j]];
-      ops::Fp8Activations xa;
+      ops::PreparedActivations xa;
       if (xq != nullptr && ae.rows == n_tokens) {
         xa = *xq;
       } else {  // the expert's tokens' rows, gathered
@@ -160,7 +160,7 @@ void MoE::routed_experts(int l, const ops::KernelSet& k, ThreadPool* pool, const
         const ActiveExpert& ae = rows_.experts[local_[j]];
         for (size_t i = ae.row0; i < ae.row0 + ae.rows; ++i)
           k.swiglu_clamped(g + i * inter, u + i * inter, inter, limit, row_w[i], g + i * inter);
-        const ops::Fp8Activations ga = k.quantize_activations(g + ae.row0 * inter, ae.rows, inter,
+        const ops::PreparedActivations ga = k.quantize_activations(g + ae.row0 * inter, ae.rows, inter,
                                                               {acts + ae.act_offset, k.act_scratch_floats(ae.rows, inter)});
         fp4_jobs_[j - g0] = {ga, held_[j - g0].w2, ye + ae.row0 * dim};
       }

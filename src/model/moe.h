@@ -13,7 +13,7 @@
 #include "model/expert_lookahead.h"
 #include "model/forward_batch.h"
 #include "model/remote_experts.h"
-#include "ops/linear.h"
+#include "ops/linear/linear.h"
 
 namespace cedar::model {
 
@@ -45,7 +45,7 @@ class MoE {
   // scaled by row_w[i] and writes ye's row i. xq: x quantised whole, for experts every token chose
   // (nullptr: quantise each expert's rows).
   void routed_experts(int l, const ops::KernelSet& k, ThreadPool* pool, const float* x, size_t n_tokens,
-                      const int32_t* tokens, const float* row_w, const ops::Fp8Activations* xq, float* ye);
+                      const int32_t* tokens, const float* row_w, const ops::PreparedActivations* xq, float* ye);
 
   const ModelParts& m_;
   Gate gate_;

@@ -4,10 +4,10 @@
 #include <cstring>
 
 #include "model/decoder_narrowing.h"
-#include "ops/formats.h"
-#include "ops/hc.h"
-#include "ops/linear.h"
-#include "ops/norm.h"
+#include "ops/formats/formats.h"
+#include "ops/block/hc.h"
+#include "ops/linear/linear.h"
+#include "ops/block/norm.h"
 
 namespace cedar::model {
 

@@ -3,7 +3,7 @@
 #include <cmath>
 
 #include "core/check.h"
-#include "ops/formats.h"
+#include "ops/formats/formats.h"
 
 namespace cedar::model {
 

@@ -5,10 +5,10 @@
 #include <limits>
 
 #include "core/check.h"
-#include "ops/exact_math.h"
-#include "ops/formats.h"
-#include "ops/norm.h"
-#include "ops/softmax_fast.h"
+#include "ops/simd/exact_math.h"
+#include "ops/formats/formats.h"
+#include "ops/block/norm.h"
+#include "ops/attention/softmax_fast.h"
 
 namespace cedar::model {
 namespace {

@@ -3,11 +3,13 @@
 #include <algorithm>
 #include <vector>
 
+#include "core/check.h"
 #include "core/log.h"
 #include "core/thread_pool.h"
-#include "ops/hc.h"
-#include "ops/linear_fast.h"
-#include "ops/moe.h"
+#include "ops/linear/activation_access.h"
+#include "ops/block/hc.h"
+#include "ops/linear/linear_fast.h"
+#include "ops/block/moe.h"
 
 namespace cedar::ops {
 
@@ -44,8 +46,10 @@ const KernelSet& kernel_set(Numerics n) {
                                .linear_fp4 = linear_fp4,
                                .linear_bf16 = linear_bf16,
                                .linear_fp8_bf16_rows =
-                                   [](const Fp8Activations& a, const Fp8Weight& w, float* y, LinearOut out, size_t b,
-                                      size_t e) { linear_fp8_bf16_rows(a.values, a.m, w, y, out, b, e); },
+                                   [](const PreparedActivations& a, const Fp8Weight& w, float* y, LinearOut out,
+                                      size_t b, size_t e) {
+                                     linear_fp8_bf16_rows(ActivationAccess::layout(a).values, a.m(), w, y, out, b, e);
+                                   },
                                .pair_unquantized = nullptr,
                                .prepare_gemv_weight = [](Bf16Weight*) { return std::unique_ptr<Bf16Coded>(); },
                                .swiglu_clamped = swiglu_clamped,
@@ -106,16 +110,20 @@ void fp8_linear_batch(const KernelSet& ks, std::span<const Fp8LinearJob> jobs, T
   // the largest batch once and then reused.
   thread_local std::vector<Fp8LinearJob> paired;
   thread_local std::vector<uint32_t> pairs;
+  for (const Fp8LinearJob& j : jobs)
+    CEDAR_CHECK(j.a.is_unquantized() == (j.kind == Fp8LinearJob::Kind::kAsBf16),
+                "fp8_linear_batch: a kAsBf16 job takes PreparedActivations::unquantized(x, ...), a kGemm job a "
+                "kernel-set quantiser's output");
   if (ks.pair_unquantized != nullptr) {
     size_t words = 0;
     for (const Fp8LinearJob& j : jobs)
-      if (j.kind == Fp8LinearJob::Kind::kAsBf16) words += j.a.m * j.a.k / 2;
+      if (j.kind == Fp8LinearJob::Kind::kAsBf16) words += j.a.m() * j.a.k() / 2;
     if (pairs.size() < words) pairs.resize(words);
     paired.assign(jobs.begin(), jobs.end());
     size_t used = 0;
     for (Fp8LinearJob& j : paired) {
       if (j.kind == Fp8LinearJob::Kind::kAsBf16 && ks.pair_unquantized(&j.a, pairs.data() + used))
-        used += j.a.m * j.a.k / 2;
+        used += j.a.m() * j.a.k() / 2;
     }
     jobs = paired;
   }

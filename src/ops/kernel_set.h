@@ -4,7 +4,7 @@
 //   exact: the numerics contract (docs/NUMERICS.md §1): exact sums rounded once; bit-identical to the
 //          golden reference. The speed of float64 accumulation.
 //   fast:  the same model semantics (FP8 activations with E8M0 scales, exact weight decoding) with fp32
-//          summation in registers (ops/linear_fast.h); bounded difference from exact, tested per op.
+//          summation in registers (ops/linear/linear_fast.h); bounded difference from exact, tested per op.
 #pragma once
 
 #include <cstddef>
@@ -13,9 +13,9 @@
 #include <span>
 #include <string_view>
 
-#include "ops/attention.h"
-#include "ops/bf16_coded.h"
-#include "ops/linear.h"
+#include "ops/attention/attention.h"
+#include "ops/linear/bf16_coded.h"
+#include "ops/linear/linear.h"
 
 namespace cedar::ops {
 
@@ -32,27 +32,27 @@ struct KernelSet {
   Numerics numerics;
   // Activation quantisation for the FP8/FP4 GEMMs: scratch floats, then the quantiser.
   size_t (*act_scratch_floats)(size_t m, size_t k);
-  Fp8Activations (*quantize_activations)(const float* x, size_t m, size_t k, std::span<float> scratch);
+  PreparedActivations (*quantize_activations)(const float* x, size_t m, size_t k, std::span<float> scratch);
   // The same for FP8 GEMMs only (fast mode skips the FP4 GEMV's integer planes).
-  Fp8Activations (*quantize_activations_fp8)(const float* x, size_t m, size_t k, std::span<float> scratch);
+  PreparedActivations (*quantize_activations_fp8)(const float* x, size_t m, size_t k, std::span<float> scratch);
   // Rows [n_begin, n_end) of gemm_fp4 / gemm_fp8 (linear.h) on the calling thread: the units
   // gemm_fp4_batch and fp8_linear_batch split.
-  void (*gemm_fp4_rows)(const Fp8Activations& a, const Fp4Weight& w, float* y, size_t n_begin, size_t n_end);
-  void (*gemm_fp8_rows)(const Fp8Activations& a, const Fp8Weight& w, float* y, size_t n_begin, size_t n_end);
+  void (*gemm_fp4_rows)(const PreparedActivations& a, const Fp4Weight& w, float* y, size_t n_begin, size_t n_end);
+  void (*gemm_fp8_rows)(const PreparedActivations& a, const Fp8Weight& w, float* y, size_t n_begin, size_t n_end);
   void (*linear_fp8)(const float* x, size_t m, const Fp8Weight& w, float* y, std::span<float> scratch,
                      ThreadPool* pool);
   // The DSpark draft's routed experts (model/dspark.cc), one expert's rows at a time.
   void (*linear_fp4)(const float* x, size_t m, const Fp4Weight& w, float* y, std::span<float> scratch,
                      ThreadPool* pool);
   void (*linear_bf16)(const float* x, size_t m, const Bf16Weight& w, float* y, LinearOut out, ThreadPool* pool);
-  // Rows [n_begin, n_end) of linear_fp8_bf16(a.values, a.m, w): a holds x unquantised, and in fast
-  // mode optionally x as bf16 pairs (pair_unquantized) for the AVX512-BF16 GEMM tile.
-  void (*linear_fp8_bf16_rows)(const Fp8Activations& a, const Fp8Weight& w, float* y, LinearOut out, size_t n_begin,
-                               size_t n_end);
-  // Fast mode on CPUs with AVX512-BF16: packs a->values (x unquantised, a->m >= 6 rows of a->k) into
-  // `pairs` (a->m * a->k / 2 words) and points a at them when every value is a bf16 number the tile
-  // takes; false (a unchanged) otherwise. nullptr in exact mode.
-  bool (*pair_unquantized)(Fp8Activations* a, uint32_t* pairs);
+  // Rows [n_begin, n_end) of linear_fp8_bf16(x, a.m(), w): a is PreparedActivations::unquantized(x, ...),
+  // and in fast mode optionally x as bf16 pairs (pair_unquantized) for the AVX512-BF16 GEMM tile.
+  void (*linear_fp8_bf16_rows)(const PreparedActivations& a, const Fp8Weight& w, float* y, LinearOut out,
+                               size_t n_begin, size_t n_end);
+  // Fast mode on CPUs with AVX512-BF16: packs the x of an unquantized() handle (a->m() >= 6 rows of
+  // a->k()) into `pairs` (a->m() * a->k() / 2 words) and points a at them when every value is a bf16
+  // number the tile takes; false (a unchanged) otherwise. nullptr in exact mode.
+  bool (*pair_unquantized)(PreparedActivations* a, uint32_t* pairs);
   // Readies a bf16 weight that a GEMV streams every token (the head) for this set, once at load. The
   // fast set re-codes it in 12 bits per weight (bf16_coded.h; its GEMV then reads a quarter fewer
   // bytes, results unchanged), points w->coded at the copy and returns the copy for the caller to

@@ -4,8 +4,8 @@
 #include <cmath>
 
 #include "core/timer.h"
-#include "ops/logprob.h"
-#include "ops/sample.h"
+#include "ops/sample/logprob.h"
+#include "ops/sample/sample.h"
 #include "runtime/prefix_store.h"
 
 namespace cedar::runtime {

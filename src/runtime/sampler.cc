@@ -6,7 +6,7 @@
 #include <string>
 
 #include "core/timer.h"
-#include "ops/logprob.h"
+#include "ops/sample/logprob.h"
 
 namespace cedar::runtime {
 

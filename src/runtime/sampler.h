@@ -9,7 +9,7 @@
 #include <cstdint>
 
 #include "core/status.h"
-#include "ops/sample.h"
+#include "ops/sample/sample.h"
 #include "runtime/engine.h"
 
 namespace cedar::runtime {

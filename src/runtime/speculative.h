@@ -23,7 +23,7 @@
 #include "core/thread_pool.h"
 #include "model/model.h"
 #include "model/sequence_journal.h"
-#include "ops/sample.h"
+#include "ops/sample/sample.h"
 
 namespace cedar::runtime {
 

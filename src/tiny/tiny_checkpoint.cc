@@ -14,7 +14,7 @@
 #include "io/safetensors_writer.h"
 #include "spec/engram_layout.h"
 #include "spec/weight_inventory.h"
-#include "ops/formats.h"
+#include "ops/formats/formats.h"
 #include "tokenizer/engram_token_map.h"
 #include "tokenizer/marker_tokens.h"
 #include "tokenizer/tokenizer.h"

@@ -12,8 +12,8 @@
 #include "spec/config.h"
 #include "spec/layer_plan.h"
 #include "weights/weight_map.h"
-#include "ops/bf16_coded.h"
-#include "ops/linear.h"
+#include "ops/linear/bf16_coded.h"
+#include "ops/linear/linear.h"
 
 namespace cedar::model {
 
@@ -92,7 +92,7 @@ struct ModelWeights {
   // Owned copies (realigned bf16 and f32 vectors). Element addresses are stable.
   std::vector<std::unique_ptr<std::vector<uint16_t>>> owned_bf16;
   std::vector<std::unique_ptr<std::vector<float>>> owned_f32;
-  // The head re-coded in 12 bits per weight for the fast kernels' GEMV (ops/bf16_coded.h): the largest
+  // The head re-coded in 12 bits per weight for the fast kernels' GEMV (ops/linear/bf16_coded.h): the largest
   // matrix a decoded token reads, 2 bytes per weight in the checkpoint, 1.5 here. Anonymous memory;
   // the mapped bf16 head stays for the exact kernels and the GEMM of many rows (`cedar eval`'s logits).
   std::unique_ptr<ops::Bf16Coded> head_coded;

@@ -6,7 +6,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "ops/bf16_coded.h"
+#include "ops/linear/bf16_coded.h"
 
 namespace cedar::model {
 namespace {

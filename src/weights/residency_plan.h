@@ -23,7 +23,7 @@ namespace cedar::model {
 struct ResidencyPlanOptions {
   uint64_t kv_reserve_bytes = 0;   // KV state the caller keeps beside the weights (serve --kv-memory)
   int prefill_chunk = 512;         // tokens per prefill chunk (each chunk reads its experts once)
-  // Fast numerics (the commands' default) keep the head re-coded for the GEMV (ops/bf16_coded.h).
+  // Fast numerics (the commands' default) keep the head re-coded for the GEMV (ops/linear/bf16_coded.h).
   bool coded_head = true;
 };
 

@@ -5,7 +5,7 @@
 
 #include "kv/report.h"
 #include "kv_test_util.h"
-#include "ops/quant.h"
+#include "ops/formats/quant.h"
 
 namespace cedar::kv {
 namespace {

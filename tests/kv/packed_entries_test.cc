@@ -1,4 +1,4 @@
-// The cache stores the packed formats of ops/quant.h; what comes back out of it -- from memory, or from
+// The cache stores the packed formats of ops/formats/quant.h; what comes back out of it -- from memory, or from
 // disk after a restart -- must dequantise to exactly the QDQ values the reference attends to (spec §5.1:
 // its caches hold bf16 QDQ-simulated values).
 #include <gtest/gtest.h>
@@ -9,8 +9,8 @@
 #include "kv/disk_cache.h"
 #include "kv/kv_cache.h"
 #include "kv_test_util.h"
-#include "ops/formats.h"
-#include "ops/quant.h"
+#include "ops/formats/formats.h"
+#include "ops/formats/quant.h"
 
 namespace cedar::kv {
 namespace {

@@ -13,7 +13,7 @@
 
 #include "core/thread_pool.h"
 #include "spec/weight_inventory.h"
-#include "ops/sample.h"
+#include "ops/sample/sample.h"
 #include "tiny_model_util.h"
 
 namespace cedar::model {

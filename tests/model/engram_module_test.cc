@@ -10,7 +10,7 @@
 #include <random>
 #include <vector>
 
-#include "ops/formats.h"
+#include "ops/formats/formats.h"
 
 namespace cedar::model {
 namespace {

@@ -8,7 +8,7 @@
 
 #include "core/thread_pool.h"
 #include "model/forward_batch.h"
-#include "ops/bf16_coded.h"
+#include "ops/linear/bf16_coded.h"
 #include "tiny_model_util.h"
 
 namespace cedar::model {

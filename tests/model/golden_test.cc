@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/thread_pool.h"
-#include "ops/sample.h"
+#include "ops/sample/sample.h"
 #include "tiny_model_util.h"
 
 namespace cedar::model {

@@ -12,7 +12,7 @@
 #include <utility>
 
 #include "model/model.h"
-#include "ops/formats.h"
+#include "ops/formats/formats.h"
 #include "tiny/tiny_checkpoint.h"
 
 namespace cedar::model::testing {

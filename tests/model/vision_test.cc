@@ -24,8 +24,8 @@
 #include "model/vision_tower.h"
 #include "spec/weight_inventory.h"
 #include "weights/weight_map.h"
-#include "ops/formats.h"
-#include "ops/sample.h"
+#include "ops/formats/formats.h"
+#include "ops/sample/sample.h"
 #include "tiny_model_util.h"
 
 namespace cedar::model {

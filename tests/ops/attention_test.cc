@@ -1,6 +1,6 @@
 // Sparse attention, indexer scores and top-k: hand-worked cases, an exact (double) softmax oracle,
 // and SIMD/reference identity on every target.
-#include "ops/attention.h"
+#include "ops/attention/attention.h"
 
 #include <gtest/gtest.h>
 
@@ -10,10 +10,10 @@
 #include <vector>
 
 #include "core/thread_pool.h"
-#include "ops/formats.h"
-#include "ops/index_key_store.h"
-#include "ops/indexer_tiles_x86.h"
-#include "ops/quant.h"
+#include "ops/formats/formats.h"
+#include "ops/attention/index_key_store.h"
+#include "ops/attention/x86_indexer_tiles.h"
+#include "ops/formats/quant.h"
 #include "ops_test_util.h"
 #include "simd_targets.h"
 
@@ -506,7 +506,7 @@ TEST(IndexerScores, TilesAtTheirLimitsEqualTheReference) {
   });
 }
 
-// The top-k's key and taking passes are Highway kernels (ops/topk.cc): each test runs on every
+// The top-k's key and taking passes are Highway kernels (ops/attention/topk.cc): each test runs on every
 // compiled target.
 TEST(TopK, LargestThenAscendingWithLowerIndexWinningTies) {
   for_each_simd_target([] {

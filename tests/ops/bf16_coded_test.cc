@@ -1,4 +1,4 @@
-// The 12-bit bf16 coding (ops/bf16_coded.h):
+// The 12-bit bf16 coding (ops/linear/bf16_coded.h):
 //   * lossless: every weight decodes to its original bits, whatever the bits (NaN, infinities, zeros,
 //     subnormals, rows with more than 16 high bytes);
 //   * compact: a row whose high bytes take at most 16 values has no exception and reads 1.5 bytes per
@@ -7,7 +7,7 @@
 //     exact bf16 linear (the products are the same exact fp32 values; only the fp32 sums differ),
 //     rounding to bf16 once, and independent of the thread count; through fast::linear_bf16 when the
 //     weight carries its coded form.
-#include "ops/bf16_coded.h"
+#include "ops/linear/bf16_coded.h"
 
 #include <gtest/gtest.h>
 
@@ -18,10 +18,10 @@
 #include <vector>
 
 #include "core/thread_pool.h"
-#include "ops/formats.h"
+#include "ops/formats/formats.h"
 #include "ops/kernel_set.h"
-#include "ops/linear.h"
-#include "ops/linear_fast.h"
+#include "ops/linear/linear.h"
+#include "ops/linear/linear_fast.h"
 #include "ops_test_util.h"
 #include "simd_targets.h"
 

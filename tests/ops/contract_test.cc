@@ -7,9 +7,9 @@
 #include <limits>
 #include <vector>
 
-#include "ops/dot_canonical.h"
-#include "ops/exact_math.h"
-#include "ops/linear.h"
+#include "ops/simd/dot_canonical.h"
+#include "ops/simd/exact_math.h"
+#include "ops/linear/linear.h"
 #include "ops_test_util.h"
 #include "simd_targets.h"
 

@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "ops/formats.h"
-#include "ops/quant.h"
+#include "ops/formats/formats.h"
+#include "ops/formats/quant.h"
 #include "ops_test_util.h"
 
 namespace cedar::ops {

@@ -1,6 +1,6 @@
 // Number formats against their mathematical definitions (exhaustive where the code space is small),
 // hand-worked tie cases, and the compiler's own _Float16 conversion as an independent f16 oracle.
-#include "ops/formats.h"
+#include "ops/formats/formats.h"
 
 #include <gtest/gtest.h>
 

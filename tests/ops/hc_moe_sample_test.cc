@@ -8,10 +8,10 @@
 #include <vector>
 
 #include "core/thread_pool.h"
-#include "ops/formats.h"
-#include "ops/hc.h"
-#include "ops/moe.h"
-#include "ops/sample.h"
+#include "ops/formats/formats.h"
+#include "ops/block/hc.h"
+#include "ops/block/moe.h"
+#include "ops/sample/sample.h"
 #include "ops_test_util.h"
 #include "simd_targets.h"
 

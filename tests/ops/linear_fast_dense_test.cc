@@ -1,8 +1,8 @@
-// The fast linears over dense weights (ops/linear_fast.h: linear_bf16, linear_f32, and the FP8 weight
+// The fast linears over dense weights (ops/linear/linear_fast.h: linear_bf16, linear_f32, and the FP8 weight
 // read as bf16, linear_fp8_bf16) against the references, on every compiled SIMD target and x86
 // kernel variant: the derived fp32-summation bound of docs/NUMERICS.md ("Fast numerics"), bf16 output
 // as the f32 result rounded once, results independent of the thread count.
-#include "ops/linear_fast.h"
+#include "ops/linear/linear_fast.h"
 
 #include <gtest/gtest.h>
 
@@ -15,9 +15,9 @@
 #include <vector>
 
 #include "core/thread_pool.h"
-#include "ops/formats.h"
-#include "ops/linear.h"
-#include "ops/quant.h"
+#include "ops/formats/formats.h"
+#include "ops/linear/linear.h"
+#include "ops/formats/quant.h"
 #include "ops_test_util.h"
 #include "simd_targets.h"
 

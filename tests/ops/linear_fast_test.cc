@@ -1,4 +1,4 @@
-// The fast linear kernels (ops/linear_fast.h) against the exact ones, on every compiled SIMD target:
+// The fast linear kernels (ops/linear/linear_fast.h) against the exact ones, on every compiled SIMD target:
 //   * the error bound derived in docs/NUMERICS.md ("Fast numerics"): with every product exact in fp32,
 //     |fast - exact| <= (d_fast + d_exact) · 2^-24 · Σ|a·w| before the output rounding, plus one
 //     rounding of each side to the output format (bf16: 2^-8 relative each);
@@ -9,7 +9,7 @@
 // The dense weights' cases are in linear_fast_dense_test.cc, the x86 forms against their scalar
 // references in linear_fast_x86_test.cc; the kernel variants every case runs over (for_each_kernel) in
 // simd_targets.h.
-#include "ops/linear_fast.h"
+#include "ops/linear/linear_fast.h"
 
 #include <gtest/gtest.h>
 
@@ -23,10 +23,11 @@
 #include <vector>
 
 #include "core/thread_pool.h"
-#include "ops/formats.h"
-#include "ops/fp4_gemv_x86.h"
+#include "ops/linear/activation_access.h"
+#include "ops/formats/formats.h"
+#include "ops/linear/x86_fp4_gemv.h"
 #include "ops/kernel_set.h"
-#include "ops/quant.h"
+#include "ops/formats/quant.h"
 #include "ops_test_util.h"
 #include "simd_targets.h"
 
@@ -92,7 +93,7 @@ TEST(LinearFast, BlockGemmsWithinTheDerivedBoundOfExactOnEveryTarget) {
       run_exact(w, x.data(), s.m, want.data());
       // Σ|a·w| per output, from the act_quant values (dequantised) and the exact weights.
       std::vector<float> scratch(fast::act_scratch_floats(s.m, s.k));
-      const Fp8Activations a = fast::quantize_activations(x.data(), s.m, s.k, scratch);
+      const ActivationLayout a = ActivationAccess::layout(fast::quantize_activations(x.data(), s.m, s.k, scratch));
       std::vector<double> abs_sum(s.m * s.n, 0.0);
       for (size_t i = 0; i < s.m; ++i)
         for (size_t j = 0; j < s.n; ++j)
@@ -215,7 +216,7 @@ TEST(LinearFast, GemmPanelsOfOneColumnGroupTakeTheirOwnTiles) {
     std::vector<float> want(m * n);
     run_exact(w, x.data(), m, want.data());
     std::vector<float> scratch(fast::act_scratch_floats(m, k));
-    const Fp8Activations a = fast::quantize_activations(x.data(), m, k, scratch);
+    const ActivationLayout a = ActivationAccess::layout(fast::quantize_activations(x.data(), m, k, scratch));
     for_each_kernel([&] {
       std::vector<float> got(m * n), got_mt(m * n);
       run_fast(w, x.data(), m, got.data(), nullptr);
@@ -265,7 +266,7 @@ TEST(LinearFast, BatchedGemmsEqualSeparateOnesInBothModes) {
     std::vector<std::vector<float>> want, got;
     std::vector<Fp4GemmJob> jobs;
     for (size_t j = 0; j < ws.size(); ++j) {
-      const Fp8Activations a = ks.quantize_activations(xs[j].data(), shapes[j].m, shapes[j].k, scratches[j]);
+      const PreparedActivations a = ks.quantize_activations(xs[j].data(), shapes[j].m, shapes[j].k, scratches[j]);
       want.emplace_back(shapes[j].m * shapes[j].n);
       got.emplace_back(shapes[j].m * shapes[j].n, -1.0f);
       (mode == Numerics::kFast ? fast::gemm_fp4 : gemm_fp4)(a, ws[j].fp4w(), want[j].data(), nullptr);
@@ -298,13 +299,13 @@ TEST(LinearFast, Fp8LinearBatchEqualsSeparateCallsInBothModes) {
         want.emplace_back(s.m * s.n);
         got.emplace_back(s.m * s.n, -1.0f);
         if (kind == Fp8LinearJob::Kind::kGemm) {
-          const Fp8Activations a = ks.quantize_activations_fp8(xs[j].data(), s.m, s.k, scratches[j]);
+          const PreparedActivations a = ks.quantize_activations_fp8(xs[j].data(), s.m, s.k, scratches[j]);
           (mode == Numerics::kFast ? fast::gemm_fp8 : gemm_fp8)(a, ws[j].fp8(), want[j].data(), nullptr);
           jobs.push_back({kind, a, ws[j].fp8(), got[j].data()});
         } else {
           (mode == Numerics::kFast ? fast::linear_fp8_bf16 : linear_fp8_bf16)(xs[j].data(), s.m, ws[j].fp8(),
                                                                               want[j].data(), LinearOut::kBf16, nullptr);
-          jobs.push_back({kind, Fp8Activations{xs[j].data(), nullptr, s.m, s.k}, ws[j].fp8(), got[j].data()});
+          jobs.push_back({kind, PreparedActivations::unquantized(xs[j].data(), s.m, s.k), ws[j].fp8(), got[j].data()});
         }
       }
       for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
@@ -352,7 +353,7 @@ TEST(LinearFast, QuantizedActivationsEqualTheScalarE4m3Rounding) {
     for_each_kernel([&] {
       for (size_t row0 = 0; row0 + m * k <= x.size(); row0 += m * k) {
         std::vector<float> scratch(fast::act_scratch_floats(m, k));
-        const Fp8Activations a = fast::quantize_activations(x.data() + row0, m, k, scratch);
+        const ActivationLayout a = ActivationAccess::layout(fast::quantize_activations(x.data() + row0, m, k, scratch));
         for (size_t i = 0; i < m * k; ++i) {
           ASSERT_EQ(a.scales[i / 32], 1.0f);
           const float want = e4m3_to_f32(f32_to_e4m3(x[row0 + i]));
@@ -380,7 +381,7 @@ TEST(LinearFast, QuantizedActivationScalesEqualTheScalarBlockScale) {
   for (size_t m : {size_t{1}, fast::kFastGemmMinRows}) {
     for_each_kernel([&] {
       std::vector<float> scratch(fast::act_scratch_floats(m, k));
-      const Fp8Activations a = fast::quantize_activations(x.data(), m, k, scratch);
+      const ActivationLayout a = ActivationAccess::layout(fast::quantize_activations(x.data(), m, k, scratch));
       for (size_t b = 0; b < m * k / 32; ++b) {
         const float want = fp8_block_scale(x.data() + b * 32);
         ASSERT_EQ(std::memcmp(&a.scales[b], &want, 4), 0) << "block " << b << ": " << a.scales[b] << " vs " << want;
@@ -418,7 +419,7 @@ TEST(LinearFast, Fp4GemvBf16KeepsTheSmallestQuantisedActivations) {
   std::vector<float> x(k, 0.0f);
   for (size_t j = 0; j < 32; ++j) x[64 + j] = std::ldexp(static_cast<float>(j % 8) * (j % 3 ? 1.0f : -1.0f), -31);
   std::vector<float> scratch(fast::act_scratch_floats(1, k));
-  const Fp8Activations a = fast::quantize_activations(x.data(), 1, k, scratch);
+  const ActivationLayout a = ActivationAccess::layout(fast::quantize_activations(x.data(), 1, k, scratch));
   ASSERT_NE(a.fp4_planes.bf16_plane, nullptr);
   for (size_t j = 0; j < k; ++j) ASSERT_EQ(a.values[j], x[j]) << "the values must quantise exactly @" << j;
   std::vector<float> want(n), got(n);
@@ -470,7 +471,7 @@ TEST(LinearFast, Fp4GemvResidualBlocksAreExact) {
     for (size_t i = 0; i < w.scales.size(); i += 11) w.scales[i] = 0;
     std::vector<float> scratch(fast::act_scratch_floats(m, k));
     x86::set_fp4_gemv_bf16_allowed(false);  // the integer planes, which the bf16 form does without
-    const Fp8Activations a = fast::quantize_activations(x.data(), m, k, scratch);
+    const ActivationLayout a = ActivationAccess::layout(fast::quantize_activations(x.data(), m, k, scratch));
     x86::set_fp4_gemv_bf16_allowed(true);
     ASSERT_GT(a.fp4_planes.residual_count[0], 0u) << "the data must exercise the residual blocks";
     std::vector<float> want(m * n);
@@ -581,10 +582,28 @@ TEST(LinearFast, KernelSetsSelectTheirMode) {
   EXPECT_FALSE(parse_numerics("fastest").has_value());
   // An exact-mode activation view is refused by the fast GEMMs instead of being misread.
   std::vector<float> x(64, 1.0f), scratch(fp8_act_scratch_floats(1, 64)), y(1);
-  const Fp8Activations exact_a = quantize_activations(x.data(), 1, 64, scratch);
+  const PreparedActivations exact_a = quantize_activations(x.data(), 1, 64, scratch);
   std::vector<uint8_t> codes(64, 0x38), scales(2, 127);
   EXPECT_DEATH(fast::gemm_fp8(exact_a, Fp8Weight{codes.data(), scales.data(), 1, 64}, y.data(), nullptr),
                "fast::quantize_activations");
+}
+
+TEST(LinearFast, Fp8LinearBatchRefusesAJobWhoseActivationsDoNotMatchItsKind) {
+  // A kAsBf16 job reads x unquantised, a kGemm job the quantiser's codes and scales: a handle of the
+  // other form would be misread, so the batch stops with a message naming the right handle.
+  std::vector<float> x(64, 1.0f), scratch(fp8_act_scratch_floats(1, 64)), y(32);
+  std::vector<uint8_t> codes(32 * 64, 0x38), scales(2, 127);
+  const Fp8Weight w{codes.data(), scales.data(), 32, 64};
+  const PreparedActivations quantized = quantize_activations(x.data(), 1, 64, scratch);
+  const PreparedActivations unquantized = PreparedActivations::unquantized(x.data(), 1, 64);
+  EXPECT_EQ(unquantized.m(), 1u);
+  EXPECT_EQ(unquantized.k(), 64u);
+  EXPECT_TRUE(unquantized.is_unquantized());
+  EXPECT_FALSE(quantized.is_unquantized());
+  const Fp8LinearJob as_bf16{Fp8LinearJob::Kind::kAsBf16, quantized, w, y.data()};
+  EXPECT_DEATH(fp8_linear_batch(kernel_set(Numerics::kExact), {&as_bf16, 1}, nullptr), "unquantized");
+  const Fp8LinearJob gemm{Fp8LinearJob::Kind::kGemm, unquantized, w, y.data()};
+  EXPECT_DEATH(fp8_linear_batch(kernel_set(Numerics::kFast), {&gemm, 1}, nullptr), "unquantized");
 }
 
 }  // namespace

@@ -1,8 +1,8 @@
-// The x86 forms inside the fast linear kernels (ops/fp4_gemv_x86.h, fp8_gemv_x86.h, gemm_bf16_x86.h)
+// The x86 forms inside the fast linear kernels (ops/linear/x86_fp4_gemv.h, x86_fp8_gemv.h, x86_gemm_bf16.h)
 // against their scalar references and the format tables: the FP4 GEMV's VNNI byte planes and bf16
 // activation rows, the prefill GEMM's FP4 / FP8 panels as bf16 pairs, and the inputs the FP8 bf16 GEMV
 // must decline. Each runs where the CPU has the instructions and skips elsewhere.
-#include "ops/linear_fast.h"
+#include "ops/linear/linear_fast.h"
 
 #include <gtest/gtest.h>
 
@@ -14,11 +14,12 @@
 #include <utility>
 #include <vector>
 
-#include "ops/formats.h"
-#include "ops/fp4_gemv_x86.h"
-#include "ops/fp8_gemv_x86.h"
-#include "ops/gemm_bf16_x86.h"
-#include "ops/x86_features.h"
+#include "ops/linear/activation_access.h"
+#include "ops/formats/formats.h"
+#include "ops/linear/x86_fp4_gemv.h"
+#include "ops/linear/x86_fp8_gemv.h"
+#include "ops/linear/x86_gemm_bf16.h"
+#include "ops/simd/x86_features.h"
 #include "ops_test_util.h"
 
 namespace cedar::ops {
@@ -84,7 +85,7 @@ TEST(Fp4Bf16Plane, PackedRowsEqualTheScalarPacker) {
   }
 }
 
-// Checks a bf16-pair panel (gemm_bf16_x86.h: panel[(16 * b + i) * 16 + r] holds pair i of row r's
+// Checks a bf16-pair panel (x86_gemm_bf16.h: panel[(16 * b + i) * 16 + r] holds pair i of row r's
 // block b) against the decoded values: want(r, b, i) gives the pair's two f32 values, computed from the
 // format tables. Rows nr..15 must be zero.
 template <typename Want>
@@ -107,7 +108,7 @@ void expect_panel_holds(const std::vector<uint32_t>& panel, size_t blocks, size_
 }
 
 TEST(LinearFast, Fp4PanelsAsBf16PairsEqualTheDecodedValues) {
-  // The prefill GEMM's direct FP4 -> bf16-pair panels (gemm_bf16_x86.h): 16 rows x 16 blocks in
+  // The prefill GEMM's direct FP4 -> bf16-pair panels (x86_gemm_bf16.h): 16 rows x 16 blocks in
   // which every row holds every byte value, at scales from the extremes the decode takes to 2^0,
   // full and short panels, against e2m1_table x e8m0_table; and the scales it must refuse.
   if (!x86::gemm_bf16_usable()) GTEST_SKIP() << "no AVX512-BF16 on this CPU";
@@ -149,7 +150,7 @@ TEST(LinearFast, Fp4PanelsAsBf16PairsEqualTheDecodedValues) {
 }
 
 TEST(LinearFast, Fp8PanelsAsBf16PairsEqualTheDecodedValues) {
-  // The prefill GEMM's direct FP8 -> bf16-pair panels (gemm_bf16_x86.h, AVX512-VBMI): 16 rows of 9
+  // The prefill GEMM's direct FP8 -> bf16-pair panels (x86_gemm_bf16.h, AVX512-VBMI): 16 rows of 9
   // blocks (an odd count: the last block alone) in which every row holds every non-NaN code, at
   // scales from the extremes the decode takes to 2^0, full and short panels, against e4m3_table x
   // e8m0_table; and the scales and NaN codes it must refuse.
@@ -203,7 +204,7 @@ TEST(LinearFast, Fp8GemvBf16DeclinesActivationsItCannotTakeExactly) {
   }();
   const auto x = random_bf16(k, rng, 2.0f);
   std::vector<float> scratch(fast::act_scratch_floats(1, k));
-  const Fp8Activations a = fast::quantize_activations(x.data(), 1, k, scratch);
+  const ActivationLayout a = ActivationAccess::layout(fast::quantize_activations(x.data(), 1, k, scratch));
   std::vector<float> y(n, -1.0f);
   EXPECT_EQ(x86::fp8_gemv_bf16(a.values, 1, w.data.data(), w.scales.data(), n, k, y.data(), 0, n), 32u);
   EXPECT_EQ(x86::fp8_gemv_bf16(a.values, 1, w.data.data(), w.scales.data(), n, k, y.data(), 40, n), 40u);

@@ -1,7 +1,7 @@
 // Linear kernels: hand-worked values, the scalar references against the numerics contract restated
 // with exact integer arithmetic (docs/NUMERICS.md §1: exact sums rounded once), and every SIMD target
 // bit-identical to the references.
-#include "ops/linear.h"
+#include "ops/linear/linear.h"
 
 #include <gtest/gtest.h>
 
@@ -11,8 +11,9 @@
 #include <vector>
 
 #include "core/thread_pool.h"
-#include "ops/formats.h"
-#include "ops/quant.h"
+#include "ops/linear/activation_access.h"
+#include "ops/formats/formats.h"
+#include "ops/formats/quant.h"
 #include "ops_test_util.h"
 #include "simd_targets.h"
 
@@ -58,7 +59,7 @@ TEST(LinearFp8, QuantizedActivationsMatchActQuant) {
   const size_t m = 3, k = 96;
   auto x = random_bf16(m * k, rng, 3.0f);
   std::vector<float> scratch(fp8_act_scratch_floats(m, k));
-  const Fp8Activations a = quantize_activations(x.data(), m, k, scratch);
+  const ActivationLayout a = ActivationAccess::layout(quantize_activations(x.data(), m, k, scratch));
   std::vector<uint8_t> codes(m * k), sc(m * k / 32);
   act_quant_fp8(x.data(), m * k, codes.data(), sc.data());
   for (size_t i = 0; i < m * k; ++i) ASSERT_EQ(a.values[i], e4m3_to_f32(codes[i]));
@@ -73,7 +74,7 @@ int64_t e2m1_units(uint8_t code) { return static_cast<int64_t>(std::ldexp(e2m1_t
 // exact int64 count of 2^-shift units, converted to fp32 with one rounding (int64 -> long double is
 // exact below 2^63, long double -> float rounds once), then scaled by powers of two and accumulated
 // in fp32 in K order, bf16 at the end.
-float contract_block_output(const Fp8Activations& a, size_t row, size_t k, int shift,
+float contract_block_output(const ActivationLayout& a, size_t row, size_t k, int shift,
                             const std::function<int64_t(size_t)>& weight_units,
                             const std::function<float(size_t)>& weight_scale) {
   float acc = 0.0f;
@@ -95,7 +96,7 @@ TEST(LinearRef, BlockGemmsFollowTheContractExactly) {
   auto x = random_bf16(m * k, rng, 2.0f);
   for (size_t i = 0; i < x.size(); i += 7) x[i] = round_bf16(x[i] * 0x1p-12f);  // wide in-block spans
   std::vector<float> scratch(fp8_act_scratch_floats(m, k));
-  const Fp8Activations a = quantize_activations(x.data(), m, k, scratch);
+  const PreparedActivations a = quantize_activations(x.data(), m, k, scratch);
   const BlockWeights w8 = random_fp8_weights(n, k, rng);
   const BlockWeights w4 = random_fp4_weights(n, k, rng);
   std::vector<float> y8(m * n), y4(m * n);
@@ -104,10 +105,10 @@ TEST(LinearRef, BlockGemmsFollowTheContractExactly) {
   for (size_t i = 0; i < m; ++i) {
     for (size_t j = 0; j < n; ++j) {
       const float want8 = contract_block_output(
-          a, i, k, 18, [&](size_t kk) { return e4m3_units(w8.data[j * k + kk]); },
+          ActivationAccess::layout(a), i, k, 18, [&](size_t kk) { return e4m3_units(w8.data[j * k + kk]); },
           [&](size_t kb) { return e8m0_to_f32(w8.scales[(j / 32) * (k / 32) + kb]); });
       const float want4 = contract_block_output(
-          a, i, k, 10,
+          ActivationAccess::layout(a), i, k, 10,
           [&](size_t kk) {
             const uint8_t byte = w4.data[j * (k / 2) + kk / 2];
             return e2m1_units((kk & 1) ? (byte >> 4) : (byte & 0xF));
@@ -128,7 +129,7 @@ TEST(LinearFp8, BlockSumIsExactBeforeItsOneRounding) {
   values[0] = 448.0f;
   values[8] = 0x1p-9f;
   values[16] = 448.0f;
-  Fp8Activations a{values.data(), scales.data(), 1, k};
+  const PreparedActivations a = ActivationAccess::wrap({values.data(), scales.data(), 1, k});
   std::vector<uint8_t> codes(k, 0x00), wscale(1, 127);
   codes[0] = 0x7E;   // +448
   codes[8] = 0x01;   // 2^-9 (smallest subnormal)
@@ -159,7 +160,7 @@ TEST(LinearSimd, BlockGemmsBitIdenticalToReferenceOnEveryTarget) {
     const BlockWeights w8 = random_fp8_weights(s.n, s.k, rng);
     const BlockWeights w4 = random_fp4_weights(s.n, s.k, rng);
     std::vector<float> scratch(fp8_act_scratch_floats(s.m, s.k));
-    const Fp8Activations a = quantize_activations(x.data(), s.m, s.k, scratch);
+    const PreparedActivations a = quantize_activations(x.data(), s.m, s.k, scratch);
     std::vector<float> want8(s.m * s.n), want4(s.m * s.n);
     ref::gemm_fp8(a, w8.fp8(), want8.data());
     ref::gemm_fp4(a, w4.fp4w(), want4.data());
@@ -198,16 +199,16 @@ TEST(LinearSimd, ExtremeCodesAndScalesStayExact) {
   BlockWeights w4 = random_fp4_weights(n, k, rng);
   for (size_t i = 0; i < w4.scales.size(); ++i) w4.scales[i] = static_cast<uint8_t>(i % 2 ? 87 : 167);
   std::vector<float> scratch(fp8_act_scratch_floats(m, k));
-  const Fp8Activations a = quantize_activations(x.data(), m, k, scratch);
+  const PreparedActivations a = quantize_activations(x.data(), m, k, scratch);
   std::vector<float> want8(m * n), want4(m * n);
   ref::gemm_fp8(a, w8.fp8(), want8.data());
   ref::gemm_fp4(a, w4.fp4w(), want4.data());
-  ASSERT_NE(a.values_t, nullptr);
-  Fp8Activations untiled = a;  // the same operands through the row-by-row path
-  untiled.values_t = nullptr;
-  untiled.scales_t = nullptr;
+  ASSERT_NE(ActivationAccess::layout(a).values_t, nullptr);
+  PreparedActivations untiled = a;  // the same operands through the row-by-row path
+  ActivationAccess::layout(untiled).values_t = nullptr;
+  ActivationAccess::layout(untiled).scales_t = nullptr;
   for_each_simd_target([&] {
-    for (const Fp8Activations* act : {&a, static_cast<const Fp8Activations*>(&untiled)}) {
+    for (const PreparedActivations* act : {&a, static_cast<const PreparedActivations*>(&untiled)}) {
       std::vector<float> got8(m * n), got4(m * n);
       gemm_fp8(*act, w8.fp8(), got8.data(), nullptr);
       gemm_fp4(*act, w4.fp4w(), got4.data(), nullptr);

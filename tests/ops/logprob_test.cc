@@ -1,4 +1,4 @@
-// ops/logprob.h: the log-softmax normaliser against a long-double computation, and top-k against a
+// ops/sample/logprob.h: the log-softmax normaliser against a long-double computation, and top-k against a
 // full stable sort.
 #include <gtest/gtest.h>
 
@@ -7,8 +7,8 @@
 #include <numeric>
 #include <vector>
 
-#include "ops/logprob.h"
-#include "ops/sample.h"
+#include "ops/sample/logprob.h"
+#include "ops/sample/sample.h"
 #include "ops_test_util.h"
 
 namespace cedar::ops {

@@ -4,9 +4,9 @@
 #include <cmath>
 #include <vector>
 
-#include "ops/formats.h"
-#include "ops/norm.h"
-#include "ops/rope.h"
+#include "ops/formats/formats.h"
+#include "ops/block/norm.h"
+#include "ops/attention/rope.h"
 #include "ops_test_util.h"
 #include "simd_targets.h"
 

@@ -12,10 +12,10 @@
 #include <vector>
 
 #include "harness/op_rng.h"
-#include "ops/attention.h"
-#include "ops/formats.h"
-#include "ops/linear.h"
-#include "ops/quant.h"
+#include "ops/attention/attention.h"
+#include "ops/formats/formats.h"
+#include "ops/linear/linear.h"
+#include "ops/formats/quant.h"
 
 namespace cedar::ops::testing {
 

@@ -1,13 +1,13 @@
 // Block quantisers: hand-worked cases, properties (idempotence, error bounds, scale rules) and the
 // packed KV entry formats.
-#include "ops/quant.h"
+#include "ops/formats/quant.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <vector>
 
-#include "ops/formats.h"
+#include "ops/formats/formats.h"
 #include "ops_test_util.h"
 #include "simd_targets.h"
 

@@ -1,5 +1,5 @@
 // Target reporting, and a check that the per-target test loop really switches targets.
-#include "ops/simd_info.h"
+#include "ops/simd/simd_info.h"
 
 #include <gtest/gtest.h>
 

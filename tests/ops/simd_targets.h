@@ -11,7 +11,7 @@
 
 #include "harness/op_registry.h"
 #include "hwy/targets.h"
-#include "ops/simd_info.h"
+#include "ops/simd/simd_info.h"
 
 namespace cedar::ops::testing {
 
@@ -40,9 +40,9 @@ void for_each_form_on_every_target(uint32_t reach, Fn&& fn) {
 }
 
 // Every SIMD target, and per target the fast linears' x86 forms: with and without the AVX512-BF16
-// FP8 GEMV of fp8_gemv_x86.h; the FP4 GEMV of fp4_gemv_x86.h in its bf16 form (forced where the CPU
+// FP8 GEMV of x86_fp8_gemv.h; the FP4 GEMV of x86_fp4_gemv.h in its bf16 form (forced where the CPU
 // would take the VNNI one), its VNNI form and neither (the Highway kernel); with and without the AMX
-// tiles of gemm_amx_x86.h and the AVX512-BF16 GEMM tile of gemm_bf16_x86.h; as far as the CPU has them.
+// tiles of x86_gemm_amx.h and the AVX512-BF16 GEMM tile of x86_gemm_bf16.h; as far as the CPU has them.
 template <typename Fn>
 void for_each_kernel(Fn&& fn) {
   for_each_form_on_every_target(kReachLinear, fn);

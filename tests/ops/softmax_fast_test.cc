@@ -8,8 +8,8 @@
 #include <random>
 #include <vector>
 
-#include "ops/formats.h"
-#include "ops/softmax_fast.h"
+#include "ops/formats/formats.h"
+#include "ops/attention/softmax_fast.h"
 #include "ops_test_util.h"
 
 namespace cedar::ops {

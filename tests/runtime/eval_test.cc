@@ -7,7 +7,7 @@
 #include <set>
 
 #include "core/thread_pool.h"
-#include "ops/formats.h"
+#include "ops/formats/formats.h"
 #include "runtime/eval.h"
 #include "runtime/prefix_store.h"
 #include "runtime/ngram_baseline.h"

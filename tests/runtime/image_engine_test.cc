@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "core/thread_pool.h"
-#include "ops/sample.h"
+#include "ops/sample/sample.h"
 #include "runtime/local_engine.h"
 #include "../model/tiny_model_util.h"
 

@@ -10,7 +10,7 @@
 #include <cmath>
 
 #include "core/thread_pool.h"
-#include "ops/sample.h"
+#include "ops/sample/sample.h"
 #include "runtime/local_engine.h"
 #include "runtime/sampler.h"
 #include "../model/tiny_model_util.h"

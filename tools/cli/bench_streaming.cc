@@ -12,7 +12,7 @@
 #include "cedar/model.h"
 #include "spec/weight_inventory.h"
 #include "ops/kernel_set.h"
-#include "ops/sample.h"
+#include "ops/sample/sample.h"
 #include "cedar/tokenizer.h"
 
 namespace cedar::cli {

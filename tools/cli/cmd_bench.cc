@@ -23,11 +23,11 @@
 #include "cedar/model.h"
 #include "model_summary.h"
 #include "spec/weight_inventory.h"
-#include "ops/bf16_coded.h"
-#include "ops/formats.h"
+#include "ops/linear/bf16_coded.h"
+#include "ops/formats/formats.h"
 #include "ops/kernel_set.h"
-#include "ops/prefetch.h"
-#include "ops/sample.h"
+#include "ops/simd/prefetch.h"
+#include "ops/sample/sample.h"
 #include "runtime/sampler.h"
 #include "cedar/engine.h"
 
@@ -83,7 +83,7 @@ Result<std::vector<long long>> parse_list(const std::string& flag, const std::st
 
 // Best-of-`repeat` multi-threaded read bandwidth over a buffer much larger than the caches, read the
 // way the GEMV kernels read weights: line by line with the same software prefetch
-// (ops/prefetch.h). A plain summing loop leaves the loads waiting on DRAM and reads less than the
+// (ops/simd/prefetch.h). A plain summing loop leaves the loads waiting on DRAM and reads less than the
 // kernels do (12.0 against 16.2 GB/s with 1 thread on a 2-core Xeon): a limit that the decode then
 // exceeds.
 double measure_read_bandwidth(ThreadPool& pool, size_t bytes, int repeat) {

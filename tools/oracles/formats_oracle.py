@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Independent oracle for cedar's number formats and block quantisers (src/ops/formats.h, quant.h).
+"""Independent oracle for cedar's number formats and block quantisers (src/ops/formats/formats.h, quant.h).
 
 Uses ml_dtypes (bfloat16, float8_e4m3fn, float8_e8m0fnu, float4_e2m1fn) and numpy float16 for every
 conversion, and re-implements the reference block quantisers (kernel.py act_quant / fp4_act_quant,

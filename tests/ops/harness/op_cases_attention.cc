@@ -1,4 +1,4 @@
-// Registry cases of attention (ops/attention.h): sparse attention with a sink (exact: bitwise equal to
+// Registry cases of attention (ops/attention/attention.h): sparse attention with a sink (exact: bitwise equal to
 // ref::sparse_attn; fast: attention_test.cc's derived bound) and the indexer's scores over FP4 keys
 // (one kernel, bitwise equal to ref::indexer_scores on the float64 rows, the exact-spread rows and
 // the integer key tiles).
@@ -8,9 +8,9 @@
 #include <string>
 
 #include "op_registry.h"
-#include "ops/formats.h"
-#include "ops/index_key_store.h"
-#include "ops/quant.h"
+#include "ops/formats/formats.h"
+#include "ops/attention/index_key_store.h"
+#include "ops/formats/quant.h"
 #include "ops_test_util.h"
 
 namespace cedar::ops::testing {

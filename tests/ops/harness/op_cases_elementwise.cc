@@ -9,10 +9,10 @@
 #include <string>
 
 #include "op_registry.h"
-#include "ops/formats.h"
-#include "ops/hc.h"
-#include "ops/moe.h"
-#include "ops/norm.h"
+#include "ops/formats/formats.h"
+#include "ops/block/hc.h"
+#include "ops/block/moe.h"
+#include "ops/block/norm.h"
 #include "ops_test_util.h"
 
 namespace cedar::ops::testing {

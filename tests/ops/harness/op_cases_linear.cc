@@ -1,4 +1,4 @@
-// Registry cases of the linears (ops/linear.h through the kernel set): block-scaled FP8 and FP4, the
+// Registry cases of the linears (ops/linear/linear.h through the kernel set): block-scaled FP8 and FP4, the
 // FP8 weight read as bf16, bf16 (plain and 12-bit coded) and f32 weights. Exact: bitwise equal to the
 // scalar references (ref::). Fast: the derived fp32-summation bound of docs/NUMERICS.md ("Fast
 // numerics"), the one linear_fast_test.cc and linear_fast_dense_test.cc check with.
@@ -9,10 +9,11 @@
 
 #include "core/huge_pages.h"
 #include "op_registry.h"
-#include "ops/bf16_coded.h"
-#include "ops/formats.h"
-#include "ops/linear_fast.h"
-#include "ops/quant.h"
+#include "ops/linear/bf16_coded.h"
+#include "ops/linear/activation_access.h"
+#include "ops/formats/formats.h"
+#include "ops/linear/linear_fast.h"
+#include "ops/formats/quant.h"
 #include "ops_test_util.h"
 
 namespace cedar::ops::testing {
@@ -90,12 +91,13 @@ class BlockLinear : public PreparedCase {
     copies_.make(w_, opt.copies);
     if (!opt.reference) return;
     std::vector<float> ref_scratch(fp8_act_scratch_floats(s.m, s.k));
-    const Fp8Activations a = quantize_activations(x_.data(), s.m, s.k, ref_scratch);
+    const PreparedActivations prepared = quantize_activations(x_.data(), s.m, s.k, ref_scratch);
+    const ActivationLayout& a = ActivationAccess::layout(prepared);
     want.resize(s.m * s.n);
     if (fp4) {
-      ref::gemm_fp4(a, w_.fp4w(), want.data());
+      ref::gemm_fp4(prepared, w_.fp4w(), want.data());
     } else {
-      ref::gemm_fp8(a, w_.fp8(), want.data());
+      ref::gemm_fp8(prepared, w_.fp8(), want.data());
     }
     // Σ|a·w| per output from the quantised activations and the exact weights. Additions on a
     // product's path: fast <= k (sequential worst case), exact = k/32 + 1 (the fp32 block
@@ -224,7 +226,7 @@ class QuantizeActivations : public PreparedCase {
     for (size_t b = 0; b < m * k / 32; ++b) want[m * k + b] = e8m0_to_f32(scales[b]);
   }
   void run(const KernelSet& ks, ThreadPool*) override {
-    const Fp8Activations a = ks.quantize_activations(x_.data(), m_, k_, scratch_);
+    const ActivationLayout a = ActivationAccess::layout(ks.quantize_activations(x_.data(), m_, k_, scratch_));
     for (size_t i = 0; i < m_ * k_; ++i) out.data()[i] = a.dequantized ? a.values[i] : a.values[i] * a.scales[i / 32];
     for (size_t b = 0; b < m_ * k_ / 32; ++b) out.data()[m_ * k_ + b] = a.scales[b];
   }

@@ -7,21 +7,21 @@
 #include <sstream>
 
 #include "hwy/targets.h"
-#include "ops/formats.h"
-#include "ops/fp4_gemv_x86.h"
-#include "ops/fp8_gemv_x86.h"
-#include "ops/gemm_amx_x86.h"
-#include "ops/gemm_bf16_x86.h"
-#include "ops/indexer_tiles_x86.h"
-#include "ops/simd_info.h"
-#include "ops/x86_features.h"
+#include "ops/formats/formats.h"
+#include "ops/linear/x86_fp4_gemv.h"
+#include "ops/linear/x86_fp8_gemv.h"
+#include "ops/linear/x86_gemm_amx.h"
+#include "ops/linear/x86_gemm_bf16.h"
+#include "ops/attention/x86_indexer_tiles.h"
+#include "ops/simd/simd_info.h"
+#include "ops/simd/x86_features.h"
 #include "ops_test_util.h"
 
 namespace cedar::ops::testing {
 namespace {
 
 bool is_avx3(const std::string& target) { return target.rfind("AVX3", 0) == 0; }
-// The targets on which linear_fast takes the FP4 GEMV of fp4_gemv_x86.h.
+// The targets on which linear_fast takes the FP4 GEMV of x86_fp4_gemv.h.
 bool fp4_x86(const std::string& target) { return is_avx3(target) || target == "AVX2"; }
 
 void nothing() {}

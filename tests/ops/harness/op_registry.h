@@ -28,10 +28,10 @@ namespace cedar::ops::testing {
 
 // Which x86 kernel forms an op can reach (a form that the op never runs is not repeated for it).
 enum Reach : uint32_t {
-  kReachFp8Gemv = 1,     // fp8_gemv_x86.h
-  kReachFp4Gemv = 2,     // fp4_gemv_x86.h, its bf16 and VNNI forms
-  kReachGemmTiles = 4,   // gemm_bf16_x86.h, gemm_amx_x86.h
-  kReachIndexTiles = 8,  // indexer_tiles_x86.h
+  kReachFp8Gemv = 1,     // x86_fp8_gemv.h
+  kReachFp4Gemv = 2,     // x86_fp4_gemv.h, its bf16 and VNNI forms
+  kReachGemmTiles = 4,   // x86_gemm_bf16.h, x86_gemm_amx.h
+  kReachIndexTiles = 8,  // x86_indexer_tiles.h
   kReachLinear = kReachFp8Gemv | kReachFp4Gemv | kReachGemmTiles,
 };
 

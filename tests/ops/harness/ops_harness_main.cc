@@ -15,8 +15,8 @@
 
 #include "core/thread_pool.h"
 #include "op_registry.h"
-#include "ops/simd_info.h"
-#include "ops/x86_features.h"
+#include "ops/simd/simd_info.h"
+#include "ops/simd/x86_features.h"
 
 namespace cedar::ops::testing {
 namespace {
